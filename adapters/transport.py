@@ -1,0 +1,78 @@
+"""The boundary between an adapter and the provider process it talks to.
+
+Adapters speak line-framed JSON to a provider; *how* the provider runs is not
+their business. The supervisor launches real processes (process group,
+parent-death signal, stop ladder); replay tests hand the adapter an in-memory
+transcript player; the stand-in provider plays the same transcript over real
+pipes. All three implement these two protocols.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import attrs
+
+#: Default bound on one provider frame. Claude lines can be megabytes long.
+DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
+
+
+@attrs.frozen
+class LaunchSpec:
+    """What to run: argv, environment (complete, not merged) and working directory."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    cwd: str
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+
+
+@attrs.frozen
+class ExitStatus:
+    """How a provider process ended: an exit code, or the signal that killed it."""
+
+    code: int | None
+    signal: int | None
+
+    def describe(self) -> str:
+        if self.signal is not None:
+            return f"killed by signal {self.signal}"
+        return f"exited with code {self.code}"
+
+
+@attrs.frozen
+class OversizedLine:
+    """A stdout line longer than the bound; its bytes were skipped up to the newline."""
+
+    length: int
+    head: bytes
+
+
+class ProviderProcess(Protocol):
+    """A running provider speaking newline-delimited frames on stdin/stdout."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    async def send_line(self, line: bytes) -> None:
+        """Write one frame; ``line`` has no trailing newline."""
+
+    async def receive_line(self) -> bytes | OversizedLine | None:
+        """The next stdout line without its newline; ``None`` at end of stream."""
+
+    async def close_stdin(self) -> None:
+        """Close the provider's stdin: the graceful stop for both providers."""
+
+    async def wait(self) -> ExitStatus:
+        """Wait for the process to exit and reap it."""
+
+    def stderr_tail(self) -> str:
+        """The last few KiB the process wrote to stderr."""
+
+    async def kill(self) -> None:
+        """Kill the process (and its process group where there is one) at once."""
+
+
+class ProcessLauncher(Protocol):
+    async def launch(self, spec: LaunchSpec) -> ProviderProcess: ...
