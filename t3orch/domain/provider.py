@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+from t3orch.domain.base import ProviderRef, Wire
+from t3orch.domain.vocab import (
+    ProviderKind,
+    ProviderSessionStatus,
+    ProviderThreadStatus,
+    ProviderTurnStatus,
+)
+from t3orch.ids import (
+    ContextHandoffId,
+    NodeId,
+    ProviderSessionId,
+    ProviderThreadId,
+    ProviderTurnId,
+    RunAttemptId,
+    ThreadId,
+)
+
+
+class ProviderCapabilities(Wire):
+    """What a provider can do natively; missing capabilities are explicit."""
+
+    version: int = 1
+    native_turn_ids: bool = False
+    steer: bool = False
+    fork: bool = False
+    rollback: bool = False
+    multiple_threads_per_process: bool = False
+
+
+class ProviderSession(Wire):
+    """Durable metadata of a live-or-recoverable provider runtime (not the handle)."""
+
+    id: ProviderSessionId
+    provider: ProviderKind
+    status: ProviderSessionStatus
+    cwd: str
+    model: str | None
+    capabilities: ProviderCapabilities
+    created_at: str
+    updated_at: str
+    last_error: str | None = None
+    pid: int | None = None
+    process_started_at: float | None = None
+    last_activity_at: str | None = None
+    exit_description: str | None = None
+
+
+class ProviderThreadForkSource(Wire):
+    provider_thread_id: ProviderThreadId
+    native_thread_ref: str | None
+    native_turn_ref: str | None = None
+
+
+class ProviderThread(Wire):
+    """A provider-native conversation handle, with the resume refs."""
+
+    id: ProviderThreadId
+    provider: ProviderKind
+    provider_session_id: ProviderSessionId | None
+    app_thread_id: ThreadId | None
+    owner_node_id: NodeId | None
+    native_thread_ref: str | None
+    native_conversation_head_ref: ProviderRef | None
+    status: ProviderThreadStatus
+    first_run_ordinal: int | None
+    last_run_ordinal: int | None
+    handoff_ids: list[ContextHandoffId]
+    forked_from: ProviderThreadForkSource | None
+    created_at: str
+    updated_at: str
+    #: A resume ref is trusted only after a turn completed with it (lessons §8 rule 2).
+    resume_ref_confirmed: bool = False
+    turn_count: int = 0
+
+
+class ProviderTurn(Wire):
+    """The normalized handle of a provider-native turn (native id or ordinal)."""
+
+    id: ProviderTurnId
+    provider_thread_id: ProviderThreadId
+    node_id: NodeId
+    run_attempt_id: RunAttemptId | None
+    native_turn_ref: str | None
+    ordinal: int
+    status: ProviderTurnStatus
+    started_at: str | None = None
+    completed_at: str | None = None
+    error: str | None = None

@@ -1,0 +1,158 @@
+"""Turn items: the ordered, render-ready projection records of a thread (seed §Turn Item)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from t3orch.domain.base import ProviderRef
+from t3orch.domain.vocab import TurnItemStatus
+from t3orch.ids import (
+    CheckpointId,
+    ContextHandoffId,
+    ContextTransferId,
+    MessageId,
+    NodeId,
+    PlanId,
+    ProviderTurnId,
+    RunId,
+    RuntimeRequestId,
+    ThreadId,
+    TurnItemId,
+)
+
+
+class TurnItemBase(msgspec.Struct, rename="camel", kw_only=True, frozen=True, tag_field="type"):
+    """Refs every variant keeps, so a view can jump back into the graph and the raw logs."""
+
+    id: TurnItemId
+    thread_id: ThreadId
+    run_id: RunId | None
+    node_id: NodeId | None
+    provider_turn_id: ProviderTurnId | None
+    native_item_ref: ProviderRef | None
+    status: TurnItemStatus
+    created_at: str
+    updated_at: str
+    #: Hidden from the default thread view (subagent/child work) but kept in the graph.
+    hidden: bool = False
+
+
+class UserMessage(TurnItemBase, tag="user_message"):
+    message_id: MessageId
+    text: str
+
+
+class AssistantMessage(TurnItemBase, tag="assistant_message"):
+    message_id: MessageId
+    text: str = ""
+
+
+class Reasoning(TurnItemBase, tag="reasoning"):
+    text: str = ""
+    summary: str = ""
+
+
+class Plan(TurnItemBase, tag="plan"):
+    plan_id: PlanId
+    markdown: str = ""
+
+
+class FileChangeEntry(msgspec.Struct, rename="camel", kw_only=True, frozen=True):
+    path: str
+    kind: str
+    diff: str | None = None
+
+
+class FileChange(TurnItemBase, tag="file_change"):
+    file_name: str
+    additions: int | None = None
+    deletions: int | None = None
+    diff_str: str | None = None
+    old_str: str | None = None
+    new_str: str | None = None
+    changes: list[FileChangeEntry] = msgspec.field(default_factory=list)
+
+
+class CommandExecution(TurnItemBase, tag="command_execution"):
+    input: str
+    output: str = ""
+    exit_code: int | None = None
+    cwd: str | None = None
+
+
+class FileSearch(TurnItemBase, tag="file_search"):
+    query: str
+    path: str | None = None
+    output: str = ""
+
+
+class WebSearch(TurnItemBase, tag="web_search"):
+    query: str
+    output: str = ""
+
+
+class ApprovalRequest(TurnItemBase, tag="approval_request"):
+    request_id: RuntimeRequestId
+    request_kind: str
+    summary: str
+    decision: str | None = None
+
+
+class CheckpointItem(TurnItemBase, tag="checkpoint"):
+    checkpoint_id: CheckpointId
+    ref: str
+
+
+class Compaction(TurnItemBase, tag="compaction"):
+    title: str
+
+
+class Handoff(TurnItemBase, tag="handoff"):
+    handoff_id: ContextHandoffId
+    strategy: str
+    from_providers: list[str]
+    to_provider: str
+
+
+class Fork(TurnItemBase, tag="fork"):
+    transfer_id: ContextTransferId
+    source_thread_id: ThreadId
+    source_run_id: RunId | None
+    title: str = "Forked from conversation"
+
+
+class DynamicTool(TurnItemBase, tag="dynamic_tool"):
+    tool_name: str | None
+    input: Any = None
+    output: Any = None
+
+
+TurnItem = (
+    UserMessage
+    | AssistantMessage
+    | Reasoning
+    | Plan
+    | FileChange
+    | CommandExecution
+    | FileSearch
+    | WebSearch
+    | ApprovalRequest
+    | CheckpointItem
+    | Compaction
+    | Handoff
+    | Fork
+    | DynamicTool
+)
+
+#: Which variant field a streamed delta appends to.
+DELTA_FIELD: dict[str, str] = {
+    "assistant_message": "text",
+    "reasoning": "text",
+    "plan": "markdown",
+    "command_execution": "output",
+    "file_change": "diff_str",
+    "file_search": "output",
+    "web_search": "output",
+}

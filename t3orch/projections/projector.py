@@ -1,0 +1,182 @@
+"""Applies committed events to projection rows.
+
+The projector is the single definition of what each event means for the read
+models: the store runs it inside the append transaction, and ``t3orch check``
+runs it again over the whole log in memory to prove the stored rows equal a
+rebuild. It must therefore be a pure function of (rows, event).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import attrs
+import msgspec
+
+from t3orch.domain.message import ConversationMessage
+from t3orch.domain.turn_items import DELTA_FIELD, AssistantMessage, TurnItem, UserMessage
+from t3orch.events import (
+    CheckpointScopeUpserted,
+    CheckpointUpserted,
+    ContextHandoffUpserted,
+    ContextTransferUpserted,
+    EventEnvelope,
+    EventPayload,
+    NodeUpserted,
+    PlanUpserted,
+    ProviderDiagnostic,
+    ProviderSessionUpserted,
+    ProviderThreadUpserted,
+    ProviderTurnUpserted,
+    ProviderUsage,
+    RunAttemptUpserted,
+    RunUpserted,
+    RuntimeReconciled,
+    RuntimeRequestUpserted,
+    ThreadUpserted,
+    TurnItemDelta,
+    TurnItemUpserted,
+)
+from t3orch.store.kinds import KINDS, Row
+
+_encode = msgspec.json.encode
+
+
+class RowSink(Protocol):
+    def get_row(self, kind: str, id: str) -> Row | None: ...
+
+    def put_row(self, row: Row) -> None: ...
+
+
+@attrs.frozen
+class Concerns:
+    """The app ids an event concerns: indexed columns of the log."""
+
+    thread_id: str | None = None
+    run_id: str | None = None
+    node_id: str | None = None
+    provider_session_id: str | None = None
+
+
+def concerns(payload: EventPayload) -> Concerns:  # noqa: C901 - one arm per event type
+    match payload:
+        case ThreadUpserted(thread=t):
+            return Concerns(thread_id=t.id)
+        case RunUpserted(run=r):
+            return Concerns(thread_id=r.thread_id, run_id=r.id, node_id=r.root_node_id)
+        case RunAttemptUpserted(attempt=a):
+            return Concerns(thread_id=a.thread_id, run_id=a.run_id, node_id=a.root_node_id)
+        case NodeUpserted(node=n):
+            return Concerns(thread_id=n.thread_id, run_id=n.run_id, node_id=n.id)
+        case ProviderSessionUpserted(session=s):
+            return Concerns(provider_session_id=s.id)
+        case ProviderThreadUpserted(provider_thread=p):
+            return Concerns(thread_id=p.app_thread_id, provider_session_id=p.provider_session_id)
+        case ProviderTurnUpserted(turn=t):
+            return Concerns(node_id=t.node_id)
+        case RuntimeRequestUpserted(request=r):
+            return Concerns(thread_id=r.thread_id, node_id=r.node_id)
+        case TurnItemUpserted(item=i):
+            return Concerns(thread_id=i.thread_id, run_id=i.run_id, node_id=i.node_id)
+        case TurnItemDelta(thread_id=t):
+            return Concerns(thread_id=t)
+        case PlanUpserted(plan=p):
+            return Concerns(thread_id=p.thread_id, run_id=p.run_id, node_id=p.node_id)
+        case CheckpointScopeUpserted(scope=s):
+            return Concerns(thread_id=s.thread_id, run_id=s.run_id, node_id=s.node_id)
+        case CheckpointUpserted(checkpoint=c):
+            return Concerns(thread_id=c.thread_id, run_id=c.run_id, node_id=c.node_id)
+        case ContextTransferUpserted(transfer=t):
+            return Concerns(thread_id=t.target_thread_id)
+        case ContextHandoffUpserted(handoff=h):
+            return Concerns(thread_id=h.thread_id, run_id=h.target_run_id)
+        case ProviderUsage(provider_session_id=s):
+            return Concerns(provider_session_id=s)
+        case ProviderDiagnostic(provider_session_id=s):
+            return Concerns(provider_session_id=s)
+        case RuntimeReconciled():
+            return Concerns()
+    raise AssertionError(f"unhandled payload {type(payload).__name__}")
+
+
+def _upsert(
+    sink: RowSink, seq: int, kind: str, id: str, thread_id: str | None, status: str | None, v: Any
+) -> None:
+    # A row keeps the position of its first appearance, so order is creation order.
+    existing = sink.get_row(kind, id)
+    position = existing.position if existing is not None else seq
+    sink.put_row(Row(kind, id, thread_id, position, status, _encode(v)))
+
+
+def _project_message(sink: RowSink, seq: int, item: TurnItem) -> None:
+    # Messages are derived from message turn items: one source of streamed text.
+    if not isinstance(item, (UserMessage, AssistantMessage)):
+        return
+    role = "user" if isinstance(item, UserMessage) else "assistant"
+    message = ConversationMessage(
+        id=item.message_id,
+        thread_id=item.thread_id,
+        run_id=item.run_id,
+        node_id=item.node_id,
+        role=role,
+        text=item.text,
+        attachments=[],
+        streaming=item.status in ("pending", "running"),
+        created_at=item.created_at,
+        updated_at=item.updated_at,
+    )
+    if not item.hidden:
+        _upsert(sink, seq, "message", message.id, message.thread_id, role, message)
+
+
+def apply(env: EventEnvelope, sink: RowSink) -> None:  # noqa: C901 - one arm per event type
+    seq = env.sequence
+    match env.payload:
+        case ThreadUpserted(thread=t):
+            status = "archived" if t.archived_at else "active"
+            _upsert(sink, seq, "thread", t.id, t.id, status, t)
+        case RunUpserted(run=r):
+            _upsert(sink, seq, "run", r.id, r.thread_id, r.status, r)
+        case RunAttemptUpserted(attempt=a):
+            _upsert(sink, seq, "run_attempt", a.id, a.thread_id, a.status, a)
+        case NodeUpserted(node=n):
+            _upsert(sink, seq, "node", n.id, n.thread_id, n.status, n)
+        case ProviderSessionUpserted(session=s):
+            _upsert(sink, seq, "provider_session", s.id, None, s.status, s)
+        case ProviderThreadUpserted(provider_thread=p):
+            _upsert(sink, seq, "provider_thread", p.id, p.app_thread_id, p.status, p)
+        case ProviderTurnUpserted(turn=t):
+            _upsert(sink, seq, "provider_turn", t.id, None, t.status, t)
+        case RuntimeRequestUpserted(request=r):
+            _upsert(sink, seq, "runtime_request", r.id, r.thread_id, r.status, r)
+        case TurnItemUpserted(item=i):
+            _upsert(sink, seq, "turn_item", i.id, i.thread_id, i.status, i)
+            _project_message(sink, seq, i)
+        case TurnItemDelta(item_id=item_id, text=text):
+            row = sink.get_row("turn_item", item_id)
+            if row is None:
+                # A delta for an item never started is kept in the log but has nothing
+                # to extend; the adapter contract starts items before streaming them.
+                return
+            item = KINDS["turn_item"].decoder.decode(row.body)
+            field = DELTA_FIELD.get(item.__struct_config__.tag)
+            if field is None:
+                return
+            current = getattr(item, field) or ""
+            updated = msgspec.structs.replace(item, **{field: current + text})
+            _upsert(sink, seq, "turn_item", item.id, item.thread_id, item.status, updated)
+            _project_message(sink, seq, updated)
+        case PlanUpserted(plan=p):
+            _upsert(sink, seq, "plan", p.id, p.thread_id, p.status, p)
+        case CheckpointScopeUpserted(scope=s):
+            _upsert(sink, seq, "checkpoint_scope", s.id, s.thread_id, s.kind, s)
+        case CheckpointUpserted(checkpoint=c):
+            _upsert(sink, seq, "checkpoint", c.id, c.thread_id, c.status, c)
+        case ContextTransferUpserted(transfer=t):
+            _upsert(sink, seq, "context_transfer", t.id, t.target_thread_id, t.status, t)
+        case ContextHandoffUpserted(handoff=h):
+            _upsert(sink, seq, "context_handoff", h.id, h.thread_id, h.status, h)
+        case ProviderUsage(provider_session_id=s, usage=u):
+            _upsert(sink, seq, "usage", s, None, None, u)
+        case ProviderDiagnostic() | RuntimeReconciled():
+            pass

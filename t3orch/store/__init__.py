@@ -1,0 +1,1 @@
+"""The durable event log: a small contract (``interface``), one SQLite backend, one writer."""

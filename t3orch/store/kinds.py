@@ -1,0 +1,68 @@
+"""The projected entity kinds: how each is stored, keyed and decoded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import msgspec
+
+from t3orch.domain.checkpoint import Checkpoint, CheckpointScope
+from t3orch.domain.context import ContextHandoff, ContextTransfer
+from t3orch.domain.message import ConversationMessage
+from t3orch.domain.node import ExecutionNode
+from t3orch.domain.plan import PlanArtifact
+from t3orch.domain.provider import ProviderSession, ProviderThread, ProviderTurn
+from t3orch.domain.request import RuntimeRequest
+from t3orch.domain.run import Run, RunAttempt
+from t3orch.domain.thread import AppThread
+from t3orch.domain.turn_items import TurnItem
+
+
+@attrs.frozen
+class EntityKind:
+    name: str
+    type: Any
+    decoder: msgspec.json.Decoder[Any]
+
+
+def _kind(name: str, tp: Any) -> EntityKind:
+    return EntityKind(name, tp, msgspec.json.Decoder(tp))
+
+
+KINDS: dict[str, EntityKind] = {
+    k.name: k
+    for k in (
+        _kind("thread", AppThread),
+        _kind("run", Run),
+        _kind("run_attempt", RunAttempt),
+        _kind("node", ExecutionNode),
+        _kind("provider_session", ProviderSession),
+        _kind("provider_thread", ProviderThread),
+        _kind("provider_turn", ProviderTurn),
+        _kind("runtime_request", RuntimeRequest),
+        _kind("turn_item", TurnItem),
+        _kind("message", ConversationMessage),
+        _kind("plan", PlanArtifact),
+        _kind("checkpoint_scope", CheckpointScope),
+        _kind("checkpoint", Checkpoint),
+        _kind("context_transfer", ContextTransfer),
+        _kind("context_handoff", ContextHandoff),
+        _kind("usage", dict[str, Any]),
+    )
+}
+
+
+@attrs.frozen
+class Row:
+    """One stored projection row; ``position`` orders rows within a thread."""
+
+    kind: str
+    id: str
+    thread_id: str | None
+    position: int
+    status: str | None
+    body: bytes
+
+    def decode(self) -> Any:
+        return KINDS[self.kind].decoder.decode(self.body)

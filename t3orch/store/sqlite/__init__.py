@@ -1,0 +1,1 @@
+"""The embedded default backend: one SQLite file in WAL mode."""

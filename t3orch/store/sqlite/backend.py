@@ -1,0 +1,387 @@
+"""SQLite implementation of the :class:`~t3orch.store.interface.EventStore` contract."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from t3orch.clock import WallClock, iso, system_clock
+from t3orch.events import Correlation, EventEnvelope, EventPayload, event_type
+from t3orch.ids import CommandId, EventId, IdFactory
+from t3orch.projections.projector import apply, concerns
+from t3orch.store.errors import (
+    CommandRejected,
+    SchemaTooNew,
+    StoreCorrupt,
+    StoreError,
+    StoreFull,
+)
+from t3orch.store.interface import CommandReceipt, Outcome, Submission
+from t3orch.store.kinds import KINDS, Row
+from t3orch.store.sqlite.schema import APPLICATION_ID, SCHEMA_VERSION, migrate, read_version
+
+Synchronous = Literal["FULL", "NORMAL", "OFF"]
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_payload_decoder: msgspec.json.Decoder[EventPayload] = msgspec.json.Decoder(EventPayload)
+_correlation_decoder = msgspec.json.Decoder(Correlation)
+_encode = msgspec.json.encode
+_EVENT_COLUMNS = (
+    "sequence, event_id, type, occurred_at, thread_id, run_id, node_id, "
+    "provider_session_id, command_id, correlation, payload"
+)
+
+
+def _translate(exc: sqlite3.Error, path: str) -> StoreError:
+    text = str(exc)
+    if "full" in text:
+        return StoreFull(f"{path}: {text}; the batch was not committed")
+    if "not a database" in text or "malformed" in text:
+        return StoreCorrupt(f"{path}: {text}")
+    return StoreError(f"{path}: {text}")
+
+
+class SQLiteStore:
+    """One SQLite file (WAL). Not thread-safe: the writer drives it from one thread."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: Synchronous = "FULL",
+        readonly: bool = False,
+        clock: WallClock = system_clock,
+        ids: IdFactory | None = None,
+    ) -> None:
+        self.path = str(path)
+        self.readonly = readonly
+        self._clock = clock
+        self._ids = ids or IdFactory()
+        self._conn = self._connect(synchronous)
+
+    # -- opening ---------------------------------------------------------------
+
+    def _connect(self, synchronous: Synchronous) -> sqlite3.Connection:
+        memory = self.path == ":memory:"
+        if not memory:
+            _check_header(Path(self.path), readonly=self.readonly)
+        try:
+            if self.readonly:
+                conn = sqlite3.connect(
+                    f"file:{self.path}?mode=ro", uri=True, isolation_level=None,
+                    check_same_thread=False,
+                )
+            else:
+                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA busy_timeout = 5000")
+            self._check_identity(conn)
+            if not self.readonly:
+                if not memory:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute(f"PRAGMA synchronous = {synchronous}")
+                conn.execute("PRAGMA journal_size_limit = 33554432")
+                migrate(conn)
+            elif read_version(conn) != SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: store schema version {read_version(conn)} needs migrating "
+                    f"to {SCHEMA_VERSION}; start the daemon once (it migrates), then retry"
+                )
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
+        return conn
+
+    def _check_identity(self, conn: sqlite3.Connection) -> None:
+        (app_id,) = conn.execute("PRAGMA application_id").fetchone()
+        version = read_version(conn)
+        if app_id not in (0, APPLICATION_ID):
+            raise StoreCorrupt(
+                f"{self.path}: not a t3orch store (SQLite application_id {app_id:#x}); "
+                "refusing to touch it"
+            )
+        if app_id == 0:
+            tables = conn.execute(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
+            ).fetchone()[0]
+            if tables:
+                raise StoreCorrupt(
+                    f"{self.path}: a SQLite database of another application ({tables} tables, "
+                    "no t3orch marker); refusing to touch it"
+                )
+        if version > SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"{self.path}: store schema version {version} was written by a newer t3orch "
+                f"(this one supports up to {SCHEMA_VERSION}); upgrade t3orch — nothing was changed"
+            )
+
+    def close(self) -> None:
+        self._conn.close()
+
+    # -- writing ---------------------------------------------------------------
+
+    def commit_batch(self, submissions: Sequence[Submission]) -> list[Outcome]:
+        if self.readonly:
+            raise StoreError(f"{self.path}: opened read-only")
+        conn = self._conn
+        view = _TxnView(conn, iso(self._clock()))
+        outcomes: list[Outcome] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for sub in submissions:
+                outcomes.append(self._run_one(view, sub))
+            if view.last_sequence:
+                conn.execute(
+                    "UPDATE projection_state SET last_sequence = ? WHERE name = 'rows'",
+                    (view.last_sequence,),
+                )
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise _translate(exc, self.path) from exc
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        return outcomes
+
+    def _run_one(self, view: _TxnView, sub: Submission) -> Outcome:
+        conn = self._conn
+        if sub.command_id is not None:
+            existing = self._receipt(sub.command_id)
+            if existing is not None:
+                return Outcome(
+                    result=existing.result,
+                    result_sequence=existing.result_sequence,
+                    duplicate=True,
+                )
+        conn.execute("SAVEPOINT sub")
+        try:
+            decision = sub.decide(view)
+            envelopes = [self._append(view, draft.payload, draft.correlation, sub.command_id)
+                         for draft in decision.events]
+            receipt = None
+            if sub.command_id is not None:
+                head = envelopes[-1].sequence if envelopes else self._head()
+                receipt = CommandReceipt(
+                    sub.command_id, sub.command_type, view.now(), head, decision.result
+                )
+                conn.execute(
+                    "INSERT INTO command_receipts VALUES (?, ?, ?, ?, ?)",
+                    (receipt.command_id, receipt.command_type, receipt.accepted_at,
+                     receipt.result_sequence, _encode(receipt.result)),
+                )
+            conn.execute("RELEASE sub")
+        except sqlite3.Error:
+            raise
+        except Exception as exc:
+            # A rejected (or buggy) submission rolls back alone; the batch goes on.
+            conn.execute("ROLLBACK TO sub")
+            conn.execute("RELEASE sub")
+            view.forget()
+            if not isinstance(exc, CommandRejected):
+                exc = CommandRejected("internal_error", f"{type(exc).__name__}: {exc}")
+            return Outcome(error=exc)
+        view.keep()
+        head = envelopes[-1].sequence if envelopes else self._head()
+        return Outcome(events=envelopes, result=decision.result, result_sequence=head)
+
+    def _append(
+        self,
+        view: _TxnView,
+        payload: EventPayload,
+        correlation: Correlation,
+        command_id: CommandId | None,
+    ) -> EventEnvelope:
+        c = concerns(payload)
+        event_id = self._ids.new(EventId)
+        kind = event_type(payload)
+        cur = self._conn.execute(
+            "INSERT INTO events (event_id, type, occurred_at, thread_id, run_id, node_id, "
+            "provider_session_id, command_id, correlation, payload) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (event_id, kind, view.now(), c.thread_id, c.run_id, c.node_id,
+             c.provider_session_id, command_id, _encode(correlation), _encode(payload)),
+        )
+        sequence = cur.lastrowid
+        assert sequence is not None
+        env = EventEnvelope(
+            sequence=sequence, event_id=event_id, type=kind, occurred_at=view.now(),
+            thread_id=c.thread_id, run_id=c.run_id, node_id=c.node_id,  # type: ignore[arg-type]
+            provider_session_id=c.provider_session_id,  # type: ignore[arg-type]
+            command_id=command_id, correlation=correlation, payload=payload,
+        )
+        apply(env, view)
+        view.pending_sequence = sequence
+        return env
+
+    # -- reading ---------------------------------------------------------------
+
+    def _head(self) -> int:
+        row = self._conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+        return int(row[0]) if row else 0
+
+    def last_sequence(self) -> int:
+        return self._head()
+
+    def projection_sequence(self) -> int:
+        (seq,) = self._conn.execute(
+            "SELECT last_sequence FROM projection_state WHERE name = 'rows'"
+        ).fetchone()
+        return int(seq)
+
+    def _receipt(self, command_id: CommandId) -> CommandReceipt | None:
+        row = self._conn.execute(
+            "SELECT command_id, command_type, accepted_at, result_sequence, result "
+            "FROM command_receipts WHERE command_id = ?",
+            (command_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        return CommandReceipt(CommandId(row[0]), row[1], row[2], row[3], msgspec.json.decode(row[4]))
+
+    def receipt(self, command_id: CommandId) -> CommandReceipt | None:
+        return self._receipt(command_id)
+
+    def read_events(self, after: int = 0, limit: int = 1000) -> list[EventEnvelope]:
+        rows = self._conn.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE sequence > ? ORDER BY sequence LIMIT ?",
+            (after, limit),
+        ).fetchall()
+        return [_envelope(r) for r in rows]
+
+    def iter_events(self, after: int = 0) -> Iterator[EventEnvelope]:
+        while True:
+            page = self.read_events(after, 2000)
+            if not page:
+                return
+            yield from page
+            after = page[-1].sequence
+
+    def read_thread_events(self, thread_id: str, after: int = 0) -> list[EventEnvelope]:
+        rows = self._conn.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE thread_id = ? AND sequence > ? "
+            "ORDER BY sequence",
+            (thread_id, after),
+        ).fetchall()
+        return [_envelope(r) for r in rows]
+
+    def rows(self, kind: str, *, thread_id: str | None = None) -> list[Row]:
+        if thread_id is None:
+            cur = self._conn.execute(
+                "SELECT kind, id, thread_id, position, status, body FROM rows WHERE kind = ? "
+                "ORDER BY position, id", (kind,))
+        else:
+            cur = self._conn.execute(
+                "SELECT kind, id, thread_id, position, status, body FROM rows "
+                "WHERE kind = ? AND thread_id = ? ORDER BY position, id", (kind, thread_id))
+        return [Row(*r) for r in cur.fetchall()]
+
+    def rows_by_status(self, kind: str, statuses: Sequence[str]) -> list[Row]:
+        marks = ",".join("?" * len(statuses))
+        cur = self._conn.execute(
+            "SELECT kind, id, thread_id, position, status, body FROM rows "
+            f"WHERE kind = ? AND status IN ({marks}) ORDER BY position, id", (kind, *statuses))
+        return [Row(*r) for r in cur.fetchall()]
+
+    def row(self, kind: str, id: str) -> Row | None:
+        r = self._conn.execute(
+            "SELECT kind, id, thread_id, position, status, body FROM rows WHERE kind = ? AND id = ?",
+            (kind, id)).fetchone()
+        return Row(*r) if r else None
+
+    def all_rows(self) -> list[Row]:
+        cur = self._conn.execute(
+            "SELECT kind, id, thread_id, position, status, body FROM rows ORDER BY kind, id")
+        return [Row(*r) for r in cur.fetchall()]
+
+    def integrity_problems(self) -> list[str]:
+        rows = self._conn.execute("PRAGMA quick_check").fetchall()
+        return [r[0] for r in rows if r[0] != "ok"]
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[SQLiteStore]:
+        """A consistent read: every query inside sees one committed state."""
+        self._conn.execute("BEGIN")
+        try:
+            yield self
+        finally:
+            self._conn.execute("COMMIT")
+
+
+def _envelope(r: tuple[Any, ...]) -> EventEnvelope:
+    return EventEnvelope(
+        sequence=r[0], event_id=r[1], type=r[2], occurred_at=r[3], thread_id=r[4], run_id=r[5],
+        node_id=r[6], provider_session_id=r[7], command_id=r[8],
+        correlation=_correlation_decoder.decode(r[9]), payload=_payload_decoder.decode(r[10]),
+    )
+
+
+def _check_header(path: Path, *, readonly: bool) -> None:
+    if not path.exists():
+        if readonly:
+            raise StoreError(f"{path}: no store here (nothing to read)")
+        return
+    if not path.is_file():
+        raise StoreCorrupt(f"{path}: not a regular file")
+    with path.open("rb") as fh:
+        head = fh.read(16)
+    if head and head != _SQLITE_MAGIC:
+        raise StoreCorrupt(f"{path}: not a SQLite database (bad header); refusing to touch it")
+
+
+class _TxnView:
+    """State view and row sink over the open transaction's connection."""
+
+    def __init__(self, conn: sqlite3.Connection, now: str) -> None:
+        self._conn = conn
+        self._now = now
+        self.last_sequence = 0
+        self.pending_sequence = 0
+
+    def now(self) -> str:
+        return self._now
+
+    def keep(self) -> None:
+        self.last_sequence = max(self.last_sequence, self.pending_sequence)
+
+    def forget(self) -> None:
+        self.pending_sequence = self.last_sequence
+
+    def get_row(self, kind: str, id: str) -> Row | None:
+        r = self._conn.execute(
+            "SELECT kind, id, thread_id, position, status, body FROM rows WHERE kind = ? AND id = ?",
+            (kind, id)).fetchone()
+        return Row(*r) if r else None
+
+    def put_row(self, row: Row) -> None:
+        self._conn.execute(
+            "INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?, ?, ?)",
+            (row.kind, row.id, row.thread_id, row.position, row.status, row.body))
+
+    def get(self, kind: str, id: str) -> Any | None:
+        row = self.get_row(kind, id)
+        return None if row is None else KINDS[kind].decoder.decode(row.body)
+
+    def list(self, kind: str, *, thread_id: str | None = None) -> list[Any]:
+        if thread_id is None:
+            cur = self._conn.execute(
+                "SELECT body FROM rows WHERE kind = ? ORDER BY position, id", (kind,))
+        else:
+            cur = self._conn.execute(
+                "SELECT body FROM rows WHERE kind = ? AND thread_id = ? ORDER BY position, id",
+                (kind, thread_id))
+        dec = KINDS[kind].decoder
+        return [dec.decode(b) for (b,) in cur.fetchall()]
+
+    def list_by_status(self, kind: str, statuses: Sequence[str]) -> list[Any]:
+        marks = ",".join("?" * len(statuses))
+        cur = self._conn.execute(
+            f"SELECT body FROM rows WHERE kind = ? AND status IN ({marks}) ORDER BY position, id",
+            (kind, *statuses))
+        dec = KINDS[kind].decoder
+        return [dec.decode(b) for (b,) in cur.fetchall()]
