@@ -1,0 +1,110 @@
+"""The one protocol every provider adapter implements.
+
+A *runtime* is one live provider process (or a lazily spawned one) hosting one
+provider thread. Adapters yield canonical :mod:`t3orch.provider_events` on the
+``events`` channel handed to :meth:`ProviderAdapter.open_runtime`; they never
+write to the store. Resume is a required primitive, not a capability.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Literal, Protocol
+
+import attrs
+import trio
+
+from adapters.transport import ProcessLauncher
+from t3orch.domain.provider import ProviderCapabilities
+from t3orch.domain.vocab import ProviderKind, RuntimeMode
+from t3orch.provider_events import ProviderEvent
+
+Decision = Literal["accept", "acceptForSession", "decline", "cancel"]
+
+
+@attrs.frozen
+class RuntimeConfig:
+    """How to run one provider runtime."""
+
+    command: Sequence[str]
+    env: Mapping[str, str]
+    cwd: str
+    model: str | None = None
+    runtime_mode: RuntimeMode = "approval-required"
+    extra_args: Sequence[str] = ()
+    #: Bound on how long a request to the provider may take before ProviderTimeout.
+    request_timeout_s: float = 30.0
+
+
+@attrs.frozen
+class ResumeRefs:
+    native_thread_ref: str
+    native_conversation_head_ref: str | None = None
+
+
+@attrs.frozen
+class RequestAnswer:
+    decision: Decision
+    message: str | None = None
+    #: Answers to user-input questions, by question id.
+    answers: Mapping[str, str] | None = None
+
+
+class RawFrameSink(Protocol):
+    """Where raw frames go (both directions); returns the raw event id it assigned."""
+
+    def record(self, direction: Literal["incoming", "outgoing"], line: bytes) -> str: ...
+
+
+class NullRawSink:
+    def __init__(self) -> None:
+        self._n = 0
+
+    def record(self, direction: Literal["incoming", "outgoing"], line: bytes) -> str:
+        self._n += 1
+        return f"raw_{self._n}"
+
+
+class ProviderRuntime(Protocol):
+    @property
+    def capabilities(self) -> ProviderCapabilities: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    async def open_thread(self, resume: ResumeRefs | None) -> str:
+        """Start a new native thread, or resume ``resume``; returns the native thread ref.
+
+        Raises :class:`~adapters.errors.ResumeError` when the thread cannot be resumed.
+        """
+
+    async def start_turn(self, text: str) -> None: ...
+
+    async def steer_turn(self, text: str) -> None:
+        """Add input to the active turn; NotSupported where the provider cannot."""
+
+    async def interrupt_turn(self) -> None:
+        """Ask the provider to stop the active turn; TurnCompleted says when it did."""
+
+    async def respond(self, native_request_ref: str, answer: RequestAnswer) -> None:
+        """Answer a provider request exactly once; StaleRequest if it no longer waits."""
+
+    async def fork_thread(self, resume: ResumeRefs) -> str:
+        """Natively fork ``resume`` into a new native thread; returns its ref."""
+
+    async def close(self) -> None:
+        """Graceful stop (protocol close / stdin EOF); the supervisor escalates after."""
+
+
+class ProviderAdapter(Protocol):
+    kind: ProviderKind
+
+    def open_runtime(
+        self,
+        config: RuntimeConfig,
+        launcher: ProcessLauncher,
+        events: trio.MemorySendChannel[ProviderEvent],
+        raw: RawFrameSink,
+    ) -> AbstractAsyncContextManager[ProviderRuntime]:
+        """Run a runtime for the ``async with`` body; leaving it kills and reaps the process."""

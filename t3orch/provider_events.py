@@ -1,0 +1,217 @@
+"""The canonical adapter vocabulary: what every provider adapter yields.
+
+Adapters are deterministic translators from native frames to these events; they
+carry native refs only, never app ids. The core's ingest layer
+(``t3orch.ingest``) binds them to app entities, allocates or derives ids, and
+appends V2 events. ``ItemContent`` variants use the same field names as the
+``TurnItem`` variants of the same tag, so ingest can lift one into the other.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from t3orch.domain.plan import PlanStep, UserInputQuestion
+from t3orch.domain.provider import ProviderCapabilities
+from t3orch.domain.turn_items import FileChangeEntry
+from t3orch.domain.vocab import ProviderTurnStatus, RuntimeRequestKind, TurnItemStatus
+
+
+class _Content(msgspec.Struct, rename="camel", kw_only=True, frozen=True, tag_field="type"):
+    pass
+
+
+class UserText(_Content, tag="user_message"):
+    text: str
+
+
+class AssistantText(_Content, tag="assistant_message"):
+    text: str = ""
+
+
+class ReasoningText(_Content, tag="reasoning"):
+    text: str = ""
+    summary: str = ""
+
+
+class PlanText(_Content, tag="plan"):
+    markdown: str = ""
+
+
+class FileEdit(_Content, tag="file_change"):
+    file_name: str
+    additions: int | None = None
+    deletions: int | None = None
+    diff_str: str | None = None
+    old_str: str | None = None
+    new_str: str | None = None
+    changes: list[FileChangeEntry] = msgspec.field(default_factory=list)
+
+
+class CommandRun(_Content, tag="command_execution"):
+    input: str
+    output: str = ""
+    exit_code: int | None = None
+    cwd: str | None = None
+
+
+class FileSearchRun(_Content, tag="file_search"):
+    query: str
+    path: str | None = None
+    output: str = ""
+
+
+class WebSearchRun(_Content, tag="web_search"):
+    query: str
+    output: str = ""
+
+
+class CompactionMark(_Content, tag="compaction"):
+    title: str
+
+
+class ToolCall(_Content, tag="dynamic_tool"):
+    tool_name: str | None
+    input: Any = None
+    output: Any = None
+
+
+ItemContent = (
+    UserText
+    | AssistantText
+    | ReasoningText
+    | PlanText
+    | FileEdit
+    | CommandRun
+    | FileSearchRun
+    | WebSearchRun
+    | CompactionMark
+    | ToolCall
+)
+
+
+class AdapterEvent(msgspec.Struct, rename="camel", kw_only=True, frozen=True, tag_field="type"):
+    #: The raw-diagnostics id of the frame this came from, when there is one.
+    raw_event_id: str | None = None
+
+
+class SessionReady(AdapterEvent, tag="session.ready"):
+    provider_version: str | None
+    capabilities: ProviderCapabilities
+    model: str | None = None
+    native_session_ref: str | None = None
+
+
+class ThreadRefsLearned(AdapterEvent, tag="thread.refs"):
+    """The resume refs: persist them the moment they are known."""
+
+    native_thread_ref: str
+    native_conversation_head_ref: str | None = None
+    forked_from_native_thread_ref: str | None = None
+
+
+class ResumeFailed(AdapterEvent, tag="resume.failed"):
+    """The native thread could not be resumed (gone, unknown, owned elsewhere)."""
+
+    native_thread_ref: str
+    reason: Literal["not_found", "owned_elsewhere", "error"]
+    message: str
+
+
+class TurnStarted(AdapterEvent, tag="turn.started"):
+    native_turn_ref: str | None
+
+
+class TurnCompleted(AdapterEvent, tag="turn.completed"):
+    """Authoritative end of a turn; items still open are closed by the adapter first."""
+
+    native_turn_ref: str | None
+    status: ProviderTurnStatus
+    error: str | None = None
+    usage: dict[str, Any] | None = None
+
+
+class ItemStarted(AdapterEvent, tag="item.started"):
+    native_item_ref: str
+    content: ItemContent
+    parent_native_item_ref: str | None = None
+
+
+class ItemDelta(AdapterEvent, tag="item.delta"):
+    native_item_ref: str
+    text: str
+
+
+class ItemCompleted(AdapterEvent, tag="item.completed"):
+    native_item_ref: str
+    content: ItemContent
+    status: TurnItemStatus = "completed"
+
+
+class RequestOpened(AdapterEvent, tag="request.opened"):
+    native_request_ref: str
+    kind: RuntimeRequestKind
+    native_item_ref: str | None = None
+    summary: str = ""
+    detail: dict[str, Any] = msgspec.field(default_factory=dict)
+    available_decisions: list[str] = msgspec.field(default_factory=list)
+    questions: list[UserInputQuestion] | None = None
+
+
+class RequestResolved(AdapterEvent, tag="request.resolved"):
+    native_request_ref: str
+    decision: str | None = None
+
+
+class RequestCancelled(AdapterEvent, tag="request.cancelled"):
+    """The provider abandoned the request (e.g. Claude ``control_cancel_request``)."""
+
+    native_request_ref: str
+    reason: str
+
+
+class PlanUpdated(AdapterEvent, tag="plan.updated"):
+    kind: Literal["todo_list", "proposed_plan"]
+    native_item_ref: str | None = None
+    steps: list[PlanStep] = msgspec.field(default_factory=list)
+    markdown: str | None = None
+
+
+class UsageUpdated(AdapterEvent, tag="usage.updated"):
+    usage: dict[str, Any]
+
+
+class Diagnostic(AdapterEvent, tag="diagnostic"):
+    """Native traffic with no canonical meaning, warnings and errors: kept, never fatal."""
+
+    level: Literal["info", "warning", "error"]
+    code: str
+    message: str
+    detail: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class RuntimeExited(AdapterEvent, tag="runtime.exited"):
+    code: int | None
+    signal: int | None
+    stderr_tail: str = ""
+
+
+ProviderEvent = (
+    SessionReady
+    | ThreadRefsLearned
+    | ResumeFailed
+    | TurnStarted
+    | TurnCompleted
+    | ItemStarted
+    | ItemDelta
+    | ItemCompleted
+    | RequestOpened
+    | RequestResolved
+    | RequestCancelled
+    | PlanUpdated
+    | UsageUpdated
+    | Diagnostic
+    | RuntimeExited
+)
