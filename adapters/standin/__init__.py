@@ -1,0 +1,158 @@
+"""The stand-in provider: plays a transcript's provider side over real stdio.
+
+``python -m adapters.standin TRANSCRIPT`` behaves like a provider process for
+the supervisor, crash, scale and demo tests: it reads the client's frames on
+stdin, answers with the recorded frames on stdout (and the recorded text on
+stderr) and exits as the recording did. Fault switches bend it into the
+failures a supervisor must survive (see :class:`StandinOptions`).
+
+This module holds the play logic (:func:`serve`), independent of file
+descriptors; ``__main__`` wires it to the process's stdio and exit status.
+Stdout carries frames only; the stand-in's own diagnostics go to stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+from collections.abc import Callable
+
+import attrs
+import msgspec
+import trio
+
+from adapters.line_reader import BoundedLineReader
+from adapters.transcript import Transcript
+from adapters.transcript_player import TranscriptPlayer, is_initialize
+from adapters.transport import DEFAULT_MAX_LINE_BYTES, ExitStatus, OversizedLine
+
+log = logging.getLogger("adapters.standin")
+
+#: The line ``--garbage-after-frames`` writes: neither JSON nor a ``{`` line.
+GARBAGE_LINE = b"standin garbage: this line is not JSON <<<\x01>>>"
+
+
+@attrs.frozen
+class StandinOptions:
+    """How to play, and which faults to inject.
+
+    ``crash_after_frames`` / ``garbage_after_frames`` count stdout lines
+    written (0 = before the first). ``slow_ms`` is added before every stdout
+    line. ``exit_code`` replaces the final exit status (code or signal).
+    """
+
+    segment: int = 0
+    speed: float = 1.0
+    strict: bool = False
+    loop_turns: bool = False
+    crash_after_frames: int | None = None
+    hang_on_initialize: bool = False
+    garbage_after_frames: int | None = None
+    slow_ms: float = 0.0
+    exit_code: int | None = None
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+
+
+def crash_now() -> None:
+    """SIGKILL ourselves: the most abrupt crash there is (no flush, no exit handlers)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def serve(
+    transcript: Transcript,
+    options: StandinOptions,
+    stdin: trio.abc.ReceiveStream,
+    stdout: trio.abc.SendStream,
+    write_stderr: Callable[[str], None],
+    *,
+    crash: Callable[[], None] = crash_now,
+) -> ExitStatus:
+    """Play one segment of ``transcript`` over the given streams; return how to exit."""
+    player = TranscriptPlayer(
+        transcript,
+        options.segment,
+        speed=options.speed,
+        strict=options.strict,
+        loop_turns=options.loop_turns,
+    )
+    sink = _FaultySink(stdout, write_stderr, options, crash)
+    outbound_send, outbound_receive = trio.open_memory_channel[bytes](math.inf)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_pump_stdin, stdin, outbound_send, options)
+        await sink.before_first_frame()
+        status = await player.play(outbound_receive, sink)
+        nursery.cancel_scope.cancel()
+    if options.exit_code is not None:
+        return ExitStatus(code=options.exit_code, signal=None)
+    return status
+
+
+async def _pump_stdin(
+    stdin: trio.abc.ReceiveStream,
+    outbound: trio.MemorySendChannel[bytes],
+    options: StandinOptions,
+) -> None:
+    """Client lines from stdin into the player's channel; closing it means stdin closed."""
+    reader = BoundedLineReader(stdin, options.max_line_bytes)
+    async with outbound:
+        while (line := await reader.receive_line()) is not None:
+            if isinstance(line, OversizedLine):
+                log.warning("skipping an oversized client line (%d bytes)", line.length)
+                continue
+            if options.hang_on_initialize and _is_initialize_line(line):
+                log.warning("hanging: never answering initialize (--hang-on-initialize)")
+                # Hold the channel open and stop reading: the player waits
+                # forever, and even closing stdin changes nothing. Only a
+                # signal ends us, which is what the stop ladder must find out.
+                await trio.sleep_forever()
+            await outbound.send(line)
+
+
+def _is_initialize_line(line: bytes) -> bool:
+    try:
+        return is_initialize(msgspec.json.decode(line))
+    except msgspec.DecodeError:
+        return False
+
+
+class _FaultySink:
+    """Writes the player's output, injecting the configured faults."""
+
+    def __init__(
+        self,
+        stdout: trio.abc.SendStream,
+        write_stderr: Callable[[str], None],
+        options: StandinOptions,
+        crash: Callable[[], None],
+    ) -> None:
+        self._stdout = stdout
+        self._write_stderr = write_stderr
+        self._options = options
+        self._crash = crash
+        self._frames = 0
+        self._garbage_written = False
+
+    async def before_first_frame(self) -> None:
+        await self._after_frame()
+
+    async def stdout_line(self, line: bytes) -> None:
+        if self._options.slow_ms > 0:
+            await trio.sleep(self._options.slow_ms / 1000.0)
+        await self._stdout.send_all(line + b"\n")
+        self._frames += 1
+        await self._after_frame()
+
+    async def stderr_text(self, text: str) -> None:
+        self._write_stderr(text)
+        await trio.lowlevel.checkpoint()
+
+    async def _after_frame(self) -> None:
+        options = self._options
+        if options.garbage_after_frames == self._frames and not self._garbage_written:
+            self._garbage_written = True
+            await self._stdout.send_all(GARBAGE_LINE + b"\n")
+        if options.crash_after_frames == self._frames:
+            log.warning("crashing after %d frames (--crash-after-frames)", self._frames)
+            self._crash()
