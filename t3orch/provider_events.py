@@ -142,6 +142,11 @@ class ItemStarted(AdapterEvent, tag="item.started"):
 class ItemDelta(AdapterEvent, tag="item.delta"):
     native_item_ref: str
     text: str
+    #: Which part of the item the text extends: ``None`` is its main text (message,
+    #: reasoning text, plan, command output); ``"summary"`` a reasoning summary;
+    #: ``"progress"``/``"stdin"`` tool progress or terminal input; ``"patch"`` a
+    #: *replacing* snapshot of a file change's diff.
+    channel: str | None = None
 
 
 class ItemCompleted(AdapterEvent, tag="item.completed"):

@@ -1,0 +1,1 @@
+"""The ``t3orch`` command line."""

@@ -1,0 +1,59 @@
+"""Entry point: parses arguments, runs a subcommand, turns known failures into one line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from t3orch.store.errors import CommandRejected, StoreError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--state-dir", default=None,
+                   help="state directory (default: $T3ORCH_STATE_DIR or $XDG_STATE_HOME/t3orch)")
+    p.add_argument("--config", default=os.environ.get("T3ORCH_CONFIG"),
+                   help="TOML config file (default: $T3ORCH_CONFIG)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from t3orch.cli import demo, storecmds
+
+    parser = argparse.ArgumentParser(prog="t3orch", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("events", help="print committed events as JSON lines")
+    _common(p)
+    p.add_argument("--since", type=int, default=0, help="print events after this sequence")
+    p.add_argument("--follow", action="store_true", help="keep printing new events")
+    p.set_defaults(handler=storecmds.cmd_events)
+
+    p = sub.add_parser("check", help="prove the stored projections equal a rebuild from the log")
+    _common(p)
+    p.set_defaults(handler=storecmds.cmd_check)
+
+    p = sub.add_parser("demo", help="run a scripted conversation on a fresh state dir")
+    _common(p)
+    p.set_defaults(handler=demo.cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except StoreError as exc:
+        print(f"t3orch {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except CommandRejected as exc:
+        print(f"t3orch {args.command}: rejected: {exc}", file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

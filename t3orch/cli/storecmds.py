@@ -1,0 +1,69 @@
+"""``t3orch events`` and ``t3orch check``: read-only tools that work without the daemon."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+
+from t3orch.projections.check import compare, rebuild
+from t3orch.state import prepare_state_dir, resolve_state_dir
+from t3orch.store.sqlite.backend import SQLiteStore
+
+_encode = msgspec.json.encode
+
+
+def open_readonly(args: argparse.Namespace) -> SQLiteStore:
+    db = prepare_state_dir(resolve_state_dir(args.state_dir), create=False)
+    return SQLiteStore(db, readonly=True)
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    store = open_readonly(args)
+    out = sys.stdout.buffer
+    after = args.since
+    try:
+        while True:
+            page = store.read_events(after, 1000)
+            for env in page:
+                out.write(_encode(env) + b"\n")
+                after = env.sequence
+            out.flush()
+            if page:
+                continue
+            if not args.follow:
+                return 0
+            time.sleep(0.2)
+    except (BrokenPipeError, KeyboardInterrupt):
+        return 0
+    finally:
+        store.close()
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    store = open_readonly(args)
+    try:
+        with store.snapshot():
+            problems = store.integrity_problems()
+            if problems:
+                print(f"t3orch check: {Path(store.path)}: SQLite integrity check failed: "
+                      f"{'; '.join(problems[:5])}", file=sys.stderr)
+                return 1
+            rebuilt, count, gaps = rebuild(store.iter_events())
+            diffs = gaps + compare(store.all_rows(), rebuilt)
+            projected = store.projection_sequence()
+            last = store.last_sequence()
+            if projected != last:
+                diffs.append(f"projection cursor at {projected} but the log ends at {last}")
+    finally:
+        store.close()
+    if diffs:
+        for d in diffs:
+            print(f"t3orch check: {d}", file=sys.stderr)
+        return 1
+    print(f"ok: {count} events, {len(rebuilt.rows)} projection rows equal a rebuild "
+          f"(projections at sequence {projected})")
+    return 0

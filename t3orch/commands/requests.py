@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import msgspec
+
+from t3orch.domain.request import LiveCapability
+from t3orch.ingest.changes import Changes
+from t3orch.store.errors import CommandRejected
+from t3orch.store.interface import Decide, Decision, StateView
+
+DECISIONS = frozenset({"accept", "acceptForSession", "decline", "cancel"})
+
+
+def claim_request(request_id: str, decision: str) -> Decide:
+    """Record the user's decision on a pending request: exactly one answer wins.
+
+    The decision is written while the request is still ``pending``; the provider
+    resolving it (``serverRequest/resolved``, the tool result) moves it on. A second
+    answer, an expired request or one without a live runtime is refused with a
+    reason the client can show.
+    """
+    if decision not in DECISIONS:
+        raise CommandRejected(
+            "invalid_decision", f"decision must be one of {sorted(DECISIONS)}, got {decision!r}")
+
+    def decide(view: StateView) -> Decision:
+        req = view.get("runtime_request", request_id)
+        if req is None:
+            raise CommandRejected("unknown_request", f"no runtime request {request_id!r}")
+        if req.status != "pending":
+            raise CommandRejected(
+                "request_not_pending", f"request {request_id} is {req.status}; it cannot be answered")
+        if not isinstance(req.response_capability, LiveCapability):
+            raise CommandRejected(
+                "request_not_resumable",
+                f"request {request_id} has no live runtime: {req.response_capability.reason}")
+        if req.decision is not None:
+            raise CommandRejected(
+                "request_already_answered", f"request {request_id} was already answered ({req.decision})")
+        ch = Changes(view)
+        ch.put("runtime_request", msgspec.structs.replace(req, decision=decision))
+        return Decision(ch.drafts, {
+            "requestId": req.id, "decision": decision,
+            "providerSessionId": req.response_capability.provider_session_id,
+            "nativeRequestRef": req.native_request_ref})
+
+    return decide

@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+import msgspec
+
+from t3orch.commands.threads import require_thread
+from t3orch.domain.node import ExecutionNode
+from t3orch.domain.provider import ProviderTurn
+from t3orch.domain.run import Run, RunAttempt
+from t3orch.domain.turn_items import UserMessage
+from t3orch.domain.vocab import RUN_TERMINAL, RunAttemptReason
+from t3orch.events import EventDraft
+from t3orch.ids import (
+    MessageId,
+    NodeId,
+    ProviderThreadId,
+    ProviderTurnId,
+    RunAttemptId,
+    RunId,
+    TurnItemId,
+    derived_id,
+)
+from t3orch.ingest.binding import TurnBinding
+from t3orch.ingest.changes import Changes
+from t3orch.store.errors import CommandRejected
+from t3orch.store.interface import Decide, Decision, StateView
+
+
+def send_message(thread_id: str, text: str, run_id: RunId) -> Decide:
+    """Queue a run: the user's message, the run and its root node. Dispatch starts it."""
+    if not text.strip():
+        raise CommandRejected("empty_message", "a message needs some text")
+
+    def decide(view: StateView) -> Decision:
+        thread = require_thread(view, thread_id)
+        if thread.archived_at is not None:
+            raise CommandRejected("thread_archived", f"thread {thread_id} is archived")
+        ch = Changes(view)
+        ordinal = len(view.list("run", thread_id=thread_id)) + 1
+        root = derived_id(NodeId, run_id, "root")
+        message_id = derived_id(MessageId, run_id, "user")
+        now = view.now()
+        ch.put("node", ExecutionNode(
+            id=root, thread_id=thread.id, run_id=run_id, parent_node_id=None, root_node_id=root,
+            kind="root_turn", status="pending", counts_for_run=True, provider_thread_id=None,
+            provider_turn_id=None, native_item_ref=None, runtime_request_id=None,
+            checkpoint_scope_id=None))
+        ch.put("run", Run(
+            id=run_id, thread_id=thread.id, ordinal=ordinal, provider=thread.default_provider,
+            provider_thread_id=None, user_message_id=message_id, root_node_id=root,
+            active_attempt_id=None, status="queued", requested_at=now))
+        ch.put("turn_item", UserMessage(
+            id=derived_id(TurnItemId, run_id, "user"), thread_id=thread.id, run_id=run_id,
+            node_id=root, provider_turn_id=None, native_item_ref=None, status="completed",
+            created_at=now, updated_at=now, message_id=message_id, text=text))
+        return Decision(ch.drafts, {"runId": run_id, "ordinal": ordinal})
+
+    return decide
+
+
+def begin_attempt(
+    run_id: str,
+    provider_thread_id: ProviderThreadId,
+    reason: RunAttemptReason = "initial",
+) -> Decide:
+    """Bind a queued run to a provider thread: a new attempt and provider turn.
+
+    The result is the :class:`TurnBinding` the session feeds ingest with; its ids
+    are derived from the run and the attempt ordinal, never from process memory.
+    """
+
+    def decide(view: StateView) -> Decision:
+        run = view.get("run", run_id)
+        if run is None:
+            raise CommandRejected("unknown_run", f"no run {run_id!r}")
+        if run.status in RUN_TERMINAL:
+            raise CommandRejected("run_finished", f"run {run_id} already ended {run.status}")
+        pt = view.get("provider_thread", provider_thread_id)
+        if pt is None:
+            raise CommandRejected("unknown_provider_thread", f"no provider thread {provider_thread_id}")
+        ch = Changes(view)
+        attempts = [a for a in view.list("run_attempt", thread_id=run.thread_id) if a.run_id == run.id]
+        ordinal = len(attempts) + 1
+        now = view.now()
+        for a in attempts:
+            if a.status in ("pending", "running"):
+                ch.put("run_attempt", msgspec.structs.replace(a, status="superseded", completed_at=now))
+        attempt_id = derived_id(RunAttemptId, run.id, str(ordinal))
+        turn_id = derived_id(ProviderTurnId, provider_thread_id, run.id, str(ordinal))
+        root = run.root_node_id
+        ch.put("provider_turn", ProviderTurn(
+            id=turn_id, provider_thread_id=provider_thread_id, node_id=root,
+            run_attempt_id=attempt_id, native_turn_ref=None, ordinal=pt.turn_count + 1,
+            status="pending"))
+        ch.put("run_attempt", RunAttempt(
+            id=attempt_id, run_id=run.id, thread_id=run.thread_id, attempt_ordinal=ordinal,
+            root_node_id=root, provider=pt.provider, provider_thread_id=provider_thread_id,
+            provider_turn_id=turn_id, reason=reason, status="pending"))
+        ch.put("run", msgspec.structs.replace(
+            run, status="starting", active_attempt_id=attempt_id, provider=pt.provider,
+            provider_thread_id=provider_thread_id))
+        node = view.get("node", root)
+        if node is not None:
+            ch.put("node", msgspec.structs.replace(
+                node, provider_thread_id=provider_thread_id, provider_turn_id=turn_id,
+                status="pending"))
+        binding = TurnBinding(run_id=run.id, attempt_id=attempt_id, root_node_id=root,
+                              provider_turn_id=turn_id)
+        return Decision(ch.drafts, binding)
+
+    return decide

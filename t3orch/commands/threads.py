@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import hashlib
+import os
+
+import msgspec
+
+from t3orch.commands.specs import CreateThread
+from t3orch.domain.thread import AppThread, ModelSelection
+from t3orch.events import EventDraft, ThreadUpserted
+from t3orch.ids import ProjectId, ThreadId
+from t3orch.store.errors import CommandRejected
+from t3orch.store.interface import Decide, Decision, StateView
+
+
+def project_for(cwd: str) -> ProjectId:
+    # One project per working directory until projects become first-class.
+    return ProjectId("prj_" + hashlib.blake2b(cwd.encode(), digest_size=10).hexdigest())
+
+
+def create_thread(spec: CreateThread, thread_id: ThreadId) -> Decide:
+    if not os.path.isabs(spec.cwd):
+        raise CommandRejected("invalid_cwd", f"cwd must be an absolute path, got {spec.cwd!r}")
+
+    def decide(view: StateView) -> Decision:
+        now = view.now()
+        thread = AppThread(
+            id=thread_id, project_id=ProjectId(spec.project_id) if spec.project_id
+            else project_for(spec.cwd), title=spec.title, default_provider=spec.provider,
+            model_selection=ModelSelection(provider=spec.provider, model=spec.model),
+            runtime_mode=spec.runtime_mode, interaction_mode=spec.interaction_mode, cwd=spec.cwd,
+            branch=None, worktree_path=None, active_provider_thread_id=None, lineage=None,
+            created_at=now, updated_at=now)
+        return Decision([EventDraft(payload=ThreadUpserted(thread=thread))], {"threadId": thread_id})
+
+    return decide
+
+
+def archive_thread(thread_id: str) -> Decide:
+    def decide(view: StateView) -> Decision:
+        thread = require_thread(view, thread_id)
+        if thread.archived_at is not None:
+            return Decision([], {"threadId": thread_id})
+        archived = msgspec.structs.replace(thread, archived_at=view.now(), updated_at=view.now())
+        return Decision([EventDraft(payload=ThreadUpserted(thread=archived))], {"threadId": thread_id})
+
+    return decide
+
+
+def require_thread(view: StateView, thread_id: str) -> AppThread:
+    thread = view.get("thread", thread_id)
+    if thread is None:
+        raise CommandRejected("unknown_thread", f"no thread {thread_id!r}")
+    assert isinstance(thread, AppThread)
+    return thread

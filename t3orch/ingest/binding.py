@@ -1,0 +1,38 @@
+"""Which app entities a provider runtime's events belong to."""
+
+from __future__ import annotations
+
+import attrs
+
+from t3orch.domain.vocab import ProviderKind
+from t3orch.ids import (
+    NodeId,
+    ProviderSessionId,
+    ProviderThreadId,
+    ProviderTurnId,
+    RunAttemptId,
+    RunId,
+    ThreadId,
+)
+
+
+@attrs.frozen
+class TurnBinding:
+    """The run attempt a provider turn executes. Rebuilt from durable rows on recovery."""
+
+    run_id: RunId
+    attempt_id: RunAttemptId
+    root_node_id: NodeId
+    provider_turn_id: ProviderTurnId
+
+
+@attrs.frozen
+class SessionBinding:
+    provider: ProviderKind
+    provider_session_id: ProviderSessionId
+    provider_thread_id: ProviderThreadId | None
+    thread_id: ThreadId | None
+    turn: TurnBinding | None = None
+
+    def with_turn(self, turn: TurnBinding | None) -> SessionBinding:
+        return attrs.evolve(self, turn=turn)

@@ -1,0 +1,67 @@
+"""A decision's working set: reads see this decision's own pending upserts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from t3orch.events import (
+    Correlation,
+    EventDraft,
+    EventPayload,
+    NodeUpserted,
+    PlanUpserted,
+    ProviderSessionUpserted,
+    ProviderThreadUpserted,
+    ProviderTurnUpserted,
+    RunAttemptUpserted,
+    RunUpserted,
+    RuntimeRequestUpserted,
+    ThreadUpserted,
+    TurnItemUpserted,
+)
+from t3orch.store.interface import StateView
+
+_WRAP: dict[str, Any] = {
+    "thread": lambda v: ThreadUpserted(thread=v),
+    "run": lambda v: RunUpserted(run=v),
+    "run_attempt": lambda v: RunAttemptUpserted(attempt=v),
+    "node": lambda v: NodeUpserted(node=v),
+    "provider_session": lambda v: ProviderSessionUpserted(session=v),
+    "provider_thread": lambda v: ProviderThreadUpserted(provider_thread=v),
+    "provider_turn": lambda v: ProviderTurnUpserted(turn=v),
+    "runtime_request": lambda v: RuntimeRequestUpserted(request=v),
+    "turn_item": lambda v: TurnItemUpserted(item=v),
+    "plan": lambda v: PlanUpserted(plan=v),
+}
+
+
+class Changes:
+    def __init__(self, view: StateView, correlation: Correlation | None = None) -> None:
+        self.view = view
+        self.correlation = correlation or Correlation()
+        self._overlay: dict[tuple[str, str], Any] = {}
+        self.drafts: list[EventDraft] = []
+
+    def now(self) -> str:
+        return self.view.now()
+
+    def get(self, kind: str, id: str) -> Any | None:
+        hit = self._overlay.get((kind, id))
+        return hit if hit is not None else self.view.get(kind, id)
+
+    def list(self, kind: str, *, thread_id: str) -> list[Any]:
+        stored = {v.id: v for v in self.view.list(kind, thread_id=thread_id)}
+        for (k, id), v in self._overlay.items():
+            if k == kind and getattr(v, "thread_id", None) == thread_id:
+                stored[id] = v
+        return list(stored.values())
+
+    def put(self, kind: str, value: Any) -> None:
+        """Record an upsert unless the value is unchanged (no-op events are noise)."""
+        if self.get(kind, value.id) == value:
+            return
+        self._overlay[(kind, value.id)] = value
+        self.emit(_WRAP[kind](value))
+
+    def emit(self, payload: EventPayload) -> None:
+        self.drafts.append(EventDraft(payload=payload, correlation=self.correlation))

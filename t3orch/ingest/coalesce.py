@@ -1,0 +1,77 @@
+"""Coalesces streamed deltas before they are stored.
+
+Providers stream 5–150 deltas a second per item; storing each one made T3 Code's
+logs explode (one 10.5k-character reply → 3,024 events). The bound here: at most
+one stored delta per item per ``window`` (default 250 ms, i.e. ≤ 4 rows per item
+per second), plus the completed item. Buffered text is flushed before any other
+event about the same item and before any turn-level event, so order is kept.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from t3orch.provider_events import (
+    ItemCompleted,
+    ItemDelta,
+    ItemStarted,
+    ProviderEvent,
+)
+
+DEFAULT_WINDOW_S = 0.25
+
+
+@attrs.define
+class _Buffer:
+    first_at: float
+    parts: list[str]
+    raw_event_id: str | None
+
+
+class DeltaCoalescer:
+    def __init__(self, window_s: float = DEFAULT_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._buffers: dict[str, _Buffer] = {}
+
+    def push(self, event: ProviderEvent, now: float) -> list[ProviderEvent]:
+        """Feed one event; returns the events ready to ingest, in order."""
+        if isinstance(event, ItemDelta):
+            buf = self._buffers.get(event.native_item_ref)
+            if buf is None:
+                self._buffers[event.native_item_ref] = _Buffer(
+                    now, [event.text], event.raw_event_id
+                )
+            else:
+                buf.parts.append(event.text)
+            return self.flush_due(now)
+        if isinstance(event, (ItemStarted, ItemCompleted)):
+            out = self._take(event.native_item_ref)
+            out.append(event)
+            return out
+        out = self.flush_all()
+        out.append(event)
+        return out
+
+    def flush_due(self, now: float) -> list[ProviderEvent]:
+        due = [ref for ref, b in self._buffers.items() if now - b.first_at >= self.window_s]
+        out: list[ProviderEvent] = []
+        for ref in due:
+            out.extend(self._take(ref))
+        return out
+
+    def flush_all(self) -> list[ProviderEvent]:
+        out: list[ProviderEvent] = []
+        for ref in list(self._buffers):
+            out.extend(self._take(ref))
+        return out
+
+    def next_deadline(self) -> float | None:
+        if not self._buffers:
+            return None
+        return min(b.first_at for b in self._buffers.values()) + self.window_s
+
+    def _take(self, ref: str) -> list[ProviderEvent]:
+        buf = self._buffers.pop(ref, None)
+        if buf is None:
+            return []
+        return [ItemDelta(native_item_ref=ref, text="".join(buf.parts), raw_event_id=buf.raw_event_id)]

@@ -1,0 +1,205 @@
+"""The read models of seed §Projections, built from projection rows.
+
+Every snapshot is read inside one read transaction and carries the
+``snapshotSequence`` it reflects: a client applies only events after it. Row
+bodies are already JSON, so snapshots pass them through as ``msgspec.Raw``
+instead of decoding and re-encoding thousands of items.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import msgspec
+
+from t3orch.domain.vocab import RUN_TERMINAL
+from t3orch.store.kinds import Row
+
+
+class ProjectionReader(Protocol):
+    def projection_sequence(self) -> int: ...
+
+    def rows(self, kind: str, *, thread_id: str | None = None) -> list[Row]: ...
+
+    def row(self, kind: str, id: str) -> Row | None: ...
+
+    def rows_by_status(self, kind: str, statuses: Sequence[str]) -> list[Row]: ...
+
+
+class _Hidden(msgspec.Struct):
+    hidden: bool = False
+    type: str = ""
+
+
+_hidden = msgspec.json.Decoder(_Hidden)
+_LIVE_RUN = ("queued", "starting", "running", "waiting")
+
+
+def _raw(rows: Sequence[Row]) -> list[msgspec.Raw]:
+    return [msgspec.Raw(r.body) for r in rows]
+
+
+class ThreadShellEntry(msgspec.Struct, rename="camel"):
+    thread: msgspec.Raw
+    run_count: int
+    latest_run_status: str | None
+    pending_requests: int
+
+
+class ThreadShell(msgspec.Struct, rename="camel"):
+    snapshot_sequence: int
+    threads: list[ThreadShellEntry]
+
+
+class ThreadDetail(msgspec.Struct, rename="camel"):
+    snapshot_sequence: int
+    thread: msgspec.Raw
+    runs: list[msgspec.Raw]
+    messages: list[msgspec.Raw]
+    turn_items: list[msgspec.Raw]
+    visible_turn_items: list[msgspec.Raw]
+    plans: list[msgspec.Raw]
+    checkpoints: list[msgspec.Raw]
+    pending_requests: list[msgspec.Raw]
+    handoffs: list[msgspec.Raw]
+
+
+class ExecutionGraph(msgspec.Struct, rename="camel"):
+    snapshot_sequence: int
+    runs: list[msgspec.Raw]
+    attempts: list[msgspec.Raw]
+    nodes: list[msgspec.Raw]
+    provider_threads: list[msgspec.Raw]
+    provider_turns: list[msgspec.Raw]
+    transfers: list[msgspec.Raw]
+
+
+class ProviderSessions(msgspec.Struct, rename="camel"):
+    snapshot_sequence: int
+    sessions: list[msgspec.Raw]
+
+
+class PendingRequests(msgspec.Struct, rename="camel"):
+    snapshot_sequence: int
+    requests: list[msgspec.Raw]
+
+
+class UnknownThread(LookupError):
+    pass
+
+
+def thread_shell(r: ProjectionReader) -> ThreadShell:
+    pending: dict[str, int] = {}
+    for row in r.rows_by_status("runtime_request", ("pending",)):
+        if row.thread_id:
+            pending[row.thread_id] = pending.get(row.thread_id, 0) + 1
+    runs: dict[str, list[Row]] = {}
+    for row in r.rows("run"):
+        if row.thread_id:
+            runs.setdefault(row.thread_id, []).append(row)
+    entries = []
+    for t in r.rows("thread"):
+        thread_runs = runs.get(t.id, [])
+        entries.append(ThreadShellEntry(
+            thread=msgspec.Raw(t.body), run_count=len(thread_runs),
+            latest_run_status=thread_runs[-1].status if thread_runs else None,
+            pending_requests=pending.get(t.id, 0)))
+    return ThreadShell(snapshot_sequence=r.projection_sequence(), threads=entries)
+
+
+def thread_detail(r: ProjectionReader, thread_id: str) -> ThreadDetail:
+    thread = r.row("thread", thread_id)
+    if thread is None:
+        raise UnknownThread(f"no thread {thread_id!r}")
+    items = r.rows("turn_item", thread_id=thread_id)
+    return ThreadDetail(
+        snapshot_sequence=r.projection_sequence(),
+        thread=msgspec.Raw(thread.body),
+        runs=_raw(r.rows("run", thread_id=thread_id)),
+        messages=_raw(r.rows("message", thread_id=thread_id)),
+        turn_items=_raw(items),
+        visible_turn_items=visible_turn_items(r, thread_id, items),
+        plans=_raw(r.rows("plan", thread_id=thread_id)),
+        checkpoints=_raw(r.rows("checkpoint", thread_id=thread_id)),
+        pending_requests=_raw([q for q in r.rows("runtime_request", thread_id=thread_id)
+                               if q.status == "pending"]),
+        handoffs=_raw(r.rows("context_handoff", thread_id=thread_id)),
+    )
+
+
+def visible_turn_items(
+    r: ProjectionReader, thread_id: str, items: Sequence[Row] | None = None
+) -> list[msgspec.Raw]:
+    """What a user sees: inherited items up to a fork's source point, then local ones.
+
+    Inherited rows are referenced, not copied: a fork's own ``turnItems`` hold
+    only what happened on it. Hidden (child/subagent) items are left out.
+    """
+    if items is None:
+        items = r.rows("turn_item", thread_id=thread_id)
+    out: list[msgspec.Raw] = []
+    transfer = _fork_transfer(r, thread_id)
+    if transfer is not None:
+        source = transfer["sourcePoint"]
+        inherited = visible_turn_items(r, source["threadId"])
+        cut = _cut_index(r, inherited, source)
+        out.extend(inherited[:cut])
+    out.extend(msgspec.Raw(i.body) for i in items if not _hidden.decode(i.body).hidden)
+    return out
+
+
+def _fork_transfer(r: ProjectionReader, thread_id: str) -> dict[str, Any] | None:
+    for row in r.rows("context_transfer", thread_id=thread_id):
+        t = msgspec.json.decode(row.body)
+        if t["type"] == "fork" and t["targetThreadId"] == thread_id:
+            return dict(t)
+    return None
+
+
+def _cut_index(r: ProjectionReader, inherited: list[msgspec.Raw], source: dict[str, Any]) -> int:
+    """Index just past the source point's last item (a run's items, or one item)."""
+    target_item = source.get("turnItemId")
+    target_run = source.get("runId")
+    if target_item is None and target_run is None:
+        return len(inherited)
+    cut = 0
+    for idx, raw in enumerate(inherited):
+        item = msgspec.json.decode(raw)
+        if target_item is not None and item["id"] == target_item:
+            return idx + 1
+        if target_run is not None and item.get("runId") == target_run:
+            cut = idx + 1
+    return cut
+
+
+def execution_graph(r: ProjectionReader, thread_id: str) -> ExecutionGraph:
+    if r.row("thread", thread_id) is None:
+        raise UnknownThread(f"no thread {thread_id!r}")
+    pthreads = r.rows("provider_thread", thread_id=thread_id)
+    pt_ids = {p.id for p in pthreads}
+    turns = [t for t in r.rows("provider_turn")
+             if msgspec.json.decode(t.body)["providerThreadId"] in pt_ids]
+    return ExecutionGraph(
+        snapshot_sequence=r.projection_sequence(),
+        runs=_raw(r.rows("run", thread_id=thread_id)),
+        attempts=_raw(r.rows("run_attempt", thread_id=thread_id)),
+        nodes=_raw(r.rows("node", thread_id=thread_id)),
+        provider_threads=_raw(pthreads),
+        provider_turns=_raw(turns),
+        transfers=_raw(r.rows("context_transfer", thread_id=thread_id)),
+    )
+
+
+def provider_sessions(r: ProjectionReader) -> ProviderSessions:
+    return ProviderSessions(snapshot_sequence=r.projection_sequence(),
+                            sessions=_raw(r.rows("provider_session")))
+
+
+def pending_requests(r: ProjectionReader) -> PendingRequests:
+    return PendingRequests(snapshot_sequence=r.projection_sequence(),
+                           requests=_raw(r.rows_by_status("runtime_request", ("pending",))))
+
+
+def active_runs(r: ProjectionReader) -> list[Row]:
+    return [row for row in r.rows_by_status("run", _LIVE_RUN) if row.status not in RUN_TERMINAL]

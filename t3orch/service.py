@@ -1,0 +1,105 @@
+"""The command surface of the core: what the API, the CLI and the supervisor call."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from t3orch.commands import reconcile as reconcile_mod
+from t3orch.commands import requests, runs, sessions, threads
+from t3orch.commands.specs import CreateThread
+from t3orch.domain.vocab import ProviderKind, RunAttemptReason
+from t3orch.ids import (
+    CommandId,
+    IdFactory,
+    ProviderSessionId,
+    ProviderThreadId,
+    RunId,
+    ThreadId,
+)
+from t3orch.ingest.binding import SessionBinding, TurnBinding
+from t3orch.ingest.translate import ingest_many
+from t3orch.provider_events import ProviderEvent
+from t3orch.store.errors import CommandRejected
+from t3orch.store.interface import Decide, Outcome
+from t3orch.store.writer import EventWriter
+
+
+@attrs.frozen
+class CommandResult:
+    result: Any
+    #: The sequence at which the command's effects are committed.
+    sequence: int
+    duplicate: bool = False
+
+
+@attrs.define
+class CoreService:
+    writer: EventWriter
+    ids: IdFactory = attrs.field(factory=IdFactory)
+
+    async def _run(self, decide: Decide, command_id: str | None, kind: str) -> CommandResult:
+        outcome: Outcome = await self.writer.submit(
+            decide, command_id=CommandId(command_id) if command_id else None, command_type=kind)
+        if outcome.error is not None:
+            raise outcome.error
+        return CommandResult(outcome.result, outcome.result_sequence, outcome.duplicate)
+
+    async def create_thread(self, spec: CreateThread, *, command_id: str | None = None) -> CommandResult:
+        decide = threads.create_thread(spec, self.ids.new(ThreadId))
+        return await self._run(decide, command_id, "thread.create")
+
+    async def archive_thread(self, thread_id: str, *, command_id: str | None = None) -> CommandResult:
+        return await self._run(threads.archive_thread(thread_id), command_id, "thread.archive")
+
+    async def send_message(
+        self, thread_id: str, text: str, *, command_id: str | None = None
+    ) -> CommandResult:
+        decide = runs.send_message(thread_id, text, self.ids.new(RunId))
+        return await self._run(decide, command_id, "run.send")
+
+    async def claim_request(
+        self, request_id: str, decision: str, *, command_id: str | None = None
+    ) -> CommandResult:
+        return await self._run(requests.claim_request(request_id, decision), command_id,
+                               "request.respond")
+
+    async def open_session(
+        self, thread_id: str, *, provider: ProviderKind | None = None
+    ) -> SessionBinding:
+        decide = sessions.open_session(
+            self.ids.new(ProviderSessionId), thread_id, self.ids.new(ProviderThreadId),
+            provider=provider)
+        result = await self._run(decide, None, "session.open")
+        assert isinstance(result.result, SessionBinding)
+        return result.result
+
+    async def begin_attempt(
+        self, run_id: str, provider_thread_id: ProviderThreadId,
+        reason: RunAttemptReason = "initial",
+    ) -> TurnBinding:
+        result = await self._run(runs.begin_attempt(run_id, provider_thread_id, reason), None,
+                                 "run.begin_attempt")
+        assert isinstance(result.result, TurnBinding)
+        return result.result
+
+    async def record_process(self, session_id: str, pid: int | None, started_at: float | None) -> None:
+        await self._run(sessions.record_process(session_id, pid, started_at), None, "session.process")
+
+    async def ingest(self, binding: SessionBinding, events: Sequence[ProviderEvent]) -> int:
+        """Append what a batch of adapter events means; returns the last sequence."""
+        if not events:
+            return 0
+        batch = list(events)
+        result = await self._run(lambda view: ingest_many(view, binding, batch), None, "ingest")
+        return result.sequence
+
+    async def reconcile(self, reason: str = "daemon_restart") -> dict[str, int]:
+        result = await self._run(reconcile_mod.reconcile(reason), None, "runtime.reconcile")
+        assert isinstance(result.result, dict)
+        return result.result
+
+
+__all__ = ["CommandRejected", "CommandResult", "CoreService"]
