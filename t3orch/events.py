@@ -34,7 +34,7 @@ from t3orch.ids import (
 )
 
 
-class Payload(msgspec.Struct, rename="camel", kw_only=True, frozen=True, tag_field="type"):
+class Payload(msgspec.Struct, rename="camel", kw_only=True, tag_field="type"):
     """Base of every event payload."""
 
 
@@ -145,10 +145,7 @@ EventPayload = (
     | RuntimeReconciled
 )
 
-EVENT_TYPES: tuple[str, ...] = tuple(
-    t.__struct_config__.tag  # type: ignore[misc]
-    for t in EventPayload.__args__  # type: ignore[attr-defined]
-)
+EVENT_TYPES: tuple[str, ...] = tuple(t.__struct_config__.tag for t in EventPayload.__args__)
 
 
 class Correlation(msgspec.Struct, rename="camel", kw_only=True, frozen=True, omit_defaults=True):

@@ -61,10 +61,10 @@ PREFIXES: dict[str, str] = {
     "EventId": "evt",
 }
 
-I = TypeVar("I", bound=str)
+IdT = TypeVar("IdT", bound=str)
 
 
-def _prefix(kind: Callable[[str], I]) -> str:
+def _prefix(kind: Callable[[str], IdT]) -> str:
     return PREFIXES[kind.__name__]
 
 
@@ -81,7 +81,7 @@ class IdFactory:
         self._rng = rng or random.SystemRandom()
         self._last = 0
 
-    def new(self, kind: Callable[[str], I]) -> I:
+    def new(self, kind: Callable[[str], IdT]) -> IdT:
         value = (self._clock_ms() << 64) | self._rng.getrandbits(64)
         if value <= self._last:
             value = self._last + 1
@@ -89,7 +89,7 @@ class IdFactory:
         return kind(f"{_prefix(kind)}_{value:028x}")
 
 
-def derived_id(kind: Callable[[str], I], *parts: str) -> I:
+def derived_id(kind: Callable[[str], IdT], *parts: str) -> IdT:
     """A stable id for the entity named by ``parts`` (durable refs, ordinals)."""
     digest = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=14).hexdigest()
     return kind(f"{_prefix(kind)}_{digest}")

@@ -19,7 +19,7 @@ from t3orch.domain.turn_items import FileChangeEntry
 from t3orch.domain.vocab import ProviderTurnStatus, RuntimeRequestKind, TurnItemStatus
 
 
-class _Content(msgspec.Struct, rename="camel", kw_only=True, frozen=True, tag_field="type"):
+class _Content(msgspec.Struct, rename="camel", kw_only=True, tag_field="type"):
     pass
 
 
@@ -92,7 +92,7 @@ ItemContent = (
 )
 
 
-class AdapterEvent(msgspec.Struct, rename="camel", kw_only=True, frozen=True, tag_field="type"):
+class AdapterEvent(msgspec.Struct, rename="camel", kw_only=True, tag_field="type"):
     #: The raw-diagnostics id of the frame this came from, when there is one.
     raw_event_id: str | None = None
 

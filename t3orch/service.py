@@ -42,16 +42,21 @@ class CoreService:
 
     async def _run(self, decide: Decide, command_id: str | None, kind: str) -> CommandResult:
         outcome: Outcome = await self.writer.submit(
-            decide, command_id=CommandId(command_id) if command_id else None, command_type=kind)
+            decide, command_id=CommandId(command_id) if command_id else None, command_type=kind
+        )
         if outcome.error is not None:
             raise outcome.error
         return CommandResult(outcome.result, outcome.result_sequence, outcome.duplicate)
 
-    async def create_thread(self, spec: CreateThread, *, command_id: str | None = None) -> CommandResult:
+    async def create_thread(
+        self, spec: CreateThread, *, command_id: str | None = None
+    ) -> CommandResult:
         decide = threads.create_thread(spec, self.ids.new(ThreadId))
         return await self._run(decide, command_id, "thread.create")
 
-    async def archive_thread(self, thread_id: str, *, command_id: str | None = None) -> CommandResult:
+    async def archive_thread(
+        self, thread_id: str, *, command_id: str | None = None
+    ) -> CommandResult:
         return await self._run(threads.archive_thread(thread_id), command_id, "thread.archive")
 
     async def send_message(
@@ -63,30 +68,41 @@ class CoreService:
     async def claim_request(
         self, request_id: str, decision: str, *, command_id: str | None = None
     ) -> CommandResult:
-        return await self._run(requests.claim_request(request_id, decision), command_id,
-                               "request.respond")
+        return await self._run(
+            requests.claim_request(request_id, decision), command_id, "request.respond"
+        )
 
     async def open_session(
         self, thread_id: str, *, provider: ProviderKind | None = None
     ) -> SessionBinding:
         decide = sessions.open_session(
-            self.ids.new(ProviderSessionId), thread_id, self.ids.new(ProviderThreadId),
-            provider=provider)
+            self.ids.new(ProviderSessionId),
+            thread_id,
+            self.ids.new(ProviderThreadId),
+            provider=provider,
+        )
         result = await self._run(decide, None, "session.open")
         assert isinstance(result.result, SessionBinding)
         return result.result
 
     async def begin_attempt(
-        self, run_id: str, provider_thread_id: ProviderThreadId,
+        self,
+        run_id: str,
+        provider_thread_id: ProviderThreadId,
         reason: RunAttemptReason = "initial",
     ) -> TurnBinding:
-        result = await self._run(runs.begin_attempt(run_id, provider_thread_id, reason), None,
-                                 "run.begin_attempt")
+        result = await self._run(
+            runs.begin_attempt(run_id, provider_thread_id, reason), None, "run.begin_attempt"
+        )
         assert isinstance(result.result, TurnBinding)
         return result.result
 
-    async def record_process(self, session_id: str, pid: int | None, started_at: float | None) -> None:
-        await self._run(sessions.record_process(session_id, pid, started_at), None, "session.process")
+    async def record_process(
+        self, session_id: str, pid: int | None, started_at: float | None
+    ) -> None:
+        await self._run(
+            sessions.record_process(session_id, pid, started_at), None, "session.process"
+        )
 
     async def ingest(self, binding: SessionBinding, events: Sequence[ProviderEvent]) -> int:
         """Append what a batch of adapter events means; returns the last sequence."""

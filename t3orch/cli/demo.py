@@ -38,15 +38,22 @@ from t3orch.provider_events import (
 )
 from t3orch.state import prepare_state_dir, resolve_state_dir
 
-REPLY = ("Here is the plan: I will create hello.txt, then list the directory "
-         "to show it exists. ") * 4
+REPLY = (
+    "Here is the plan: I will create hello.txt, then list the directory to show it exists. "
+) * 4
 
 
 def _script(turn: str) -> list[tuple[float, ProviderEvent]]:
     words = REPLY.split(" ")
     steps: list[tuple[float, ProviderEvent]] = [
-        (0.0, SessionReady(provider_version="scripted", capabilities=ProviderCapabilities(
-            native_turn_ids=True), model="scripted-model")),
+        (
+            0.0,
+            SessionReady(
+                provider_version="scripted",
+                capabilities=ProviderCapabilities(native_turn_ids=True),
+                model="scripted-model",
+            ),
+        ),
         (0.0, ThreadRefsLearned(native_thread_ref="native-thread-1")),
         (0.01, TurnStarted(native_turn_ref=turn)),
         (0.0, ItemStarted(native_item_ref="msg-1", content=AssistantText())),
@@ -55,9 +62,17 @@ def _script(turn: str) -> list[tuple[float, ProviderEvent]]:
     steps += [
         (0.0, ItemCompleted(native_item_ref="msg-1", content=AssistantText(text=REPLY + " "))),
         (0.01, ItemStarted(native_item_ref="cmd-1", content=CommandRun(input="touch hello.txt"))),
-        (0.0, RequestOpened(native_request_ref="0", kind="command", native_item_ref="cmd-1",
-                            summary="touch hello.txt", detail={"command": "touch hello.txt"},
-                            available_decisions=["accept", "decline", "cancel"])),
+        (
+            0.0,
+            RequestOpened(
+                native_request_ref="0",
+                kind="command",
+                native_item_ref="cmd-1",
+                summary="touch hello.txt",
+                detail={"command": "touch hello.txt"},
+                available_decisions=["accept", "decline", "cancel"],
+            ),
+        ),
     ]
     return steps
 
@@ -66,10 +81,23 @@ def _after_approval(turn: str) -> list[tuple[float, ProviderEvent]]:
     return [
         (0.0, RequestResolved(native_request_ref="0", decision="accept")),
         (0.01, ItemDelta(native_item_ref="cmd-1", text="created hello.txt\n")),
-        (0.0, ItemCompleted(native_item_ref="cmd-1", content=CommandRun(
-            input="touch hello.txt", output="created hello.txt\n", exit_code=0))),
-        (0.01, TurnCompleted(native_turn_ref=turn, status="completed",
-                             usage={"inputTokens": 120, "outputTokens": 48})),
+        (
+            0.0,
+            ItemCompleted(
+                native_item_ref="cmd-1",
+                content=CommandRun(
+                    input="touch hello.txt", output="created hello.txt\n", exit_code=0
+                ),
+            ),
+        ),
+        (
+            0.01,
+            TurnCompleted(
+                native_turn_ref=turn,
+                status="completed",
+                usage={"inputTokens": 120, "outputTokens": 48},
+            ),
+        ),
     ]
 
 
@@ -93,15 +121,20 @@ async def _demo(db: Path) -> int:
         svc = core.service
         created = await svc.create_thread(
             CreateThread(provider="standin", cwd=str(db.parent), title="Demo thread"),
-            command_id="demo-create")
+            command_id="demo-create",
+        )
         thread_id = created.result["threadId"]
         print(f"thread {thread_id} created at sequence {created.sequence}")
-        sent = await svc.send_message(thread_id, "Create hello.txt and show it.",
-                                      command_id="demo-send")
-        again = await svc.send_message(thread_id, "Create hello.txt and show it.",
-                                       command_id="demo-send")
-        print(f"run {sent.result['runId']} queued; a repeated command id returned the same run "
-              f"(duplicate={again.duplicate}, same={again.result == sent.result})")
+        sent = await svc.send_message(
+            thread_id, "Create hello.txt and show it.", command_id="demo-send"
+        )
+        again = await svc.send_message(
+            thread_id, "Create hello.txt and show it.", command_id="demo-send"
+        )
+        print(
+            f"run {sent.result['runId']} queued; a repeated command id returned the same run "
+            f"(duplicate={again.duplicate}, same={again.result == sent.result})"
+        )
         session = await svc.open_session(thread_id)
         assert session.provider_thread_id is not None
         turn = await svc.begin_attempt(sent.result["runId"], session.provider_thread_id)
@@ -125,10 +158,12 @@ async def _demo(db: Path) -> int:
         text = item.get("text") or item.get("input") or item.get("summary") or ""
         print(f"  [{item['status']:>9}] {item['type']:<18} {text.strip()[:70]}")
     runs = [msgspec.json.decode(r) for r in detail.runs]
-    print(f"\nsummary: {len(runs)} run ({runs[0]['status']}), {len(detail.turn_items)} items, "
-          f"{count} events up to sequence {last}, {deltas} stored delta rows for "
-          f"{len(REPLY.split(' '))} streamed deltas, check: "
-          f"{'ok' if not diffs else diffs[0]}; {time.perf_counter() - started:.2f}s")
+    print(
+        f"\nsummary: {len(runs)} run ({runs[0]['status']}), {len(detail.turn_items)} items, "
+        f"{count} events up to sequence {last}, {deltas} stored delta rows for "
+        f"{len(REPLY.split(' '))} streamed deltas, check: "
+        f"{'ok' if not diffs else diffs[0]}; {time.perf_counter() - started:.2f}s"
+    )
     return 0 if not diffs and runs[0]["status"] == "completed" else 1
 
 

@@ -13,10 +13,16 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--state-dir", default=None,
-                   help="state directory (default: $T3ORCH_STATE_DIR or $XDG_STATE_HOME/t3orch)")
-    p.add_argument("--config", default=os.environ.get("T3ORCH_CONFIG"),
-                   help="TOML config file (default: $T3ORCH_CONFIG)")
+    p.add_argument(
+        "--state-dir",
+        default=None,
+        help="state directory (default: $T3ORCH_STATE_DIR or $XDG_STATE_HOME/t3orch)",
+    )
+    p.add_argument(
+        "--config",
+        default=os.environ.get("T3ORCH_CONFIG"),
+        help="TOML config file (default: $T3ORCH_CONFIG)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -45,14 +51,26 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
+    code = 0
+    # Failures raised inside a trio nursery arrive wrapped in exception groups.
     try:
-        return handler(args)
-    except StoreError as exc:
-        print(f"t3orch {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except CommandRejected as exc:
-        print(f"t3orch {args.command}: rejected: {exc}", file=sys.stderr)
-        return 3
+        code = handler(args)
+    except* StoreError as group:
+        for exc in _leaves(group):
+            print(f"t3orch {args.command}: error: {exc}", file=sys.stderr)
+        code = 2
+    except* CommandRejected as group:
+        for exc in _leaves(group):
+            print(f"t3orch {args.command}: rejected: {exc}", file=sys.stderr)
+        code = 3
+    return code
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
 
 
 if __name__ == "__main__":

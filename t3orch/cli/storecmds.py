@@ -49,8 +49,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         with store.snapshot():
             problems = store.integrity_problems()
             if problems:
-                print(f"t3orch check: {Path(store.path)}: SQLite integrity check failed: "
-                      f"{'; '.join(problems[:5])}", file=sys.stderr)
+                print(
+                    f"t3orch check: {Path(store.path)}: SQLite integrity check failed: "
+                    f"{'; '.join(problems[:5])}",
+                    file=sys.stderr,
+                )
                 return 1
             rebuilt, count, gaps = rebuild(store.iter_events())
             diffs = gaps + compare(store.all_rows(), rebuilt)
@@ -64,6 +67,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         for d in diffs:
             print(f"t3orch check: {d}", file=sys.stderr)
         return 1
-    print(f"ok: {count} events, {len(rebuilt.rows)} projection rows equal a rebuild "
-          f"(projections at sequence {projected})")
+    print(
+        f"ok: {count} events, {len(rebuilt.rows)} projection rows equal a rebuild "
+        f"(projections at sequence {projected})"
+    )
     return 0

@@ -28,33 +28,49 @@ def reconcile(reason: str = "daemon_restart") -> Decide:
         now = view.now()
         counts: dict[str, int] = {}
         for kind, (live, settled) in _LIVE.items():
-            rows = view.list_by_status(kind, live)
+            rows = view.select_by_status(kind, live)
             for row in rows:
                 fields: dict[str, object] = {"status": settled}
                 if hasattr(row, "completed_at"):
                     fields["completed_at"] = now
                 ch.put(kind, msgspec.structs.replace(row, **fields))
             counts[kind] = len(rows)
-        items = view.list_by_status("turn_item", ("pending", "running", "waiting"))
+        items = view.select_by_status("turn_item", ("pending", "running", "waiting"))
         for item in items:
             if item.status not in TURN_ITEM_TERMINAL:
-                ch.put("turn_item", msgspec.structs.replace(item, status="interrupted", updated_at=now))
+                ch.put(
+                    "turn_item", msgspec.structs.replace(item, status="interrupted", updated_at=now)
+                )
         counts["turn_item"] = len(items)
-        requests = view.list_by_status("runtime_request", ("pending",))
+        requests = view.select_by_status("runtime_request", ("pending",))
         for req in requests:
-            ch.put("runtime_request", msgspec.structs.replace(
-                req, status="expired", resolved_at=now,
-                response_capability=NotResumableCapability(reason=f"runtime lost: {reason}")))
+            ch.put(
+                "runtime_request",
+                msgspec.structs.replace(
+                    req,
+                    status="expired",
+                    resolved_at=now,
+                    response_capability=NotResumableCapability(reason=f"runtime lost: {reason}"),
+                ),
+            )
         counts["runtime_request"] = len(requests)
-        sessions = view.list_by_status("provider_session", ("starting", "ready", "running", "waiting"))
+        sessions = view.select_by_status(
+            "provider_session", ("starting", "ready", "running", "waiting")
+        )
         for s in sessions:
-            ch.put("provider_session", msgspec.structs.replace(
-                s, status="stopped", updated_at=now, exit_description=f"released: {reason}"))
+            ch.put(
+                "provider_session",
+                msgspec.structs.replace(
+                    s, status="stopped", updated_at=now, exit_description=f"released: {reason}"
+                ),
+            )
         counts["provider_session"] = len(sessions)
-        threads = view.list_by_status("provider_thread", ("active", "idle"))
+        threads = view.select_by_status("provider_thread", ("active", "idle"))
         for pt in threads:
             # The native ref is kept: the next piece of work resumes it.
-            ch.put("provider_thread", msgspec.structs.replace(pt, status="not_loaded", updated_at=now))
+            ch.put(
+                "provider_thread", msgspec.structs.replace(pt, status="not_loaded", updated_at=now)
+            )
         counts["provider_thread"] = len(threads)
         ch.emit(RuntimeReconciled(reason=reason, counts=counts))
         return Decision(ch.drafts, counts)

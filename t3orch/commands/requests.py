@@ -20,7 +20,8 @@ def claim_request(request_id: str, decision: str) -> Decide:
     """
     if decision not in DECISIONS:
         raise CommandRejected(
-            "invalid_decision", f"decision must be one of {sorted(DECISIONS)}, got {decision!r}")
+            "invalid_decision", f"decision must be one of {sorted(DECISIONS)}, got {decision!r}"
+        )
 
     def decide(view: StateView) -> Decision:
         req = view.get("runtime_request", request_id)
@@ -28,19 +29,29 @@ def claim_request(request_id: str, decision: str) -> Decide:
             raise CommandRejected("unknown_request", f"no runtime request {request_id!r}")
         if req.status != "pending":
             raise CommandRejected(
-                "request_not_pending", f"request {request_id} is {req.status}; it cannot be answered")
+                "request_not_pending",
+                f"request {request_id} is {req.status}; it cannot be answered",
+            )
         if not isinstance(req.response_capability, LiveCapability):
             raise CommandRejected(
                 "request_not_resumable",
-                f"request {request_id} has no live runtime: {req.response_capability.reason}")
+                f"request {request_id} has no live runtime: {req.response_capability.reason}",
+            )
         if req.decision is not None:
             raise CommandRejected(
-                "request_already_answered", f"request {request_id} was already answered ({req.decision})")
+                "request_already_answered",
+                f"request {request_id} was already answered ({req.decision})",
+            )
         ch = Changes(view)
         ch.put("runtime_request", msgspec.structs.replace(req, decision=decision))
-        return Decision(ch.drafts, {
-            "requestId": req.id, "decision": decision,
-            "providerSessionId": req.response_capability.provider_session_id,
-            "nativeRequestRef": req.native_request_ref})
+        return Decision(
+            ch.drafts,
+            {
+                "requestId": req.id,
+                "decision": decision,
+                "providerSessionId": req.response_capability.provider_session_id,
+                "nativeRequestRef": req.native_request_ref,
+            },
+        )
 
     return decide

@@ -8,7 +8,6 @@ from t3orch.domain.provider import ProviderTurn
 from t3orch.domain.run import Run, RunAttempt
 from t3orch.domain.turn_items import UserMessage
 from t3orch.domain.vocab import RUN_TERMINAL, RunAttemptReason
-from t3orch.events import EventDraft
 from t3orch.ids import (
     MessageId,
     NodeId,
@@ -35,23 +34,59 @@ def send_message(thread_id: str, text: str, run_id: RunId) -> Decide:
         if thread.archived_at is not None:
             raise CommandRejected("thread_archived", f"thread {thread_id} is archived")
         ch = Changes(view)
-        ordinal = len(view.list("run", thread_id=thread_id)) + 1
+        ordinal = len(view.select("run", thread_id=thread_id)) + 1
         root = derived_id(NodeId, run_id, "root")
         message_id = derived_id(MessageId, run_id, "user")
         now = view.now()
-        ch.put("node", ExecutionNode(
-            id=root, thread_id=thread.id, run_id=run_id, parent_node_id=None, root_node_id=root,
-            kind="root_turn", status="pending", counts_for_run=True, provider_thread_id=None,
-            provider_turn_id=None, native_item_ref=None, runtime_request_id=None,
-            checkpoint_scope_id=None))
-        ch.put("run", Run(
-            id=run_id, thread_id=thread.id, ordinal=ordinal, provider=thread.default_provider,
-            provider_thread_id=None, user_message_id=message_id, root_node_id=root,
-            active_attempt_id=None, status="queued", requested_at=now))
-        ch.put("turn_item", UserMessage(
-            id=derived_id(TurnItemId, run_id, "user"), thread_id=thread.id, run_id=run_id,
-            node_id=root, provider_turn_id=None, native_item_ref=None, status="completed",
-            created_at=now, updated_at=now, message_id=message_id, text=text))
+        ch.put(
+            "node",
+            ExecutionNode(
+                id=root,
+                thread_id=thread.id,
+                run_id=run_id,
+                parent_node_id=None,
+                root_node_id=root,
+                kind="root_turn",
+                status="pending",
+                counts_for_run=True,
+                provider_thread_id=None,
+                provider_turn_id=None,
+                native_item_ref=None,
+                runtime_request_id=None,
+                checkpoint_scope_id=None,
+            ),
+        )
+        ch.put(
+            "run",
+            Run(
+                id=run_id,
+                thread_id=thread.id,
+                ordinal=ordinal,
+                provider=thread.default_provider,
+                provider_thread_id=None,
+                user_message_id=message_id,
+                root_node_id=root,
+                active_attempt_id=None,
+                status="queued",
+                requested_at=now,
+            ),
+        )
+        ch.put(
+            "turn_item",
+            UserMessage(
+                id=derived_id(TurnItemId, run_id, "user"),
+                thread_id=thread.id,
+                run_id=run_id,
+                node_id=root,
+                provider_turn_id=None,
+                native_item_ref=None,
+                status="completed",
+                created_at=now,
+                updated_at=now,
+                message_id=message_id,
+                text=text,
+            ),
+        )
         return Decision(ch.drafts, {"runId": run_id, "ordinal": ordinal})
 
     return decide
@@ -76,35 +111,74 @@ def begin_attempt(
             raise CommandRejected("run_finished", f"run {run_id} already ended {run.status}")
         pt = view.get("provider_thread", provider_thread_id)
         if pt is None:
-            raise CommandRejected("unknown_provider_thread", f"no provider thread {provider_thread_id}")
+            raise CommandRejected(
+                "unknown_provider_thread", f"no provider thread {provider_thread_id}"
+            )
         ch = Changes(view)
-        attempts = [a for a in view.list("run_attempt", thread_id=run.thread_id) if a.run_id == run.id]
+        attempts = [
+            a for a in view.select("run_attempt", thread_id=run.thread_id) if a.run_id == run.id
+        ]
         ordinal = len(attempts) + 1
         now = view.now()
         for a in attempts:
             if a.status in ("pending", "running"):
-                ch.put("run_attempt", msgspec.structs.replace(a, status="superseded", completed_at=now))
+                ch.put(
+                    "run_attempt", msgspec.structs.replace(a, status="superseded", completed_at=now)
+                )
         attempt_id = derived_id(RunAttemptId, run.id, str(ordinal))
         turn_id = derived_id(ProviderTurnId, provider_thread_id, run.id, str(ordinal))
         root = run.root_node_id
-        ch.put("provider_turn", ProviderTurn(
-            id=turn_id, provider_thread_id=provider_thread_id, node_id=root,
-            run_attempt_id=attempt_id, native_turn_ref=None, ordinal=pt.turn_count + 1,
-            status="pending"))
-        ch.put("run_attempt", RunAttempt(
-            id=attempt_id, run_id=run.id, thread_id=run.thread_id, attempt_ordinal=ordinal,
-            root_node_id=root, provider=pt.provider, provider_thread_id=provider_thread_id,
-            provider_turn_id=turn_id, reason=reason, status="pending"))
-        ch.put("run", msgspec.structs.replace(
-            run, status="starting", active_attempt_id=attempt_id, provider=pt.provider,
-            provider_thread_id=provider_thread_id))
+        ch.put(
+            "provider_turn",
+            ProviderTurn(
+                id=turn_id,
+                provider_thread_id=provider_thread_id,
+                node_id=root,
+                run_attempt_id=attempt_id,
+                native_turn_ref=None,
+                ordinal=pt.turn_count + 1,
+                status="pending",
+            ),
+        )
+        ch.put(
+            "run_attempt",
+            RunAttempt(
+                id=attempt_id,
+                run_id=run.id,
+                thread_id=run.thread_id,
+                attempt_ordinal=ordinal,
+                root_node_id=root,
+                provider=pt.provider,
+                provider_thread_id=provider_thread_id,
+                provider_turn_id=turn_id,
+                reason=reason,
+                status="pending",
+            ),
+        )
+        ch.put(
+            "run",
+            msgspec.structs.replace(
+                run,
+                status="starting",
+                active_attempt_id=attempt_id,
+                provider=pt.provider,
+                provider_thread_id=provider_thread_id,
+            ),
+        )
         node = view.get("node", root)
         if node is not None:
-            ch.put("node", msgspec.structs.replace(
-                node, provider_thread_id=provider_thread_id, provider_turn_id=turn_id,
-                status="pending"))
-        binding = TurnBinding(run_id=run.id, attempt_id=attempt_id, root_node_id=root,
-                              provider_turn_id=turn_id)
+            ch.put(
+                "node",
+                msgspec.structs.replace(
+                    node,
+                    provider_thread_id=provider_thread_id,
+                    provider_turn_id=turn_id,
+                    status="pending",
+                ),
+            )
+        binding = TurnBinding(
+            run_id=run.id, attempt_id=attempt_id, root_node_id=root, provider_turn_id=turn_id
+        )
         return Decision(ch.drafts, binding)
 
     return decide

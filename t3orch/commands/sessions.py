@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from t3orch.commands.threads import require_thread
@@ -32,10 +34,19 @@ def open_session(
         kind = provider or thread.default_provider
         ch = Changes(view)
         now = view.now()
-        ch.put("provider_session", ProviderSession(
-            id=session_id, provider=kind, status="starting", cwd=thread.cwd,
-            model=thread.model_selection.model, capabilities=ProviderCapabilities(),
-            created_at=now, updated_at=now))
+        ch.put(
+            "provider_session",
+            ProviderSession(
+                id=session_id,
+                provider=kind,
+                status="starting",
+                cwd=thread.cwd,
+                model=thread.model_selection.model,
+                capabilities=ProviderCapabilities(),
+                created_at=now,
+                updated_at=now,
+            ),
+        )
         pt = None
         if thread.active_provider_thread_id is not None:
             pt = view.get("provider_thread", thread.active_provider_thread_id)
@@ -43,19 +54,37 @@ def open_session(
                 pt = None
         if pt is None:
             pt = ProviderThread(
-                id=new_provider_thread_id, provider=kind, provider_session_id=session_id,
-                app_thread_id=ThreadId(thread.id), owner_node_id=None, native_thread_ref=None,
-                native_conversation_head_ref=None, status="not_loaded", first_run_ordinal=None,
-                last_run_ordinal=None, handoff_ids=[], forked_from=None, created_at=now,
-                updated_at=now)
+                id=new_provider_thread_id,
+                provider=kind,
+                provider_session_id=session_id,
+                app_thread_id=ThreadId(thread.id),
+                owner_node_id=None,
+                native_thread_ref=None,
+                native_conversation_head_ref=None,
+                status="not_loaded",
+                first_run_ordinal=None,
+                last_run_ordinal=None,
+                handoff_ids=[],
+                forked_from=None,
+                created_at=now,
+                updated_at=now,
+            )
             ch.put("provider_thread", pt)
-            ch.put("thread", msgspec.structs.replace(
-                thread, active_provider_thread_id=pt.id, updated_at=now))
+            ch.put(
+                "thread",
+                msgspec.structs.replace(thread, active_provider_thread_id=pt.id, updated_at=now),
+            )
         else:
-            ch.put("provider_thread", msgspec.structs.replace(
-                pt, provider_session_id=session_id, updated_at=now))
-        binding = SessionBinding(provider=kind, provider_session_id=session_id,
-                                 provider_thread_id=pt.id, thread_id=ThreadId(thread.id))
+            ch.put(
+                "provider_thread",
+                msgspec.structs.replace(pt, provider_session_id=session_id, updated_at=now),
+            )
+        binding = SessionBinding(
+            provider=kind,
+            provider_session_id=session_id,
+            provider_thread_id=pt.id,
+            thread_id=ThreadId(thread.id),
+        )
         return Decision(ch.drafts, binding)
 
     return decide
@@ -68,19 +97,30 @@ def record_process(session_id: str, pid: int | None, started_at: float | None) -
         ch = Changes(view)
         s = view.get("provider_session", session_id)
         if s is not None:
-            ch.put("provider_session", msgspec.structs.replace(
-                s, pid=pid, process_started_at=started_at, updated_at=view.now()))
+            ch.put(
+                "provider_session",
+                msgspec.structs.replace(
+                    s, pid=pid, process_started_at=started_at, updated_at=view.now()
+                ),
+            )
         return Decision(ch.drafts)
 
     return decide
 
 
-def note(session_id: str | None, level: str, code: str, message: str) -> Decide:
+def note(
+    session_id: str | None, level: Literal["info", "warning", "error"], code: str, message: str
+) -> Decide:
     def decide(view: StateView) -> Decision:
         ch = Changes(view)
-        ch.emit(ProviderDiagnostic(
-            provider_session_id=ProviderSessionId(session_id) if session_id else None,
-            level=level, code=code, message=message))  # type: ignore[arg-type]
+        ch.emit(
+            ProviderDiagnostic(
+                provider_session_id=ProviderSessionId(session_id) if session_id else None,
+                level=level,
+                code=code,
+                message=message,
+            )
+        )
         return Decision(ch.drafts)
 
     return decide

@@ -7,7 +7,9 @@ import msgspec
 from t3orch.domain.vocab import InteractionMode, ProviderKind, RuntimeMode
 
 
-class CreateThread(msgspec.Struct, rename="camel", kw_only=True, frozen=True, forbid_unknown_fields=True):
+class CreateThread(
+    msgspec.Struct, rename="camel", kw_only=True, frozen=True, forbid_unknown_fields=True
+):
     provider: ProviderKind
     cwd: str
     title: str = "New thread"
@@ -17,12 +19,16 @@ class CreateThread(msgspec.Struct, rename="camel", kw_only=True, frozen=True, fo
     project_id: str | None = None
 
 
-class SendMessage(msgspec.Struct, rename="camel", kw_only=True, frozen=True, forbid_unknown_fields=True):
+class SendMessage(
+    msgspec.Struct, rename="camel", kw_only=True, frozen=True, forbid_unknown_fields=True
+):
     thread_id: str
     text: str
 
 
-class RespondToRequest(msgspec.Struct, rename="camel", kw_only=True, frozen=True, forbid_unknown_fields=True):
+class RespondToRequest(
+    msgspec.Struct, rename="camel", kw_only=True, frozen=True, forbid_unknown_fields=True
+):
     request_id: str
     decision: str
     message: str | None = None

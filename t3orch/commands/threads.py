@@ -25,13 +25,24 @@ def create_thread(spec: CreateThread, thread_id: ThreadId) -> Decide:
     def decide(view: StateView) -> Decision:
         now = view.now()
         thread = AppThread(
-            id=thread_id, project_id=ProjectId(spec.project_id) if spec.project_id
-            else project_for(spec.cwd), title=spec.title, default_provider=spec.provider,
+            id=thread_id,
+            project_id=ProjectId(spec.project_id) if spec.project_id else project_for(spec.cwd),
+            title=spec.title,
+            default_provider=spec.provider,
             model_selection=ModelSelection(provider=spec.provider, model=spec.model),
-            runtime_mode=spec.runtime_mode, interaction_mode=spec.interaction_mode, cwd=spec.cwd,
-            branch=None, worktree_path=None, active_provider_thread_id=None, lineage=None,
-            created_at=now, updated_at=now)
-        return Decision([EventDraft(payload=ThreadUpserted(thread=thread))], {"threadId": thread_id})
+            runtime_mode=spec.runtime_mode,
+            interaction_mode=spec.interaction_mode,
+            cwd=spec.cwd,
+            branch=None,
+            worktree_path=None,
+            active_provider_thread_id=None,
+            lineage=None,
+            created_at=now,
+            updated_at=now,
+        )
+        return Decision(
+            [EventDraft(payload=ThreadUpserted(thread=thread))], {"threadId": thread_id}
+        )
 
     return decide
 
@@ -42,7 +53,9 @@ def archive_thread(thread_id: str) -> Decide:
         if thread.archived_at is not None:
             return Decision([], {"threadId": thread_id})
         archived = msgspec.structs.replace(thread, archived_at=view.now(), updated_at=view.now())
-        return Decision([EventDraft(payload=ThreadUpserted(thread=archived))], {"threadId": thread_id})
+        return Decision(
+            [EventDraft(payload=ThreadUpserted(thread=archived))], {"threadId": thread_id}
+        )
 
     return decide
 

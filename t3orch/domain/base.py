@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgspec
 
 
-class Wire(msgspec.Struct, rename="camel", kw_only=True, frozen=True):
-    """A frozen struct whose fields are camelCase on the wire."""
+class Wire(msgspec.Struct, rename="camel", kw_only=True):
+    """A struct whose fields are camelCase on the wire; changed by replacing, never in place."""
 
 
 class ProviderRef(Wire):

@@ -23,7 +23,7 @@ from t3orch.ids import (
 )
 
 
-class TurnItemBase(msgspec.Struct, rename="camel", kw_only=True, frozen=True, tag_field="type"):
+class TurnItemBase(msgspec.Struct, rename="camel", kw_only=True, tag_field="type"):
     """Refs every variant keeps, so a view can jump back into the graph and the raw logs."""
 
     id: TurnItemId
@@ -59,7 +59,7 @@ class Plan(TurnItemBase, tag="plan"):
     markdown: str = ""
 
 
-class FileChangeEntry(msgspec.Struct, rename="camel", kw_only=True, frozen=True):
+class FileChangeEntry(msgspec.Struct, rename="camel", kw_only=True):
     path: str
     kind: str
     diff: str | None = None

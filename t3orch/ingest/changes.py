@@ -14,8 +14,8 @@ from t3orch.events import (
     ProviderThreadUpserted,
     ProviderTurnUpserted,
     RunAttemptUpserted,
-    RunUpserted,
     RuntimeRequestUpserted,
+    RunUpserted,
     ThreadUpserted,
     TurnItemUpserted,
 )
@@ -49,8 +49,8 @@ class Changes:
         hit = self._overlay.get((kind, id))
         return hit if hit is not None else self.view.get(kind, id)
 
-    def list(self, kind: str, *, thread_id: str) -> list[Any]:
-        stored = {v.id: v for v in self.view.list(kind, thread_id=thread_id)}
+    def select(self, kind: str, *, thread_id: str) -> list[Any]:
+        stored = {v.id: v for v in self.view.select(kind, thread_id=thread_id)}
         for (k, id), v in self._overlay.items():
             if k == kind and getattr(v, "thread_id", None) == thread_id:
                 stored[id] = v

@@ -74,4 +74,6 @@ class DeltaCoalescer:
         buf = self._buffers.pop(ref, None)
         if buf is None:
             return []
-        return [ItemDelta(native_item_ref=ref, text="".join(buf.parts), raw_event_id=buf.raw_event_id)]
+        return [
+            ItemDelta(native_item_ref=ref, text="".join(buf.parts), raw_event_id=buf.raw_event_id)
+        ]

@@ -24,8 +24,12 @@ from t3orch.ids import ProviderTurnId, TurnItemId, derived_id
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.changes import Changes
 
-_RUN_STATUS = {"completed": "completed", "interrupted": "interrupted", "failed": "failed",
-               "cancelled": "cancelled"}
+_RUN_STATUS = {
+    "completed": "completed",
+    "interrupted": "interrupted",
+    "failed": "failed",
+    "cancelled": "cancelled",
+}
 
 
 def close_turn(
@@ -40,14 +44,25 @@ def close_turn(
     now = ch.now()
     if b.thread_id is not None:
         close_open_items(ch, b.thread_id, t.provider_turn_id, "interrupted")
-        expire_requests(ch, b.thread_id, t.provider_turn_id,
-                        "cancelled" if status == "completed" else "expired",
-                        f"turn ended {status}")
+        expire_requests(
+            ch,
+            b.thread_id,
+            t.provider_turn_id,
+            "cancelled" if status == "completed" else "expired",
+            f"turn ended {status}",
+        )
     turn = ch.get("provider_turn", t.provider_turn_id)
     if turn is not None and turn.status not in TURN_TERMINAL:
-        ch.put("provider_turn", msgspec.structs.replace(
-            turn, status=status, completed_at=now, error=error,
-            native_turn_ref=native_turn_ref or turn.native_turn_ref))
+        ch.put(
+            "provider_turn",
+            msgspec.structs.replace(
+                turn,
+                status=status,
+                completed_at=now,
+                error=error,
+                native_turn_ref=native_turn_ref or turn.native_turn_ref,
+            ),
+        )
     att = ch.get("run_attempt", t.attempt_id)
     if att is not None and att.status not in ATTEMPT_TERMINAL:
         ch.put("run_attempt", msgspec.structs.replace(att, status=status, completed_at=now))
@@ -56,26 +71,38 @@ def close_turn(
         ch.put("node", msgspec.structs.replace(node, status=status, completed_at=now))
     run = ch.get("run", t.run_id)
     # Only the root node completes a run, and only the attempt the run selected.
-    if (run is not None and run.status not in RUN_TERMINAL
-            and run.active_attempt_id == t.attempt_id):
-        ch.put("run", msgspec.structs.replace(
-            run, status=_RUN_STATUS.get(status, "failed"), completed_at=now,
-            last_error=error if status == "failed" else run.last_error))
+    if run is not None and run.status not in RUN_TERMINAL and run.active_attempt_id == t.attempt_id:
+        ch.put(
+            "run",
+            msgspec.structs.replace(
+                run,
+                status=_RUN_STATUS.get(status, "failed"),
+                completed_at=now,
+                last_error=error if status == "failed" else run.last_error,
+            ),
+        )
     if b.provider_thread_id is not None:
         pt = ch.get("provider_thread", b.provider_thread_id)
         if pt is not None:
-            ch.put("provider_thread", msgspec.structs.replace(
-                pt, status="idle" if pt.status == "active" else pt.status,
-                turn_count=pt.turn_count + 1 if turn is not None else pt.turn_count,
-                # The ref is trusted once a turn has completed on it (lessons §8 rule 2).
-                resume_ref_confirmed=pt.resume_ref_confirmed or (
-                    status == "completed" and pt.native_thread_ref is not None),
-                last_run_ordinal=_ordinal(ch, t) or pt.last_run_ordinal,
-                updated_at=now))
+            ch.put(
+                "provider_thread",
+                msgspec.structs.replace(
+                    pt,
+                    status="idle" if pt.status == "active" else pt.status,
+                    turn_count=pt.turn_count + 1 if turn is not None else pt.turn_count,
+                    # The ref is trusted once a turn has completed on it (lessons §8 rule 2).
+                    resume_ref_confirmed=pt.resume_ref_confirmed
+                    or (status == "completed" and pt.native_thread_ref is not None),
+                    last_run_ordinal=_ordinal(ch, t) or pt.last_run_ordinal,
+                    updated_at=now,
+                ),
+            )
     s = ch.get("provider_session", b.provider_session_id)
     if s is not None and s.status in ("running", "waiting"):
-        ch.put("provider_session", msgspec.structs.replace(
-            s, status="ready", updated_at=now, last_activity_at=now))
+        ch.put(
+            "provider_session",
+            msgspec.structs.replace(s, status="ready", updated_at=now, last_activity_at=now),
+        )
 
 
 def _ordinal(ch: Changes, t: TurnBinding) -> int | None:
@@ -89,7 +116,7 @@ def close_open_items(
     """Close items a turn left streaming (Codex never completes an interrupted message)."""
     n = 0
     now = ch.now()
-    for item in ch.list("turn_item", thread_id=thread_id):
+    for item in ch.select("turn_item", thread_id=thread_id):
         if item.status in TURN_ITEM_TERMINAL:
             continue
         if provider_turn_id is not None and item.provider_turn_id != provider_turn_id:
@@ -97,9 +124,14 @@ def close_open_items(
         ch.put("turn_item", msgspec.structs.replace(item, status=status, updated_at=now))
         node = ch.get("node", item.node_id) if item.node_id else None
         if node is not None and node.status not in NODE_TERMINAL:
-            ch.put("node", msgspec.structs.replace(
-                node, status="interrupted" if status == "interrupted" else "cancelled",
-                completed_at=now))
+            ch.put(
+                "node",
+                msgspec.structs.replace(
+                    node,
+                    status="interrupted" if status == "interrupted" else "cancelled",
+                    completed_at=now,
+                ),
+            )
         n += 1
     return n
 
@@ -110,14 +142,20 @@ def expire_requests(
     """Pending requests can no longer be answered: expire them, not resumable."""
     n = 0
     now = ch.now()
-    for req in ch.list("runtime_request", thread_id=thread_id):
+    for req in ch.select("runtime_request", thread_id=thread_id):
         if req.status != "pending":
             continue
         if provider_turn_id is not None and req.provider_turn_id != provider_turn_id:
             continue
-        ch.put("runtime_request", msgspec.structs.replace(
-            req, status=status, resolved_at=now,
-            response_capability=NotResumableCapability(reason=reason)))
+        ch.put(
+            "runtime_request",
+            msgspec.structs.replace(
+                req,
+                status=status,
+                resolved_at=now,
+                response_capability=NotResumableCapability(reason=reason),
+            ),
+        )
         item = ch.get("turn_item", derived_id(TurnItemId, req.id))
         if item is not None and item.status not in TURN_ITEM_TERMINAL:
             ch.put("turn_item", msgspec.structs.replace(item, status="cancelled", updated_at=now))
@@ -139,16 +177,19 @@ def release_session(
 ) -> None:
     """The live handle is gone: settle its turn, keep every resume ref."""
     if b.turn is not None:
-        close_turn(ch, b, b.turn, "failed" if status == "error" else "interrupted",
-                   last_error or reason)
+        close_turn(
+            ch, b, b.turn, "failed" if status == "error" else "interrupted", last_error or reason
+        )
     if b.thread_id is not None:
         expire_requests(ch, b.thread_id, None, "expired", reason)
     if b.provider_thread_id is not None:
         pt = ch.get("provider_thread", b.provider_thread_id)
         if pt is not None and pt.status in ("active", "idle"):
             # Not "closed": the native ref stays and the next piece of work resumes it.
-            ch.put("provider_thread", msgspec.structs.replace(
-                pt, status="not_loaded", updated_at=ch.now()))
+            ch.put(
+                "provider_thread",
+                msgspec.structs.replace(pt, status="not_loaded", updated_at=ch.now()),
+            )
     s = ch.get("provider_session", b.provider_session_id)
     if s is not None:
         changes: dict[str, Any] = {"status": status, "updated_at": ch.now(), "pid": None}

@@ -99,13 +99,13 @@ class _Layered:
     def get(self, kind: str, id: str) -> Any | None:
         return self._changes.get(kind, id)
 
-    def list(self, kind: str, *, thread_id: str | None = None) -> list[Any]:
+    def select(self, kind: str, *, thread_id: str | None = None) -> list[Any]:
         if thread_id is None:
-            return self._base.list(kind)
-        return self._changes.list(kind, thread_id=thread_id)
+            return self._base.select(kind)
+        return self._changes.select(kind, thread_id=thread_id)
 
-    def list_by_status(self, kind: str, statuses: Any) -> list[Any]:
-        return self._base.list_by_status(kind, statuses)
+    def select_by_status(self, kind: str, statuses: Any) -> list[Any]:
+        return self._base.select_by_status(kind, statuses)
 
 
 def _correlation(b: SessionBinding, event: ProviderEvent) -> Correlation:
@@ -119,7 +119,7 @@ def _correlation(b: SessionBinding, event: ProviderEvent) -> Correlation:
     )
 
 
-def _dispatch(ch: Changes, b: SessionBinding, event: ProviderEvent) -> None:  # noqa: C901
+def _dispatch(ch: Changes, b: SessionBinding, event: ProviderEvent) -> None:
     match event:
         case SessionReady():
             _session_ready(ch, b, event)
@@ -144,14 +144,25 @@ def _dispatch(ch: Changes, b: SessionBinding, event: ProviderEvent) -> None:  # 
         case UsageUpdated():
             ch.emit(ProviderUsage(provider_session_id=b.provider_session_id, usage=event.usage))
         case Diagnostic():
-            ch.emit(ProviderDiagnostic(
-                provider_session_id=b.provider_session_id, level=event.level,
-                code=event.code, message=event.message, detail=event.detail))
+            ch.emit(
+                ProviderDiagnostic(
+                    provider_session_id=b.provider_session_id,
+                    level=event.level,
+                    code=event.code,
+                    message=event.message,
+                    detail=event.detail,
+                )
+            )
         case ResumeFailed():
-            ch.emit(ProviderDiagnostic(
-                provider_session_id=b.provider_session_id, level="warning",
-                code=f"resume_failed.{event.reason}", message=event.message,
-                detail={"nativeThreadRef": event.native_thread_ref}))
+            ch.emit(
+                ProviderDiagnostic(
+                    provider_session_id=b.provider_session_id,
+                    level="warning",
+                    code=f"resume_failed.{event.reason}",
+                    message=event.message,
+                    detail={"nativeThreadRef": event.native_thread_ref},
+                )
+            )
         case TurnCompleted():
             if b.turn is not None:
                 close_turn(ch, b, b.turn, event.status, event.error, event.native_turn_ref)
@@ -159,12 +170,25 @@ def _dispatch(ch: Changes, b: SessionBinding, event: ProviderEvent) -> None:  # 
                 ch.emit(ProviderUsage(provider_session_id=b.provider_session_id, usage=event.usage))
         case RuntimeExited():
             status = "stopped" if event.code == 0 and event.signal is None else "error"
-            desc = (f"killed by signal {event.signal}" if event.signal is not None
-                    else f"exited with code {event.code}")
+            desc = (
+                f"killed by signal {event.signal}"
+                if event.signal is not None
+                else f"exited with code {event.code}"
+            )
             tail = event.stderr_tail.strip()[-500:]
-            error = None if status == "stopped" else (f"provider {desc}" + (f": {tail}" if tail else ""))
-            release_session(ch, b, status=status, reason=f"provider {desc}", last_error=error,
-                            exit_description=desc)
+            error = (
+                None
+                if status == "stopped"
+                else (f"provider {desc}" + (f": {tail}" if tail else ""))
+            )
+            release_session(
+                ch,
+                b,
+                status=status,
+                reason=f"provider {desc}",
+                last_error=error,
+                exit_description=desc,
+            )
 
 
 def _session_ready(ch: Changes, b: SessionBinding, ev: SessionReady) -> None:
@@ -172,9 +196,17 @@ def _session_ready(ch: Changes, b: SessionBinding, ev: SessionReady) -> None:
     if s is None:
         return
     status = "ready" if s.status in ("starting", "stopped", "error") else s.status
-    ch.put("provider_session", msgspec.structs.replace(
-        s, status=status, capabilities=ev.capabilities, model=ev.model or s.model,
-        updated_at=ch.now(), last_error=None if status == "ready" else s.last_error))
+    ch.put(
+        "provider_session",
+        msgspec.structs.replace(
+            s,
+            status=status,
+            capabilities=ev.capabilities,
+            model=ev.model or s.model,
+            updated_at=ch.now(),
+            last_error=None if status == "ready" else s.last_error,
+        ),
+    )
 
 
 def _thread_refs(ch: Changes, b: SessionBinding, ev: ThreadRefsLearned) -> None:
@@ -183,15 +215,24 @@ def _thread_refs(ch: Changes, b: SessionBinding, ev: ThreadRefsLearned) -> None:
     pt = ch.get("provider_thread", b.provider_thread_id)
     if pt is None:
         return
-    head = (ProviderRef(value=ev.native_conversation_head_ref)
-            if ev.native_conversation_head_ref else pt.native_conversation_head_ref)
+    head = (
+        ProviderRef(value=ev.native_conversation_head_ref)
+        if ev.native_conversation_head_ref
+        else pt.native_conversation_head_ref
+    )
     changed_thread = pt.native_thread_ref != ev.native_thread_ref
-    ch.put("provider_thread", msgspec.structs.replace(
-        pt, native_thread_ref=ev.native_thread_ref, native_conversation_head_ref=head,
-        provider_session_id=b.provider_session_id,
-        # A new native thread must earn trust again by completing a turn.
-        resume_ref_confirmed=False if changed_thread else pt.resume_ref_confirmed,
-        updated_at=ch.now()))
+    ch.put(
+        "provider_thread",
+        msgspec.structs.replace(
+            pt,
+            native_thread_ref=ev.native_thread_ref,
+            native_conversation_head_ref=head,
+            provider_session_id=b.provider_session_id,
+            # A new native thread must earn trust again by completing a turn.
+            resume_ref_confirmed=False if changed_thread else pt.resume_ref_confirmed,
+            updated_at=ch.now(),
+        ),
+    )
 
 
 def _turn_started(ch: Changes, b: SessionBinding, ev: TurnStarted) -> None:
@@ -201,19 +242,32 @@ def _turn_started(ch: Changes, b: SessionBinding, ev: TurnStarted) -> None:
     now = ch.now()
     turn = ch.get("provider_turn", t.provider_turn_id)
     if turn is not None and turn.status not in TURN_TERMINAL:
-        ch.put("provider_turn", msgspec.structs.replace(
-            turn, status="running", native_turn_ref=ev.native_turn_ref or turn.native_turn_ref,
-            started_at=turn.started_at or now))
+        ch.put(
+            "provider_turn",
+            msgspec.structs.replace(
+                turn,
+                status="running",
+                native_turn_ref=ev.native_turn_ref or turn.native_turn_ref,
+                started_at=turn.started_at or now,
+            ),
+        )
     att = ch.get("run_attempt", t.attempt_id)
     if att is not None and att.status not in ATTEMPT_TERMINAL:
-        ch.put("run_attempt", msgspec.structs.replace(
-            att, status="running", started_at=att.started_at or now))
+        ch.put(
+            "run_attempt",
+            msgspec.structs.replace(att, status="running", started_at=att.started_at or now),
+        )
     run = ch.get("run", t.run_id)
     if run is not None and run.status in ("queued", "starting"):
-        ch.put("run", msgspec.structs.replace(run, status="running", started_at=run.started_at or now))
+        ch.put(
+            "run", msgspec.structs.replace(run, status="running", started_at=run.started_at or now)
+        )
     node = ch.get("node", t.root_node_id)
     if node is not None and node.status not in NODE_TERMINAL:
-        ch.put("node", msgspec.structs.replace(node, status="running", started_at=node.started_at or now))
+        ch.put(
+            "node",
+            msgspec.structs.replace(node, status="running", started_at=node.started_at or now),
+        )
     if b.provider_thread_id is not None:
         pt = ch.get("provider_thread", b.provider_thread_id)
         if pt is not None and pt.status != "active":
@@ -224,13 +278,22 @@ def _turn_started(ch: Changes, b: SessionBinding, ev: TurnStarted) -> None:
 def _session_status(ch: Changes, b: SessionBinding, status: str) -> None:
     s = ch.get("provider_session", b.provider_session_id)
     if s is not None and s.status != status and s.status not in ("stopped", "error"):
-        ch.put("provider_session", msgspec.structs.replace(
-            s, status=status, updated_at=ch.now(), last_activity_at=ch.now()))
+        ch.put(
+            "provider_session",
+            msgspec.structs.replace(
+                s, status=status, updated_at=ch.now(), last_activity_at=ch.now()
+            ),
+        )
 
 
 def _make_item(
-    ch: Changes, b: SessionBinding, t: TurnBinding, ref: str, content: ItemContent,
-    status: str, hidden: bool = False,
+    ch: Changes,
+    b: SessionBinding,
+    t: TurnBinding,
+    ref: str,
+    content: ItemContent,
+    status: str,
+    hidden: bool = False,
 ) -> TurnItem:
     item_id, node_id = item_ids(t, ref)
     data = msgspec.to_builtins(content)
@@ -238,13 +301,22 @@ def _make_item(
         data["messageId"] = derived_id(MessageId, item_id)
     if data.get("type") == "plan":
         data["planId"] = derived_id(PlanId, item_id)
-    data.update({
-        "id": item_id, "threadId": b.thread_id, "runId": t.run_id, "nodeId": node_id,
-        "providerTurnId": t.provider_turn_id,
-        "nativeItemRef": {"value": ref, "strength": "scoped"},
-        "status": status, "createdAt": ch.now(), "updatedAt": ch.now(), "hidden": hidden,
-    })
-    return _turn_item_from_builtins(data, TurnItem)
+    data.update(
+        {
+            "id": item_id,
+            "threadId": b.thread_id,
+            "runId": t.run_id,
+            "nodeId": node_id,
+            "providerTurnId": t.provider_turn_id,
+            "nativeItemRef": {"value": ref, "strength": "scoped"},
+            "status": status,
+            "createdAt": ch.now(),
+            "updatedAt": ch.now(),
+            "hidden": hidden,
+        }
+    )
+    item: TurnItem = _turn_item_from_builtins(data, TurnItem)
+    return item
 
 
 def _item_started(ch: Changes, b: SessionBinding, ev: ItemStarted) -> None:
@@ -257,14 +329,28 @@ def _item_started(ch: Changes, b: SessionBinding, ev: ItemStarted) -> None:
     if ev.parent_native_item_ref:
         parent = item_ids(t, ev.parent_native_item_ref)[1]
     if ch.get("node", node_id) is None:
-        ch.put("node", ExecutionNode(
-            id=node_id, thread_id=b.thread_id, run_id=t.run_id, parent_node_id=parent,
-            root_node_id=t.root_node_id, kind=_NODE_KIND.get(ev.content.__struct_config__.tag,  # type: ignore[arg-type]
-                                                             "tool_call"),
-            status="running", counts_for_run=False, provider_thread_id=b.provider_thread_id,
-            provider_turn_id=t.provider_turn_id,
-            native_item_ref=ProviderRef(value=ev.native_item_ref, strength="scoped"),
-            runtime_request_id=None, checkpoint_scope_id=None, started_at=ch.now()))
+        ch.put(
+            "node",
+            ExecutionNode(
+                id=node_id,
+                thread_id=b.thread_id,
+                run_id=t.run_id,
+                parent_node_id=parent,
+                root_node_id=t.root_node_id,
+                kind=_NODE_KIND.get(
+                    ev.content.__struct_config__.tag,  # type: ignore[arg-type]
+                    "tool_call",
+                ),
+                status="running",
+                counts_for_run=False,
+                provider_thread_id=b.provider_thread_id,
+                provider_turn_id=t.provider_turn_id,
+                native_item_ref=ProviderRef(value=ev.native_item_ref, strength="scoped"),
+                runtime_request_id=None,
+                checkpoint_scope_id=None,
+                started_at=ch.now(),
+            ),
+        )
     if ch.get("turn_item", item_id) is None:
         ch.put("turn_item", _make_item(ch, b, t, ev.native_item_ref, ev.content, "running"))
 
@@ -276,9 +362,13 @@ def _item_delta(ch: Changes, b: SessionBinding, ev: ItemDelta) -> None:
         return
     item_id, _ = item_ids(t, ev.native_item_ref)
     if ch.get("turn_item", item_id) is None:
-        _orphan(ch, b, "delta_before_start",
-                f"delta for item {ev.native_item_ref} that never started; text kept in detail",
-                {"text": ev.text[:4096]})
+        _orphan(
+            ch,
+            b,
+            "delta_before_start",
+            f"delta for item {ev.native_item_ref} that never started; text kept in detail",
+            {"text": ev.text[:4096]},
+        )
         return
     ch.emit(TurnItemDelta(item_id=item_id, thread_id=b.thread_id, text=ev.text))
 
@@ -295,14 +385,22 @@ def _item_completed(ch: Changes, b: SessionBinding, ev: ItemCompleted) -> None:
     done = _make_item(ch, b, t, ev.native_item_ref, ev.content, ev.status)
     if existing is not None:
         done = msgspec.structs.replace(
-            done, created_at=existing.created_at, hidden=existing.hidden,
-            **_keep_streamed_text(existing, done))
+            done,
+            created_at=existing.created_at,
+            hidden=existing.hidden,
+            **_keep_streamed_text(existing, done),
+        )
     # Deltas stream into the stored row; the completed value supersedes them.
     ch.put("turn_item", done)
     node = ch.get("node", node_id)
     if node is not None and node.status not in NODE_TERMINAL:
-        node_status = {"completed": "completed", "failed": "failed", "declined": "cancelled",
-                       "interrupted": "interrupted", "cancelled": "cancelled"}.get(ev.status, "completed")
+        node_status = {
+            "completed": "completed",
+            "failed": "failed",
+            "declined": "cancelled",
+            "interrupted": "interrupted",
+            "cancelled": "cancelled",
+        }.get(ev.status, "completed")
         ch.put("node", msgspec.structs.replace(node, status=node_status, completed_at=ch.now()))
 
 
@@ -320,8 +418,12 @@ def _keep_streamed_text(existing: TurnItem, done: TurnItem) -> dict[str, Any]:
 def _request_opened(ch: Changes, b: SessionBinding, ev: RequestOpened) -> None:
     t = b.turn
     if t is None or b.thread_id is None:
-        _orphan(ch, b, "request_outside_turn",
-                f"{ev.kind} request {ev.native_request_ref} arrived outside a turn")
+        _orphan(
+            ch,
+            b,
+            "request_outside_turn",
+            f"{ev.kind} request {ev.native_request_ref} arrived outside a turn",
+        )
         return
     rid = request_id(t, ev.native_request_ref)
     if ch.get("runtime_request", rid) is not None:
@@ -332,24 +434,61 @@ def _request_opened(ch: Changes, b: SessionBinding, ev: RequestOpened) -> None:
         parent = t.root_node_id
     now = ch.now()
     kind: NodeKind = "user_input_request" if ev.kind == "user_input" else "approval_request"
-    ch.put("node", ExecutionNode(
-        id=node_id, thread_id=b.thread_id, run_id=t.run_id, parent_node_id=parent,
-        root_node_id=t.root_node_id, kind=kind, status="waiting", counts_for_run=False,
-        provider_thread_id=b.provider_thread_id, provider_turn_id=t.provider_turn_id,
-        native_item_ref=None, runtime_request_id=rid, checkpoint_scope_id=None, started_at=now))
+    ch.put(
+        "node",
+        ExecutionNode(
+            id=node_id,
+            thread_id=b.thread_id,
+            run_id=t.run_id,
+            parent_node_id=parent,
+            root_node_id=t.root_node_id,
+            kind=kind,
+            status="waiting",
+            counts_for_run=False,
+            provider_thread_id=b.provider_thread_id,
+            provider_turn_id=t.provider_turn_id,
+            native_item_ref=None,
+            runtime_request_id=rid,
+            checkpoint_scope_id=None,
+            started_at=now,
+        ),
+    )
     detail = dict(ev.detail)
     if ev.questions:
         detail["questions"] = msgspec.to_builtins(ev.questions)
-    ch.put("runtime_request", RuntimeRequest(
-        id=rid, node_id=node_id, thread_id=b.thread_id, provider_turn_id=t.provider_turn_id,
-        native_request_ref=ev.native_request_ref, kind=ev.kind, status="pending",
-        response_capability=LiveCapability(provider_session_id=b.provider_session_id),
-        created_at=now, detail=detail, available_decisions=list(ev.available_decisions)))
-    ch.put("turn_item", ApprovalRequest(
-        id=derived_id(TurnItemId, rid), thread_id=b.thread_id, run_id=t.run_id, node_id=node_id,
-        provider_turn_id=t.provider_turn_id, native_item_ref=None, status="waiting",
-        created_at=now, updated_at=now, request_id=rid, request_kind=ev.kind,
-        summary=ev.summary or ev.kind))
+    ch.put(
+        "runtime_request",
+        RuntimeRequest(
+            id=rid,
+            node_id=node_id,
+            thread_id=b.thread_id,
+            provider_turn_id=t.provider_turn_id,
+            native_request_ref=ev.native_request_ref,
+            kind=ev.kind,
+            status="pending",
+            response_capability=LiveCapability(provider_session_id=b.provider_session_id),
+            created_at=now,
+            detail=detail,
+            available_decisions=list(ev.available_decisions),
+        ),
+    )
+    ch.put(
+        "turn_item",
+        ApprovalRequest(
+            id=derived_id(TurnItemId, rid),
+            thread_id=b.thread_id,
+            run_id=t.run_id,
+            node_id=node_id,
+            provider_turn_id=t.provider_turn_id,
+            native_item_ref=None,
+            status="waiting",
+            created_at=now,
+            updated_at=now,
+            request_id=rid,
+            request_kind=ev.kind,
+            summary=ev.summary or ev.kind,
+        ),
+    )
     run = ch.get("run", t.run_id)
     if run is not None and run.status not in RUN_TERMINAL:
         ch.put("run", msgspec.structs.replace(run, status="waiting"))
@@ -367,22 +506,43 @@ def _request_closed(
     if req is None or req.status != "pending":
         return
     now = ch.now()
-    ch.put("runtime_request", msgspec.structs.replace(
-        req, status=status, resolved_at=now, decision=decision or req.decision))
+    ch.put(
+        "runtime_request",
+        msgspec.structs.replace(
+            req, status=status, resolved_at=now, decision=decision or req.decision
+        ),
+    )
     item = ch.get("turn_item", derived_id(TurnItemId, rid))
     if item is not None:
-        item_status = "cancelled" if status == "cancelled" else (
-            "declined" if (decision or req.decision or "").startswith(("decline", "deny", "cancel"))
-            else "completed")
-        ch.put("turn_item", msgspec.structs.replace(
-            item, status=item_status, decision=decision or req.decision, updated_at=now))
+        item_status = (
+            "cancelled"
+            if status == "cancelled"
+            else (
+                "declined"
+                if (decision or req.decision or "").startswith(("decline", "deny", "cancel"))
+                else "completed"
+            )
+        )
+        ch.put(
+            "turn_item",
+            msgspec.structs.replace(
+                item, status=item_status, decision=decision or req.decision, updated_at=now
+            ),
+        )
     node = ch.get("node", req.node_id)
     if node is not None and node.status not in NODE_TERMINAL:
-        ch.put("node", msgspec.structs.replace(
-            node, status="cancelled" if status == "cancelled" else "completed", completed_at=now))
+        ch.put(
+            "node",
+            msgspec.structs.replace(
+                node, status="cancelled" if status == "cancelled" else "completed", completed_at=now
+            ),
+        )
     if b.thread_id is not None:
-        still_pending = [r for r in ch.list("runtime_request", thread_id=b.thread_id)
-                         if r.status == "pending" and r.provider_turn_id == t.provider_turn_id]
+        still_pending = [
+            r
+            for r in ch.select("runtime_request", thread_id=b.thread_id)
+            if r.status == "pending" and r.provider_turn_id == t.provider_turn_id
+        ]
         run = ch.get("run", t.run_id)
         if not still_pending and run is not None and run.status == "waiting":
             ch.put("run", msgspec.structs.replace(run, status="running"))
@@ -399,31 +559,73 @@ def _plan_updated(ch: Changes, b: SessionBinding, ev: PlanUpdated) -> None:
     item_id, node_id = item_ids(t, f"plan:{key}")
     now = ch.now()
     if ch.get("node", node_id) is None:
-        ch.put("node", ExecutionNode(
-            id=node_id, thread_id=b.thread_id, run_id=t.run_id, parent_node_id=t.root_node_id,
-            root_node_id=t.root_node_id, kind="todo_list" if ev.kind == "todo_list" else "plan",
-            status="running", counts_for_run=False, provider_thread_id=b.provider_thread_id,
-            provider_turn_id=t.provider_turn_id, native_item_ref=None, runtime_request_id=None,
-            checkpoint_scope_id=None, started_at=now))
+        ch.put(
+            "node",
+            ExecutionNode(
+                id=node_id,
+                thread_id=b.thread_id,
+                run_id=t.run_id,
+                parent_node_id=t.root_node_id,
+                root_node_id=t.root_node_id,
+                kind="todo_list" if ev.kind == "todo_list" else "plan",
+                status="running",
+                counts_for_run=False,
+                provider_thread_id=b.provider_thread_id,
+                provider_turn_id=t.provider_turn_id,
+                native_item_ref=None,
+                runtime_request_id=None,
+                checkpoint_scope_id=None,
+                started_at=now,
+            ),
+        )
     done = bool(ev.steps) and all(s.status == "completed" for s in ev.steps)
-    ch.put("plan", PlanArtifact(
-        id=plan_id, thread_id=b.thread_id, run_id=t.run_id, node_id=node_id, kind=ev.kind,
-        status="completed" if done else "active", markdown=ev.markdown, steps=list(ev.steps)))
+    ch.put(
+        "plan",
+        PlanArtifact(
+            id=plan_id,
+            thread_id=b.thread_id,
+            run_id=t.run_id,
+            node_id=node_id,
+            kind=ev.kind,
+            status="completed" if done else "active",
+            markdown=ev.markdown,
+            steps=list(ev.steps),
+        ),
+    )
     markdown = ev.markdown or "\n".join(
-        f"- [{'x' if s.status == 'completed' else ' '}] {s.text}" for s in ev.steps)
+        f"- [{'x' if s.status == 'completed' else ' '}] {s.text}" for s in ev.steps
+    )
     existing = ch.get("turn_item", item_id)
-    ch.put("turn_item", Plan(
-        id=item_id, thread_id=b.thread_id, run_id=t.run_id, node_id=node_id,
-        provider_turn_id=t.provider_turn_id, native_item_ref=None,
-        status="completed" if done else "running",
-        created_at=existing.created_at if existing else now, updated_at=now,
-        plan_id=plan_id, markdown=markdown))
+    ch.put(
+        "turn_item",
+        Plan(
+            id=item_id,
+            thread_id=b.thread_id,
+            run_id=t.run_id,
+            node_id=node_id,
+            provider_turn_id=t.provider_turn_id,
+            native_item_ref=None,
+            status="completed" if done else "running",
+            created_at=existing.created_at if existing else now,
+            updated_at=now,
+            plan_id=plan_id,
+            markdown=markdown,
+        ),
+    )
 
 
-def _orphan(ch: Changes, b: SessionBinding, code: str, message: str,
-            detail: dict[str, Any] | None = None) -> None:
-    ch.emit(ProviderDiagnostic(provider_session_id=b.provider_session_id, level="warning",
-                               code=code, message=message, detail=detail or {}))
+def _orphan(
+    ch: Changes, b: SessionBinding, code: str, message: str, detail: dict[str, Any] | None = None
+) -> None:
+    ch.emit(
+        ProviderDiagnostic(
+            provider_session_id=b.provider_session_id,
+            level="warning",
+            code=code,
+            message=message,
+            detail=detail or {},
+        )
+    )
 
 
 __all__ = ["TURN_ITEM_TERMINAL", "ingest", "ingest_many", "item_ids", "request_id"]

@@ -61,8 +61,11 @@ def compare(stored: Iterable[Row], rebuilt: MemoryRows, limit: int = 20) -> list
         if other is None:
             diffs.append(f"{row.kind} {row.id}: stored but absent from the rebuild")
         elif other != row:
-            fields = [f for f in ("thread_id", "position", "status", "body")
-                      if getattr(other, f) != getattr(row, f)]
+            fields = [
+                f
+                for f in ("thread_id", "position", "status", "body")
+                if getattr(other, f) != getattr(row, f)
+            ]
             diffs.append(f"{row.kind} {row.id}: differs from the rebuild in {', '.join(fields)}")
         if len(diffs) >= limit:
             return diffs

@@ -15,6 +15,7 @@ import msgspec
 
 from t3orch.domain.message import ConversationMessage
 from t3orch.domain.turn_items import DELTA_FIELD, AssistantMessage, TurnItem, UserMessage
+from t3orch.domain.vocab import MessageRole
 from t3orch.events import (
     CheckpointScopeUpserted,
     CheckpointUpserted,
@@ -30,9 +31,9 @@ from t3orch.events import (
     ProviderTurnUpserted,
     ProviderUsage,
     RunAttemptUpserted,
-    RunUpserted,
     RuntimeReconciled,
     RuntimeRequestUpserted,
+    RunUpserted,
     ThreadUpserted,
     TurnItemDelta,
     TurnItemUpserted,
@@ -58,7 +59,7 @@ class Concerns:
     provider_session_id: str | None = None
 
 
-def concerns(payload: EventPayload) -> Concerns:  # noqa: C901 - one arm per event type
+def concerns(payload: EventPayload) -> Concerns:
     match payload:
         case ThreadUpserted(thread=t):
             return Concerns(thread_id=t.id)
@@ -112,7 +113,7 @@ def _project_message(sink: RowSink, seq: int, item: TurnItem) -> None:
     # Messages are derived from message turn items: one source of streamed text.
     if not isinstance(item, (UserMessage, AssistantMessage)):
         return
-    role = "user" if isinstance(item, UserMessage) else "assistant"
+    role: MessageRole = "user" if isinstance(item, UserMessage) else "assistant"
     message = ConversationMessage(
         id=item.message_id,
         thread_id=item.thread_id,
@@ -129,7 +130,7 @@ def _project_message(sink: RowSink, seq: int, item: TurnItem) -> None:
         _upsert(sink, seq, "message", message.id, message.thread_id, role, message)
 
 
-def apply(env: EventEnvelope, sink: RowSink) -> None:  # noqa: C901 - one arm per event type
+def apply(env: EventEnvelope, sink: RowSink) -> None:
     seq = env.sequence
     match env.payload:
         case ThreadUpserted(thread=t):

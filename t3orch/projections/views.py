@@ -101,10 +101,14 @@ def thread_shell(r: ProjectionReader) -> ThreadShell:
     entries = []
     for t in r.rows("thread"):
         thread_runs = runs.get(t.id, [])
-        entries.append(ThreadShellEntry(
-            thread=msgspec.Raw(t.body), run_count=len(thread_runs),
-            latest_run_status=thread_runs[-1].status if thread_runs else None,
-            pending_requests=pending.get(t.id, 0)))
+        entries.append(
+            ThreadShellEntry(
+                thread=msgspec.Raw(t.body),
+                run_count=len(thread_runs),
+                latest_run_status=thread_runs[-1].status if thread_runs else None,
+                pending_requests=pending.get(t.id, 0),
+            )
+        )
     return ThreadShell(snapshot_sequence=r.projection_sequence(), threads=entries)
 
 
@@ -122,8 +126,9 @@ def thread_detail(r: ProjectionReader, thread_id: str) -> ThreadDetail:
         visible_turn_items=visible_turn_items(r, thread_id, items),
         plans=_raw(r.rows("plan", thread_id=thread_id)),
         checkpoints=_raw(r.rows("checkpoint", thread_id=thread_id)),
-        pending_requests=_raw([q for q in r.rows("runtime_request", thread_id=thread_id)
-                               if q.status == "pending"]),
+        pending_requests=_raw(
+            [q for q in r.rows("runtime_request", thread_id=thread_id) if q.status == "pending"]
+        ),
         handoffs=_raw(r.rows("context_handoff", thread_id=thread_id)),
     )
 
@@ -178,8 +183,11 @@ def execution_graph(r: ProjectionReader, thread_id: str) -> ExecutionGraph:
         raise UnknownThread(f"no thread {thread_id!r}")
     pthreads = r.rows("provider_thread", thread_id=thread_id)
     pt_ids = {p.id for p in pthreads}
-    turns = [t for t in r.rows("provider_turn")
-             if msgspec.json.decode(t.body)["providerThreadId"] in pt_ids]
+    turns = [
+        t
+        for t in r.rows("provider_turn")
+        if msgspec.json.decode(t.body)["providerThreadId"] in pt_ids
+    ]
     return ExecutionGraph(
         snapshot_sequence=r.projection_sequence(),
         runs=_raw(r.rows("run", thread_id=thread_id)),
@@ -192,13 +200,16 @@ def execution_graph(r: ProjectionReader, thread_id: str) -> ExecutionGraph:
 
 
 def provider_sessions(r: ProjectionReader) -> ProviderSessions:
-    return ProviderSessions(snapshot_sequence=r.projection_sequence(),
-                            sessions=_raw(r.rows("provider_session")))
+    return ProviderSessions(
+        snapshot_sequence=r.projection_sequence(), sessions=_raw(r.rows("provider_session"))
+    )
 
 
 def pending_requests(r: ProjectionReader) -> PendingRequests:
-    return PendingRequests(snapshot_sequence=r.projection_sequence(),
-                           requests=_raw(r.rows_by_status("runtime_request", ("pending",))))
+    return PendingRequests(
+        snapshot_sequence=r.projection_sequence(),
+        requests=_raw(r.rows_by_status("runtime_request", ("pending",))),
+    )
 
 
 def active_runs(r: ProjectionReader) -> list[Row]:

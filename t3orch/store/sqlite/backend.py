@@ -6,13 +6,18 @@ import contextlib
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import msgspec
 
 from t3orch.clock import WallClock, iso, system_clock
 from t3orch.events import Correlation, EventEnvelope, EventPayload, event_type
-from t3orch.ids import CommandId, EventId, IdFactory
+from t3orch.ids import (
+    CommandId,
+    EventId,
+    IdFactory,
+    ProviderSessionId,
+)
 from t3orch.projections.projector import apply, concerns
 from t3orch.store.errors import (
     CommandRejected,
@@ -22,7 +27,7 @@ from t3orch.store.errors import (
     StoreFull,
 )
 from t3orch.store.interface import CommandReceipt, Outcome, Submission
-from t3orch.store.kinds import KINDS, Row
+from t3orch.store.kinds import Row
 from t3orch.store.sqlite.schema import APPLICATION_ID, SCHEMA_VERSION, migrate, read_version
 
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
@@ -73,7 +78,9 @@ class SQLiteStore:
         try:
             if self.readonly:
                 conn = sqlite3.connect(
-                    f"file:{self.path}?mode=ro", uri=True, isolation_level=None,
+                    f"file:{self.path}?mode=ro",
+                    uri=True,
+                    isolation_level=None,
                     check_same_thread=False,
                 )
             else:
@@ -162,8 +169,10 @@ class SQLiteStore:
         conn.execute("SAVEPOINT sub")
         try:
             decision = sub.decide(view)
-            envelopes = [self._append(view, draft.payload, draft.correlation, sub.command_id)
-                         for draft in decision.events]
+            envelopes = [
+                self._append(view, draft.payload, draft.correlation, sub.command_id)
+                for draft in decision.events
+            ]
             receipt = None
             if sub.command_id is not None:
                 head = envelopes[-1].sequence if envelopes else self._head()
@@ -172,8 +181,13 @@ class SQLiteStore:
                 )
                 conn.execute(
                     "INSERT INTO command_receipts VALUES (?, ?, ?, ?, ?)",
-                    (receipt.command_id, receipt.command_type, receipt.accepted_at,
-                     receipt.result_sequence, _encode(receipt.result)),
+                    (
+                        receipt.command_id,
+                        receipt.command_type,
+                        receipt.accepted_at,
+                        receipt.result_sequence,
+                        _encode(receipt.result),
+                    ),
                 )
             conn.execute("RELEASE sub")
         except sqlite3.Error:
@@ -204,16 +218,33 @@ class SQLiteStore:
             "INSERT INTO events (event_id, type, occurred_at, thread_id, run_id, node_id, "
             "provider_session_id, command_id, correlation, payload) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (event_id, kind, view.now(), c.thread_id, c.run_id, c.node_id,
-             c.provider_session_id, command_id, _encode(correlation), _encode(payload)),
+            (
+                event_id,
+                kind,
+                view.now(),
+                c.thread_id,
+                c.run_id,
+                c.node_id,
+                c.provider_session_id,
+                command_id,
+                _encode(correlation),
+                _encode(payload),
+            ),
         )
         sequence = cur.lastrowid
         assert sequence is not None
         env = EventEnvelope(
-            sequence=sequence, event_id=event_id, type=kind, occurred_at=view.now(),
-            thread_id=c.thread_id, run_id=c.run_id, node_id=c.node_id,  # type: ignore[arg-type]
-            provider_session_id=c.provider_session_id,  # type: ignore[arg-type]
-            command_id=command_id, correlation=correlation, payload=payload,
+            sequence=sequence,
+            event_id=event_id,
+            type=kind,
+            occurred_at=view.now(),
+            thread_id=cast(ThreadId | None, c.thread_id),
+            run_id=cast(RunId | None, c.run_id),
+            node_id=cast(NodeId | None, c.node_id),
+            provider_session_id=cast(ProviderSessionId | None, c.provider_session_id),
+            command_id=command_id,
+            correlation=correlation,
+            payload=payload,
         )
         apply(env, view)
         view.pending_sequence = sequence
@@ -242,7 +273,9 @@ class SQLiteStore:
         ).fetchone()
         if row is None:
             return None
-        return CommandReceipt(CommandId(row[0]), row[1], row[2], row[3], msgspec.json.decode(row[4]))
+        return CommandReceipt(
+            CommandId(row[0]), row[1], row[2], row[3], msgspec.json.decode(row[4])
+        )
 
     def receipt(self, command_id: CommandId) -> CommandReceipt | None:
         return self._receipt(command_id)
@@ -271,32 +304,16 @@ class SQLiteStore:
         return [_envelope(r) for r in rows]
 
     def rows(self, kind: str, *, thread_id: str | None = None) -> list[Row]:
-        if thread_id is None:
-            cur = self._conn.execute(
-                "SELECT kind, id, thread_id, position, status, body FROM rows WHERE kind = ? "
-                "ORDER BY position, id", (kind,))
-        else:
-            cur = self._conn.execute(
-                "SELECT kind, id, thread_id, position, status, body FROM rows "
-                "WHERE kind = ? AND thread_id = ? ORDER BY position, id", (kind, thread_id))
-        return [Row(*r) for r in cur.fetchall()]
+        return _rows(self._conn, kind, thread_id)
 
     def rows_by_status(self, kind: str, statuses: Sequence[str]) -> list[Row]:
-        marks = ",".join("?" * len(statuses))
-        cur = self._conn.execute(
-            "SELECT kind, id, thread_id, position, status, body FROM rows "
-            f"WHERE kind = ? AND status IN ({marks}) ORDER BY position, id", (kind, *statuses))
-        return [Row(*r) for r in cur.fetchall()]
+        return _rows_by_status(self._conn, kind, statuses)
 
     def row(self, kind: str, id: str) -> Row | None:
-        r = self._conn.execute(
-            "SELECT kind, id, thread_id, position, status, body FROM rows WHERE kind = ? AND id = ?",
-            (kind, id)).fetchone()
-        return Row(*r) if r else None
+        return _row(self._conn, kind, id)
 
     def all_rows(self) -> list[Row]:
-        cur = self._conn.execute(
-            "SELECT kind, id, thread_id, position, status, body FROM rows ORDER BY kind, id")
+        cur = self._conn.execute(f"SELECT {_ROW_COLUMNS} FROM rows ORDER BY kind, id")
         return [Row(*r) for r in cur.fetchall()]
 
     def integrity_problems(self) -> list[str]:
@@ -315,9 +332,17 @@ class SQLiteStore:
 
 def _envelope(r: tuple[Any, ...]) -> EventEnvelope:
     return EventEnvelope(
-        sequence=r[0], event_id=r[1], type=r[2], occurred_at=r[3], thread_id=r[4], run_id=r[5],
-        node_id=r[6], provider_session_id=r[7], command_id=r[8],
-        correlation=_correlation_decoder.decode(r[9]), payload=_payload_decoder.decode(r[10]),
+        sequence=r[0],
+        event_id=r[1],
+        type=r[2],
+        occurred_at=r[3],
+        thread_id=r[4],
+        run_id=r[5],
+        node_id=r[6],
+        provider_session_id=r[7],
+        command_id=r[8],
+        correlation=_correlation_decoder.decode(r[9]),
+        payload=_payload_decoder.decode(r[10]),
     )
 
 
@@ -353,35 +378,54 @@ class _TxnView:
         self.pending_sequence = self.last_sequence
 
     def get_row(self, kind: str, id: str) -> Row | None:
-        r = self._conn.execute(
-            "SELECT kind, id, thread_id, position, status, body FROM rows WHERE kind = ? AND id = ?",
-            (kind, id)).fetchone()
-        return Row(*r) if r else None
+        return _row(self._conn, kind, id)
 
     def put_row(self, row: Row) -> None:
         self._conn.execute(
             "INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?, ?, ?)",
-            (row.kind, row.id, row.thread_id, row.position, row.status, row.body))
+            (row.kind, row.id, row.thread_id, row.position, row.status, row.body),
+        )
 
     def get(self, kind: str, id: str) -> Any | None:
-        row = self.get_row(kind, id)
-        return None if row is None else KINDS[kind].decoder.decode(row.body)
+        row = _row(self._conn, kind, id)
+        return None if row is None else row.decode()
 
-    def list(self, kind: str, *, thread_id: str | None = None) -> list[Any]:
-        if thread_id is None:
-            cur = self._conn.execute(
-                "SELECT body FROM rows WHERE kind = ? ORDER BY position, id", (kind,))
-        else:
-            cur = self._conn.execute(
-                "SELECT body FROM rows WHERE kind = ? AND thread_id = ? ORDER BY position, id",
-                (kind, thread_id))
-        dec = KINDS[kind].decoder
-        return [dec.decode(b) for (b,) in cur.fetchall()]
+    def select(self, kind: str, *, thread_id: str | None = None) -> list[Any]:
+        return [r.decode() for r in _rows(self._conn, kind, thread_id)]
 
-    def list_by_status(self, kind: str, statuses: Sequence[str]) -> list[Any]:
-        marks = ",".join("?" * len(statuses))
-        cur = self._conn.execute(
-            f"SELECT body FROM rows WHERE kind = ? AND status IN ({marks}) ORDER BY position, id",
-            (kind, *statuses))
-        dec = KINDS[kind].decoder
-        return [dec.decode(b) for (b,) in cur.fetchall()]
+    def select_by_status(self, kind: str, statuses: Sequence[str]) -> list[Any]:
+        return [r.decode() for r in _rows_by_status(self._conn, kind, statuses)]
+
+
+_ROW_COLUMNS = "kind, id, thread_id, position, status, body"
+
+
+def _row(conn: sqlite3.Connection, kind: str, id: str) -> Row | None:
+    r = conn.execute(
+        f"SELECT {_ROW_COLUMNS} FROM rows WHERE kind = ? AND id = ?", (kind, id)
+    ).fetchone()
+    return Row(*r) if r else None
+
+
+def _rows(conn: sqlite3.Connection, kind: str, thread_id: str | None) -> list[Row]:
+    if thread_id is None:
+        cur = conn.execute(
+            f"SELECT {_ROW_COLUMNS} FROM rows WHERE kind = ? ORDER BY position, id", (kind,)
+        )
+    else:
+        cur = conn.execute(
+            f"SELECT {_ROW_COLUMNS} FROM rows WHERE kind = ? AND thread_id = ? "
+            "ORDER BY position, id",
+            (kind, thread_id),
+        )
+    return [Row(*r) for r in cur.fetchall()]
+
+
+def _rows_by_status(conn: sqlite3.Connection, kind: str, statuses: Sequence[str]) -> list[Row]:
+    marks = ",".join("?" * len(statuses))
+    cur = conn.execute(
+        f"SELECT {_ROW_COLUMNS} FROM rows WHERE kind = ? AND status IN ({marks}) "
+        "ORDER BY position, id",
+        (kind, *statuses),
+    )
+    return [Row(*r) for r in cur.fetchall()]
