@@ -16,7 +16,10 @@ from t3orch.ids import (
     CommandId,
     EventId,
     IdFactory,
+    NodeId,
     ProviderSessionId,
+    RunId,
+    ThreadId,
 )
 from t3orch.projections.projector import apply, concerns
 from t3orch.store.errors import (
