@@ -1,0 +1,76 @@
+"""``CodexAdapter``: the :class:`~adapters.protocol.ProviderAdapter` for ``codex app-server``."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import trio
+
+from adapters.codex.runtime import CodexOptions, CodexRuntime
+from adapters.protocol import RawFrameSink, RuntimeConfig
+from adapters.transport import ExitStatus, LaunchSpec, ProcessLauncher
+from t3orch.domain.vocab import ProviderKind
+from t3orch.provider_events import ProviderEvent
+
+#: How long the forced teardown may spend reaping and reporting the exit.
+TEARDOWN_S = 5.0
+
+
+def codex_argv(config: RuntimeConfig) -> list[str]:
+    """``config.command`` is the codex executable (plus any prefix); ``app-server`` is added."""
+    argv = list(config.command)
+    if "app-server" not in argv:
+        argv.append("app-server")
+    return [*argv, *config.extra_args]
+
+
+class CodexAdapter:
+    kind: ProviderKind = "codex"
+
+    def __init__(self, options: CodexOptions | None = None) -> None:
+        self.options = options or CodexOptions()
+
+    def launch_spec(self, config: RuntimeConfig) -> LaunchSpec:
+        return LaunchSpec(
+            argv=codex_argv(config),
+            env=dict(config.env),
+            cwd=config.cwd,
+            max_line_bytes=self.options.max_line_bytes,
+        )
+
+    @asynccontextmanager
+    async def open_runtime(
+        self,
+        config: RuntimeConfig,
+        launcher: ProcessLauncher,
+        events: trio.MemorySendChannel[ProviderEvent],
+        raw: RawFrameSink,
+    ) -> AsyncIterator[CodexRuntime]:
+        """Launch, initialize, run the reader; leaving the block kills and reaps the process.
+
+        ``RuntimeExited`` is emitted when the process ends, whether it exits on
+        its own (the reader sees EOF) or is killed by this teardown.
+        """
+        process = await launcher.launch(self.launch_spec(config))
+        runtime = CodexRuntime(process, config, events, raw, self.options)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(runtime.run)
+                await runtime.initialize()
+                yield runtime
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(TEARDOWN_S):
+                if not runtime.exited.is_set():
+                    await process.kill()
+                    status = await process.wait()
+                    await runtime.report_exit(status)
+            if not runtime.exited.is_set():
+                # Reaping timed out: still say the runtime is gone.
+                with trio.CancelScope(shield=True), trio.move_on_after(TEARDOWN_S):
+                    await runtime.report_exit(ExitStatus(code=None, signal=int(signal.SIGKILL)))
+
+
+__all__: Sequence[str] = ["CodexAdapter", "CodexOptions", "codex_argv"]

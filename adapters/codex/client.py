@@ -1,0 +1,161 @@
+"""The JSON-RPC conversation with one ``codex app-server`` process.
+
+Outgoing requests are built by jsonrpcclient (Codex tolerates its ``"jsonrpc"``
+field) with our own id counter; replies are parsed back through it into
+``Ok``/``Error``. Incoming lines are decoded by :func:`decode_frame` and handed,
+in stdout order, to one ``on_frame`` callback. A response is dispatched to that
+callback *before* its waiter wakes, so events implied by a reply (the thread
+ref of ``thread/start``) keep their place among the notifications around it.
+
+Raw frames of both directions go to the :class:`RawFrameSink`; the raw event id
+it assigns travels with the frame to the callback.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import jsonrpcclient
+import msgspec
+import trio
+
+from adapters.codex.frames import Frame, Malformed, Response, decode_frame, decode_params
+from adapters.errors import ProviderGone, ProviderProtocolError, ProviderTimeout
+from adapters.protocol import RawFrameSink
+from adapters.transport import OversizedLine, ProviderProcess
+
+
+@attrs.define
+class Call:
+    """One of our requests, waiting for its response."""
+
+    id: int
+    method: str
+    params: dict[str, Any]
+    done: trio.Event = attrs.field(factory=trio.Event)
+    result: Any = None
+    error: ProviderProtocolError | ProviderGone | None = None
+
+
+#: ``on_frame(frame, raw_event_id, call)``: ``call`` is the request a Response answers.
+FrameCallback = Callable[[Frame, str, Call | None], Awaitable[None]]
+
+
+class CodexClient:
+    def __init__(
+        self,
+        process: ProviderProcess,
+        raw: RawFrameSink,
+        on_frame: FrameCallback,
+        *,
+        request_timeout_s: float = 30.0,
+    ) -> None:
+        self._process = process
+        self._raw = raw
+        self._on_frame = on_frame
+        self._timeout = request_timeout_s
+        self._ids = itertools.count(1)
+        self._pending: dict[int, Call] = {}
+        self._send_lock = trio.Lock()
+        self._gone: str | None = None
+
+    @property
+    def gone(self) -> bool:
+        return self._gone is not None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Read stdout until it ends; then every waiting request fails with ProviderGone."""
+        task_status.started()
+        try:
+            while True:
+                line = await self._process.receive_line()
+                if line is None:
+                    break
+                await self._dispatch(line)
+        finally:
+            self._fail_pending("the codex process closed its stdout")
+
+    async def _dispatch(self, line: bytes | OversizedLine) -> None:
+        data = line.head if isinstance(line, OversizedLine) else line
+        raw_id = self._raw.record("incoming", data)
+        frame = decode_frame(line)
+        call = None
+        if isinstance(frame, Response) and isinstance(frame.id, int):
+            call = self._pending.pop(frame.id, None)
+        await self._on_frame(frame, raw_id, call)
+        if call is not None and isinstance(frame, Response):
+            self._settle(call, frame)
+
+    def _settle(self, call: Call, frame: Response) -> None:
+        body: dict[str, Any] = {"id": call.id}
+        if frame.error is not None:
+            body["error"] = {
+                "code": frame.error.code,
+                "message": frame.error.message,
+                "data": frame.error.data,
+            }
+        else:
+            body["result"] = decode_params(frame.result) if frame.result is not None else None
+        parsed = jsonrpcclient.parse(body)
+        if isinstance(parsed, jsonrpcclient.Ok):
+            call.result = parsed.result
+        else:
+            assert isinstance(parsed, jsonrpcclient.Error)
+            call.error = ProviderProtocolError(call.method, parsed.code, parsed.message)
+        call.done.set()
+
+    def _fail_pending(self, why: str) -> None:
+        self._gone = why
+        for call in self._pending.values():
+            call.error = ProviderGone(f"codex: {call.method}: {why}")
+            call.done.set()
+        self._pending.clear()
+
+    async def send(self, frame: dict[str, Any]) -> str:
+        """Write one frame; returns its raw event id. ProviderGone if the pipe is closed."""
+        line = msgspec.json.encode(frame)
+        raw_id = self._raw.record("outgoing", line)
+        async with self._send_lock:
+            try:
+                await self._process.send_line(line)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                raise ProviderGone(f"codex: cannot write to the process: {exc!r}") from exc
+        return raw_id
+
+    async def request(
+        self, method: str, params: dict[str, Any] | None = None, *, limit_s: float | None = None
+    ) -> Any:
+        """Send a request and return its result; raises the adapters' error types."""
+        if self._gone is not None:
+            raise ProviderGone(f"codex: {method}: {self._gone}")
+        call = Call(id=next(self._ids), method=method, params=params or {})
+        frame = jsonrpcclient.request(method, params, id=call.id)
+        self._pending[call.id] = call
+        try:
+            await self.send(frame)
+            limit = self._timeout if limit_s is None else limit_s
+            with trio.move_on_after(limit if limit > 0 else math.inf):
+                await call.done.wait()
+        finally:
+            self._pending.pop(call.id, None)
+        if not call.done.is_set():
+            raise ProviderTimeout(f"codex: {method}: no answer within {limit} s")
+        if call.error is not None:
+            raise call.error
+        return call.result
+
+    async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        await self.send(jsonrpcclient.notification(method, params))
+
+    async def reply(self, request_id: int | str, result: Any) -> str:
+        return await self.send({"id": request_id, "result": result})
+
+    async def reply_error(self, request_id: int | str, code: int, message: str) -> str:
+        return await self.send({"id": request_id, "error": {"code": code, "message": message}})
+
+
+__all__ = ["Call", "CodexClient", "FrameCallback", "Malformed"]

@@ -1,0 +1,182 @@
+"""Codex ``ThreadItem`` dicts -> canonical :data:`ItemContent` and item status.
+
+Item payloads are decoded as plain dicts (they are rare next to deltas and
+carry many optional fields that change between Codex versions); every lookup
+tolerates a missing or null field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from t3orch.domain.turn_items import FileChangeEntry
+from t3orch.domain.vocab import TurnItemStatus
+from t3orch.provider_events import (
+    AssistantText,
+    CommandRun,
+    CompactionMark,
+    FileEdit,
+    ItemContent,
+    PlanText,
+    ReasoningText,
+    ToolCall,
+    UserText,
+    WebSearchRun,
+)
+
+#: Item types that have a canonical content (everything else is a diagnostic).
+MAPPED_ITEM_TYPES = frozenset(
+    {
+        "userMessage",
+        "agentMessage",
+        "reasoning",
+        "commandExecution",
+        "fileChange",
+        "mcpToolCall",
+        "dynamicToolCall",
+        "webSearch",
+        "plan",
+        "contextCompaction",
+        "collabAgentToolCall",
+        "imageView",
+    }
+)
+
+_STATUS: dict[str, TurnItemStatus] = {
+    "completed": "completed",
+    "failed": "failed",
+    "declined": "declined",
+    "interrupted": "interrupted",
+    "cancelled": "cancelled",
+    # A completed item that still says inProgress has nothing more to come.
+    "inProgress": "completed",
+}
+
+
+def item_status(item: dict[str, Any]) -> TurnItemStatus:
+    status = item.get("status")
+    if isinstance(status, str):
+        return _STATUS.get(status, "completed")
+    return "completed"
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _lines(value: Any) -> str:
+    if isinstance(value, list):
+        return "\n".join(part for part in value if isinstance(part, str))
+    return _str(value)
+
+
+def user_text(item: dict[str, Any]) -> str:
+    parts = item.get("content")
+    if not isinstance(parts, list):
+        return ""
+    texts = [
+        part["text"]
+        for part in parts
+        if isinstance(part, dict)
+        and part.get("type") == "text"
+        and isinstance(part.get("text"), str)
+    ]
+    return "\n".join(texts)
+
+
+def file_edit(changes: Any) -> FileEdit:
+    entries: list[FileChangeEntry] = []
+    additions = deletions = 0
+    if isinstance(changes, list):
+        for change in changes:
+            if not isinstance(change, dict):
+                continue
+            kind = change.get("kind")
+            kind_name = kind.get("type") if isinstance(kind, dict) else kind
+            diff = change.get("diff") if isinstance(change.get("diff"), str) else None
+            entries.append(
+                FileChangeEntry(path=_str(change.get("path")), kind=_str(kind_name), diff=diff)
+            )
+            if diff and "@@" not in diff and kind_name in ("add", "delete"):
+                # Codex sends a whole added/deleted file as plain content, not a hunk.
+                count = len(diff.splitlines())
+                additions += count if kind_name == "add" else 0
+                deletions += count if kind_name == "delete" else 0
+            elif diff:
+                for line in diff.splitlines():
+                    if line.startswith("+") and not line.startswith("+++"):
+                        additions += 1
+                    elif line.startswith("-") and not line.startswith("---"):
+                        deletions += 1
+    diffs = [entry.diff for entry in entries if entry.diff]
+    return FileEdit(
+        file_name=entries[0].path if entries else "",
+        additions=additions if entries else None,
+        deletions=deletions if entries else None,
+        diff_str="\n".join(diffs) if diffs else None,
+        changes=entries,
+    )
+
+
+def item_content(item: dict[str, Any]) -> ItemContent | None:
+    """The canonical content of a Codex item, or ``None`` for an unmapped item type."""
+    kind = item.get("type")
+    if kind == "agentMessage":
+        return AssistantText(text=_str(item.get("text")))
+    if kind == "userMessage":
+        return UserText(text=user_text(item))
+    if kind == "reasoning":
+        return ReasoningText(text=_lines(item.get("content")), summary=_lines(item.get("summary")))
+    if kind == "commandExecution":
+        exit_code = item.get("exitCode")
+        cwd = item.get("cwd")
+        return CommandRun(
+            input=_str(item.get("command")),
+            output=_str(item.get("aggregatedOutput")),
+            exit_code=exit_code if isinstance(exit_code, int) else None,
+            cwd=cwd if isinstance(cwd, str) else None,
+        )
+    if kind == "fileChange":
+        return file_edit(item.get("changes"))
+    if kind == "mcpToolCall":
+        server, tool = _str(item.get("server")), _str(item.get("tool"))
+        output = item.get("result") if item.get("error") is None else {"error": item["error"]}
+        return ToolCall(
+            tool_name=f"{server}/{tool}" if server else tool,
+            input=item.get("arguments"),
+            output=output,
+        )
+    if kind == "dynamicToolCall":
+        return ToolCall(
+            tool_name=_str(item.get("tool")) or None,
+            input=item.get("arguments"),
+            output=item.get("contentItems"),
+        )
+    if kind == "collabAgentToolCall":
+        return ToolCall(
+            tool_name=f"collab/{_str(item.get('tool'))}",
+            input={
+                "prompt": item.get("prompt"),
+                "receiverThreadIds": item.get("receiverThreadIds"),
+            },
+            output=item.get("agentsStates"),
+        )
+    if kind == "imageView":
+        return ToolCall(tool_name="view_image", input={"path": item.get("path")})
+    if kind == "webSearch":
+        results = item.get("results")
+        return WebSearchRun(
+            query=_str(item.get("query")),
+            output="" if results is None else _results_text(results),
+        )
+    if kind == "plan":
+        return PlanText(markdown=_str(item.get("text")))
+    if kind == "contextCompaction":
+        return CompactionMark(title="Context compacted")
+    return None
+
+
+def _results_text(results: Any) -> str:
+    return msgspec.json.encode(results).decode()

@@ -1,0 +1,640 @@
+"""Codex frames -> canonical :mod:`t3orch.provider_events`: a deterministic translator.
+
+The same frames in give the same events out: no wall clock, no ids invented
+here (every ref is a Codex id, stringified). The state kept is only what
+closing a turn needs: the items still open (with the text streamed into them,
+so an interrupted message keeps what was said), the server requests still
+waiting, and the latest token usage of each turn.
+
+Every handled method appears in :data:`NOTIFICATION_HANDLERS` (its keys are what
+:mod:`adapters.codex.coverage` counts as *mapped*); anything else becomes a
+``Diagnostic`` with code ``unmapped``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import msgspec
+
+from adapters.codex.frames import RpcError, decode_params
+from adapters.codex.items import MAPPED_ITEM_TYPES, item_content, item_status
+from adapters.codex.server_requests import ATTESTATION, request_kind, request_opened
+from t3orch.domain.plan import PlanStep
+from t3orch.domain.provider import ProviderCapabilities
+from t3orch.domain.vocab import PlanStepStatus, ProviderTurnStatus
+from t3orch.provider_events import (
+    AssistantText,
+    CommandRun,
+    Diagnostic,
+    FileEdit,
+    ItemCompleted,
+    ItemContent,
+    ItemDelta,
+    ItemStarted,
+    PlanText,
+    PlanUpdated,
+    ProviderEvent,
+    ReasoningText,
+    RequestCancelled,
+    RequestResolved,
+    ResumeFailed,
+    SessionReady,
+    ThreadRefsLearned,
+    TurnCompleted,
+    TurnStarted,
+    UsageUpdated,
+)
+
+#: What Codex can do natively (0.169.0).
+CODEX_CAPABILITIES = ProviderCapabilities(
+    native_turn_ids=True, steer=True, fork=True, rollback=True, multiple_threads_per_process=True
+)
+
+_VERSION = re.compile(r"/(\d+\.\d+\.\d+[^\s()]*)")
+
+
+class _Delta(msgspec.Struct, rename="camel"):
+    item_id: str
+    delta: str = ""
+
+
+class _Tagged(msgspec.Struct, rename="camel"):
+    item_id: str
+    message: str = ""
+    stdin: str = ""
+
+
+_delta_decoder = msgspec.json.Decoder(_Delta)
+_tagged_decoder = msgspec.json.Decoder(_Tagged)
+
+
+@attrs.define
+class _OpenItem:
+    turn_id: str | None
+    content: ItemContent
+    # Streamed text, joined only when the item must be closed by us.
+    text: list[str] = attrs.field(factory=list)
+    summary: list[str] = attrs.field(factory=list)
+
+
+@attrs.define
+class OpenRequest:
+    """A server request that has not been resolved yet."""
+
+    request_id: int | str
+    method: str
+    params: dict[str, Any]
+    turn_id: str | None
+    answered: str | None = None
+
+
+_FINISHED_KEPT = 64
+
+_TURN_STATUS: dict[str, ProviderTurnStatus] = {
+    "completed": "completed",
+    "interrupted": "interrupted",
+    "failed": "failed",
+}
+_STEP_STATUS: dict[str, PlanStepStatus] = {
+    "pending": "pending",
+    "inProgress": "running",
+    "completed": "completed",
+}
+
+#: Diagnostics-level notifications: method -> (level, code).
+DIAGNOSTIC_NOTIFICATIONS: dict[str, tuple[str, str]] = {
+    "warning": ("warning", "provider_warning"),
+    "guardianWarning": ("warning", "guardian_warning"),
+    "configWarning": ("warning", "config_warning"),
+    "deprecationNotice": ("info", "deprecation"),
+    "model/rerouted": ("info", "model_rerouted"),
+}
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+class CodexMapper:
+    """Stateful translator; one per provider process."""
+
+    def __init__(self, *, model: str | None = None) -> None:
+        self.model = model
+        self._items: dict[str, _OpenItem] = {}
+        self._requests: dict[str, OpenRequest] = {}
+        self._turns: set[str] = set()
+        self._usage: dict[str, dict[str, Any]] = {}
+        self._threads: set[str] = set()
+        # Recently completed turns (bounded): lets the runtime tell a finished turn
+        # from one whose turn/started has not arrived yet.
+        self._finished: dict[str, None] = {}
+        #: thread ref -> its turn in progress, from turn/started until turn/completed.
+        self.active_turns: dict[str, str] = {}
+        self._handlers: dict[str, Callable[[msgspec.Raw, str | None], list[ProviderEvent]]] = {
+            method: getattr(self, name) for method, name in NOTIFICATION_HANDLERS.items()
+        }
+
+    # --- queries used by the runtime ------------------------------------------
+
+    def open_request(self, ref: str) -> OpenRequest | None:
+        request = self._requests.get(ref)
+        return request if request is not None and request.answered is None else None
+
+    def answered(self, ref: str, decision: str) -> None:
+        """We sent our answer to ``ref`` (RequestResolved follows from the provider)."""
+        request = self._requests.get(ref)
+        if request is not None:
+            request.answered = decision
+
+    def turn_finished(self, turn_id: str) -> bool:
+        return turn_id in self._finished
+
+    def open_item_refs(self) -> list[str]:
+        return list(self._items)
+
+    # --- inbound -------------------------------------------------------------
+
+    def notification(
+        self, method: str, params: msgspec.Raw, raw_id: str | None
+    ) -> list[ProviderEvent]:
+        handler = self._handlers.get(method)
+        if handler is not None:
+            return handler(params, raw_id)
+        diag = DIAGNOSTIC_NOTIFICATIONS.get(method)
+        if diag is not None:
+            return [self._diagnostic(method, params, raw_id, *diag)]
+        return [
+            Diagnostic(
+                raw_event_id=raw_id,
+                level="info",
+                code="unmapped",
+                message=f"unmapped codex notification {method}",
+                detail={"method": method},
+            )
+        ]
+
+    def server_request(
+        self, request_id: int | str, method: str, params: msgspec.Raw, raw_id: str | None
+    ) -> list[ProviderEvent]:
+        body = _dict(decode_params(params))
+        if method == ATTESTATION:
+            return [
+                Diagnostic(
+                    raw_event_id=raw_id,
+                    level="warning",
+                    code="attestation_refused",
+                    message="codex asked for a client attestation; answered with an error",
+                    detail={"method": method, "requestId": request_id},
+                )
+            ]
+        kind = request_kind(method, body)
+        if kind is None:
+            return [
+                Diagnostic(
+                    raw_event_id=raw_id,
+                    level="warning",
+                    code="unmapped_request",
+                    message=f"unmapped codex server request {method}",
+                    detail={"method": method, "requestId": request_id},
+                )
+            ]
+        ref = str(request_id)
+        turn_id = _opt_str(body.get("turnId"))
+        if turn_id is None:
+            thread = _opt_str(body.get("threadId")) or _opt_str(body.get("conversationId"))
+            turn_id = self.active_turns.get(thread) if thread else None
+        self._requests[ref] = OpenRequest(request_id, method, body, turn_id)
+        return [request_opened(ref, method, body, kind, raw_id)]
+
+    def response(
+        self,
+        method: str,
+        request_params: dict[str, Any],
+        result: Any,
+        error: RpcError | None,
+        raw_id: str | None,
+    ) -> list[ProviderEvent]:
+        """Events implied by the answer to one of our requests."""
+        if method == "initialize" and error is None:
+            agent = _opt_str(_dict(result).get("userAgent")) or ""
+            match = _VERSION.search(agent)
+            return [
+                SessionReady(
+                    raw_event_id=raw_id,
+                    provider_version=match.group(1) if match else None,
+                    capabilities=CODEX_CAPABILITIES,
+                    model=self.model,
+                )
+            ]
+        if method in ("thread/start", "thread/resume", "thread/fork"):
+            if error is not None:
+                if method != "thread/resume":
+                    return []
+                ref = str(request_params.get("threadId", ""))
+                return [
+                    ResumeFailed(
+                        raw_event_id=raw_id,
+                        native_thread_ref=ref,
+                        reason=resume_failure_reason(error.message),
+                        message=error.message,
+                    )
+                ]
+            return self._thread_refs(_dict(_dict(result).get("thread")), raw_id)
+        return []
+
+    def bad_line(
+        self, code: str, reason: str, head: str, length: int, raw_id: str | None
+    ) -> list[ProviderEvent]:
+        return [
+            Diagnostic(
+                raw_event_id=raw_id,
+                level="error",
+                code=code,
+                message=f"codex wrote an unusable stdout line: {reason}",
+                detail={"head": head, "length": length},
+            )
+        ]
+
+    def unexpected_response(self, request_id: Any, raw_id: str | None) -> list[ProviderEvent]:
+        return [
+            Diagnostic(
+                raw_event_id=raw_id,
+                level="warning",
+                code="unexpected_response",
+                message=f"a response to request {request_id!r}, which is not pending",
+                detail={"id": request_id},
+            )
+        ]
+
+    # --- notification handlers (see NOTIFICATION_HANDLERS) --------------------
+
+    def _on_thread_started(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
+        return self._thread_refs(_dict(_dict(decode_params(params)).get("thread")), raw_id)
+
+    def _on_turn_started(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
+        body = _dict(decode_params(params))
+        turn_id = _opt_str(_dict(body.get("turn")).get("id"))
+        thread = _opt_str(body.get("threadId"))
+        if thread is not None and turn_id is not None:
+            self.active_turns[thread] = turn_id
+        if turn_id is not None:
+            if turn_id in self._turns:
+                return []
+            self._turns.add(turn_id)
+        return [TurnStarted(raw_event_id=raw_id, native_turn_ref=turn_id)]
+
+    def _on_turn_completed(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
+        body = _dict(decode_params(params))
+        turn = _dict(body.get("turn"))
+        turn_id = _opt_str(turn.get("id"))
+        thread = _opt_str(body.get("threadId"))
+        if thread is not None and self.active_turns.get(thread) == turn_id:
+            del self.active_turns[thread]
+        events: list[ProviderEvent] = []
+        # Requests first (they hang off items), then the items the turn left open,
+        # and only then the authoritative end of the turn.
+        for ref, request in list(self._requests.items()):
+            if request.turn_id != turn_id:
+                continue
+            del self._requests[ref]
+            if request.answered is not None:
+                events.append(
+                    RequestResolved(
+                        raw_event_id=raw_id, native_request_ref=ref, decision=request.answered
+                    )
+                )
+            else:
+                events.append(
+                    RequestCancelled(
+                        raw_event_id=raw_id, native_request_ref=ref, reason="turn_ended"
+                    )
+                )
+        for ref, item in list(self._items.items()):
+            if item.turn_id != turn_id:
+                continue
+            del self._items[ref]
+            events.append(
+                ItemCompleted(
+                    raw_event_id=raw_id,
+                    native_item_ref=ref,
+                    content=_streamed(item),
+                    status="interrupted",
+                )
+            )
+        status = _TURN_STATUS.get(str(turn.get("status")), "failed")
+        error = _dict(turn.get("error")).get("message")
+        if turn_id is not None:
+            self._turns.discard(turn_id)
+            self._finished[turn_id] = None
+            if len(self._finished) > _FINISHED_KEPT:
+                del self._finished[next(iter(self._finished))]
+        events.append(
+            TurnCompleted(
+                raw_event_id=raw_id,
+                native_turn_ref=turn_id,
+                status=status,
+                error=error if isinstance(error, str) else None,
+                usage=self._usage.pop(turn_id, None) if turn_id else None,
+            )
+        )
+        return events
+
+    def _on_item_started(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
+        body = _dict(decode_params(params))
+        item = _dict(body.get("item"))
+        ref = str(item.get("id", ""))
+        content = item_content(item)
+        if content is None:
+            return [self._unmapped_item("item/started", item, raw_id)]
+        self._items[ref] = _OpenItem(turn_id=_opt_str(body.get("turnId")), content=content)
+        return [ItemStarted(raw_event_id=raw_id, native_item_ref=ref, content=content)]
+
+    def _on_item_completed(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
+        body = _dict(decode_params(params))
+        item = _dict(body.get("item"))
+        ref = str(item.get("id", ""))
+        content = item_content(item)
+        if content is None:
+            return [self._unmapped_item("item/completed", item, raw_id)]
+        self._items.pop(ref, None)
+        return [
+            ItemCompleted(
+                raw_event_id=raw_id, native_item_ref=ref, content=content, status=item_status(item)
+            )
+        ]
+
+    def _on_text_delta(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
+        # The hot path: agent message, plan, command output and reasoning text deltas.
+        try:
+            delta = _delta_decoder.decode(params)
+        except msgspec.DecodeError:
+            return [self._bad_params("delta", params, raw_id)]
+        item = self._items.get(delta.item_id)
+        if item is not None:
+            item.text.append(delta.delta)
+        return [ItemDelta(raw_event_id=raw_id, native_item_ref=delta.item_id, text=delta.delta)]
+
+    def _on_summary_delta(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
+        try:
+            delta = _delta_decoder.decode(params)
+        except msgspec.DecodeError:
+            return [self._bad_params("summary delta", params, raw_id)]
+        item = self._items.get(delta.item_id)
+        if item is not None:
+            item.summary.append(delta.delta)
+        return [
+            ItemDelta(
+                raw_event_id=raw_id,
+                native_item_ref=delta.item_id,
+                text=delta.delta,
+                channel="summary",
+            )
+        ]
+
+    def _on_summary_part(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
+        # A new summary section starts: separate it from the previous one.
+        try:
+            part = _delta_decoder.decode(params)
+        except msgspec.DecodeError:
+            return [self._bad_params("summary part", params, raw_id)]
+        item = self._items.get(part.item_id)
+        if item is None or not item.summary:
+            return []
+        item.summary.append("\n\n")
+        return [
+            ItemDelta(
+                raw_event_id=raw_id, native_item_ref=part.item_id, text="\n\n", channel="summary"
+            )
+        ]
+
+    def _on_progress(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
+        try:
+            body = _tagged_decoder.decode(params)
+        except msgspec.DecodeError:
+            return [self._bad_params("progress", params, raw_id)]
+        return [
+            ItemDelta(
+                raw_event_id=raw_id,
+                native_item_ref=body.item_id,
+                text=body.message,
+                channel="progress",
+            )
+        ]
+
+    def _on_terminal_input(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
+        try:
+            body = _tagged_decoder.decode(params)
+        except msgspec.DecodeError:
+            return [self._bad_params("terminal input", params, raw_id)]
+        return [
+            ItemDelta(
+                raw_event_id=raw_id, native_item_ref=body.item_id, text=body.stdin, channel="stdin"
+            )
+        ]
+
+    def _on_patch_updated(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
+        body = _dict(decode_params(params))
+        ref = str(body.get("itemId", ""))
+        content = item_content({"type": "fileChange", "changes": body.get("changes")})
+        assert isinstance(content, FileEdit)
+        item = self._items.get(ref)
+        if item is not None:
+            item.content = content
+        return [
+            ItemDelta(
+                raw_event_id=raw_id,
+                native_item_ref=ref,
+                text=content.diff_str or "",
+                channel="patch",
+            )
+        ]
+
+    def _on_plan_updated(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
+        body = _dict(decode_params(params))
+        steps = []
+        plan = body.get("plan")
+        for index, step in enumerate(plan if isinstance(plan, list) else []):
+            step = _dict(step)
+            steps.append(
+                PlanStep(
+                    id=str(index + 1),
+                    text=str(step.get("step", "")),
+                    status=_STEP_STATUS.get(str(step.get("status")), "pending"),
+                )
+            )
+        explanation = body.get("explanation")
+        return [
+            PlanUpdated(
+                raw_event_id=raw_id,
+                kind="todo_list",
+                steps=steps,
+                markdown=explanation if isinstance(explanation, str) else None,
+            )
+        ]
+
+    def _on_request_resolved(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
+        body = _dict(decode_params(params))
+        ref = str(body.get("requestId"))
+        request = self._requests.pop(ref, None)
+        return [
+            RequestResolved(
+                raw_event_id=raw_id,
+                native_request_ref=ref,
+                decision=request.answered if request is not None else None,
+            )
+        ]
+
+    def _on_token_usage(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
+        body = _dict(decode_params(params))
+        usage = _dict(body.get("tokenUsage"))
+        turn_id = _opt_str(body.get("turnId"))
+        if turn_id is not None and turn_id in self._turns:
+            self._usage[turn_id] = usage
+        return [UsageUpdated(raw_event_id=raw_id, usage={"tokenUsage": usage, "turnId": turn_id})]
+
+    def _on_rate_limits(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
+        body = _dict(decode_params(params))
+        return [UsageUpdated(raw_event_id=raw_id, usage={"rateLimits": body.get("rateLimits")})]
+
+    def _on_error(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
+        body = _dict(decode_params(params))
+        error = _dict(body.get("error"))
+        retry = body.get("willRetry") is True
+        return [
+            Diagnostic(
+                raw_event_id=raw_id,
+                level="warning" if retry else "error",
+                code="provider_error",
+                message=str(error.get("message", "codex reported an error")),
+                detail=body,
+            )
+        ]
+
+    # --- helpers -------------------------------------------------------------
+
+    def _thread_refs(self, thread: dict[str, Any], raw_id: str | None) -> list[ProviderEvent]:
+        ref = _opt_str(thread.get("id"))
+        if ref is None or ref in self._threads:
+            return []
+        self._threads.add(ref)
+        return [
+            ThreadRefsLearned(
+                raw_event_id=raw_id,
+                native_thread_ref=ref,
+                forked_from_native_thread_ref=_opt_str(thread.get("forkedFromId")),
+            )
+        ]
+
+    def _diagnostic(
+        self, method: str, params: msgspec.Raw, raw_id: str | None, level: Any, code: str
+    ) -> Diagnostic:
+        body = _dict(decode_params(params))
+        message = body.get("message") or body.get("summary") or method
+        return Diagnostic(
+            raw_event_id=raw_id, level=level, code=code, message=str(message), detail=body
+        )
+
+    def _unmapped_item(self, method: str, item: dict[str, Any], raw_id: str | None) -> Diagnostic:
+        kind = str(item.get("type"))
+        return Diagnostic(
+            raw_event_id=raw_id,
+            level="info",
+            code="unmapped_item",
+            message=f"{method}: codex item type {kind} has no canonical content",
+            detail={"method": method, "itemType": kind, "itemId": item.get("id")},
+        )
+
+    def _bad_params(self, what: str, params: msgspec.Raw, raw_id: str | None) -> Diagnostic:
+        return Diagnostic(
+            raw_event_id=raw_id,
+            level="error",
+            code="malformed_params",
+            message=f"codex {what} notification with unusable params",
+            detail={"head": bytes(params)[:200].decode("utf-8", "replace")},
+        )
+
+
+def _streamed(item: _OpenItem) -> ItemContent:
+    """The content of an item we close ourselves: what was started plus what streamed."""
+    content = item.content
+    text = "".join(item.text)
+    if isinstance(content, AssistantText):
+        return AssistantText(text=content.text + text)
+    if isinstance(content, ReasoningText):
+        return ReasoningText(
+            text=content.text + text, summary=content.summary + "".join(item.summary)
+        )
+    if isinstance(content, CommandRun):
+        return CommandRun(
+            input=content.input,
+            output=content.output + text,
+            exit_code=content.exit_code,
+            cwd=content.cwd,
+        )
+    if isinstance(content, PlanText):
+        return PlanText(markdown=content.markdown + text)
+    return content
+
+
+def resume_failure_reason(message: str) -> Any:
+    """Classify a ``thread/resume`` error: owned_elsewhere, not_found or error."""
+    text = message.lower()
+    if "active writer" in text:
+        return "owned_elsewhere"
+    if any(
+        marker in text
+        for marker in (
+            "not found",
+            "no rollout",
+            "does not exist",
+            "unknown thread",
+            "no such",
+            "invalid thread id",
+        )
+    ):
+        return "not_found"
+    return "error"
+
+
+#: Mapped notifications: method -> handler name on CodexMapper.
+NOTIFICATION_HANDLERS: dict[str, str] = {
+    "thread/started": "_on_thread_started",
+    "turn/started": "_on_turn_started",
+    "turn/completed": "_on_turn_completed",
+    "turn/plan/updated": "_on_plan_updated",
+    "item/started": "_on_item_started",
+    "item/completed": "_on_item_completed",
+    "item/agentMessage/delta": "_on_text_delta",
+    "item/plan/delta": "_on_text_delta",
+    "item/reasoning/textDelta": "_on_text_delta",
+    "item/reasoning/summaryTextDelta": "_on_summary_delta",
+    "item/reasoning/summaryPartAdded": "_on_summary_part",
+    "item/commandExecution/outputDelta": "_on_text_delta",
+    "item/commandExecution/terminalInteraction": "_on_terminal_input",
+    # Deprecated (no longer emitted): legacy apply_patch output as plain text.
+    "item/fileChange/outputDelta": "_on_text_delta",
+    "item/fileChange/patchUpdated": "_on_patch_updated",
+    "item/mcpToolCall/progress": "_on_progress",
+    "serverRequest/resolved": "_on_request_resolved",
+    "thread/tokenUsage/updated": "_on_token_usage",
+    "account/rateLimits/updated": "_on_rate_limits",
+    "error": "_on_error",
+}
+
+#: Everything the mapper turns into events (diagnostic ones included).
+MAPPED_NOTIFICATIONS = frozenset(NOTIFICATION_HANDLERS) | frozenset(DIAGNOSTIC_NOTIFICATIONS)
+__all__ = [
+    "CODEX_CAPABILITIES",
+    "MAPPED_ITEM_TYPES",
+    "MAPPED_NOTIFICATIONS",
+    "CodexMapper",
+    "OpenRequest",
+]

@@ -1,0 +1,295 @@
+"""The Codex :class:`~adapters.protocol.ProviderRuntime`: one ``codex app-server`` process.
+
+It hosts one *current* native thread (started, resumed or forked into); turns
+run on it. Inbound frames are translated by :class:`CodexMapper` inside the
+reader task, so canonical events leave in exactly the order the frames came.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+import attrs
+import trio
+
+from adapters.codex.client import Call, CodexClient
+from adapters.codex.frames import Frame, Malformed, Notification, Response, ServerRequest
+from adapters.codex.frames import decode_params as _decode
+from adapters.codex.mapper import CODEX_CAPABILITIES, CodexMapper, resume_failure_reason
+from adapters.codex.server_requests import ATTESTATION, AnswerRefused, answer_result
+from adapters.errors import AdapterError, ProviderProtocolError, ResumeError, StaleRequest
+from adapters.protocol import RawFrameSink, RequestAnswer, ResumeRefs, RuntimeConfig
+from adapters.transport import DEFAULT_MAX_LINE_BYTES, ExitStatus, ProviderProcess
+from t3orch.domain.provider import ProviderCapabilities
+from t3orch.provider_events import ProviderEvent, RuntimeExited
+
+log = logging.getLogger(__name__)
+
+#: JSON-RPC "method not found": our answer to requests we never serve.
+METHOD_NOT_FOUND = -32601
+
+
+@attrs.frozen
+class CodexOptions:
+    """Codex-specific knobs; defaults follow the runtime mode of :class:`RuntimeConfig`."""
+
+    client_name: str = "t3orch"
+    client_title: str = "t3orch"
+    client_version: str = "0.1.0"
+    #: Overrides of what ``runtime_mode`` implies (``approvalPolicy`` / ``sandbox``).
+    approval_policy: str | None = None
+    sandbox: str | None = None
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    #: How long :meth:`CodexRuntime.close` waits for the exit after closing stdin.
+    close_timeout_s: float = 5.0
+
+    def policy(self, config: RuntimeConfig) -> tuple[str, str]:
+        if config.runtime_mode == "full-access":
+            approval, sandbox = "never", "danger-full-access"
+        else:
+            approval, sandbox = "on-request", "workspace-write"
+        return self.approval_policy or approval, self.sandbox or sandbox
+
+
+class CodexRuntime:
+    def __init__(
+        self,
+        process: ProviderProcess,
+        config: RuntimeConfig,
+        events: trio.MemorySendChannel[ProviderEvent],
+        raw: RawFrameSink,
+        options: CodexOptions | None = None,
+    ) -> None:
+        self._process = process
+        self._config = config
+        self._events = events
+        self._options = options or CodexOptions()
+        self.mapper = CodexMapper(model=config.model)
+        self.client = CodexClient(
+            process, raw, self._on_frame, request_timeout_s=config.request_timeout_s
+        )
+        self._thread: str | None = None
+        self._turn: str | None = None
+        self.exit_status: ExitStatus | None = None
+        self.exited = trio.Event()
+        self._exit_reported = False
+
+    # --- ProviderRuntime -------------------------------------------------------
+
+    @property
+    def capabilities(self) -> ProviderCapabilities:
+        return CODEX_CAPABILITIES
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
+
+    @property
+    def native_thread_ref(self) -> str | None:
+        return self._thread
+
+    @property
+    def active_turn_ref(self) -> str | None:
+        """The turn started by :meth:`start_turn` while Codex has not completed it."""
+        if self._turn is None or self.mapper.turn_finished(self._turn):
+            return None
+        return self._turn
+
+    async def initialize(self) -> None:
+        """``initialize`` then ``initialized``: once per process, before anything else."""
+        client_info = {
+            "name": self._options.client_name,
+            "title": self._options.client_title,
+            "version": self._options.client_version,
+        }
+        await self.client.request("initialize", {"clientInfo": client_info})
+        await self.client.notify("initialized")
+
+    async def open_thread(self, resume: ResumeRefs | None) -> str:
+        approval, sandbox = self._options.policy(self._config)
+        if resume is None:
+            params: dict[str, Any] = {
+                "cwd": self._config.cwd,
+                "approvalPolicy": approval,
+                "sandbox": sandbox,
+            }
+            if self._config.model:
+                params["model"] = self._config.model
+            result = await self.client.request("thread/start", params)
+        else:
+            ref = resume.native_thread_ref
+            params = {
+                "threadId": ref,
+                # Without it 0.169.0 returns every turn plus a deprecationNotice.
+                "excludeTurns": True,
+                "approvalPolicy": approval,
+                "sandbox": sandbox,
+            }
+            try:
+                result = await self.client.request("thread/resume", params)
+            except ProviderProtocolError as exc:
+                raise ResumeError(ref, resume_failure_reason(exc.message), exc.message) from exc
+        self._thread = _thread_id(result, "thread/start" if resume is None else "thread/resume")
+        self._turn = None
+        return self._thread
+
+    async def start_turn(self, text: str) -> None:
+        thread = self._require_thread("turn/start")
+        params = {"threadId": thread, "input": [{"type": "text", "text": text}]}
+        result = await self.client.request("turn/start", params)
+        turn = result.get("turn") if isinstance(result, dict) else None
+        turn_id = turn.get("id") if isinstance(turn, dict) else None
+        self._turn = turn_id if isinstance(turn_id, str) else None
+
+    async def steer_turn(self, text: str) -> None:
+        thread = self._require_thread("turn/steer")
+        turn = self.active_turn_ref
+        if turn is None:
+            raise AdapterError("codex: turn/steer: no turn is running")
+        params = {
+            "threadId": thread,
+            "expectedTurnId": turn,
+            "input": [{"type": "text", "text": text}],
+        }
+        await self.client.request("turn/steer", params)
+
+    async def interrupt_turn(self) -> None:
+        """Ask Codex to stop; its reply only acknowledges, ``turn/completed`` ends the turn."""
+        thread = self._require_thread("turn/interrupt")
+        turn = self.active_turn_ref
+        if turn is None:
+            return  # nothing running: already as stopped as it gets
+        await self.client.request("turn/interrupt", {"threadId": thread, "turnId": turn})
+
+    async def respond(self, native_request_ref: str, answer: RequestAnswer) -> None:
+        request = self.mapper.open_request(native_request_ref)
+        if request is None or self.client.gone:
+            raise StaleRequest(f"codex: request {native_request_ref} is not waiting for an answer")
+        # Marked before the first await: a concurrent second answer is stale.
+        self.mapper.answered(native_request_ref, answer.decision)
+        try:
+            result = answer_result(request.method, request.params, answer)
+        except AnswerRefused as refused:
+            await self.client.reply_error(request.request_id, refused.code, refused.message)
+            return
+        await self.client.reply(request.request_id, result)
+
+    async def fork_thread(self, resume: ResumeRefs) -> str:
+        """``thread/fork``; the fork becomes this runtime's current thread.
+
+        Codex loads the fork in this process (another process resuming it would
+        meet "already has an active writer"), so turns on it run here.
+        ``native_conversation_head_ref``, when set, is the last turn to keep.
+        """
+        approval, sandbox = self._options.policy(self._config)
+        params: dict[str, Any] = {
+            "threadId": resume.native_thread_ref,
+            "excludeTurns": True,
+            "approvalPolicy": approval,
+            "sandbox": sandbox,
+        }
+        if resume.native_conversation_head_ref:
+            params["lastTurnId"] = resume.native_conversation_head_ref
+        result = await self.client.request("thread/fork", params)
+        self._thread = _thread_id(result, "thread/fork")
+        self._turn = None
+        return self._thread
+
+    async def read_thread(
+        self, native_thread_ref: str | None = None, *, include_turns: bool = False
+    ) -> dict[str, Any]:
+        """``thread/read``: the thread's metadata (and turns, when asked)."""
+        thread = native_thread_ref or self._require_thread("thread/read")
+        result = await self.client.request(
+            "thread/read", {"threadId": thread, "includeTurns": include_turns}
+        )
+        return result if isinstance(result, dict) else {}
+
+    async def revert_thread(
+        self, before_turn_ref: str, native_thread_ref: str | None = None
+    ) -> dict[str, Any]:
+        """``thread/revert`` (0.169.0's rollback): drop ``before_turn_ref`` and later turns.
+
+        Only the conversation history changes; files on disk are not reverted.
+        """
+        thread = native_thread_ref or self._require_thread("thread/revert")
+        result = await self.client.request(
+            "thread/revert", {"threadId": thread, "beforeTurnId": before_turn_ref}
+        )
+        return result if isinstance(result, dict) else {}
+
+    async def close(self) -> None:
+        """Graceful stop: close stdin and wait (bounded) for the process to exit."""
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            await self._process.close_stdin()
+        with trio.move_on_after(self._options.close_timeout_s):
+            await self.exited.wait()
+
+    # --- reader side -----------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Read and translate frames until stdout ends, then report the exit."""
+        task_status.started()
+        await self.client.run()
+        status = await self._process.wait()
+        await self.report_exit(status)
+
+    async def report_exit(self, status: ExitStatus) -> None:
+        """Emit :class:`RuntimeExited` once (also used by the adapter's forced teardown)."""
+        if self._exit_reported:
+            return
+        self._exit_reported = True
+        self.exit_status = status
+        await self._emit(
+            RuntimeExited(
+                code=status.code, signal=status.signal, stderr_tail=self._process.stderr_tail()
+            )
+        )
+        self.exited.set()
+
+    async def _on_frame(self, frame: Frame, raw_id: str, call: Call | None) -> None:
+        if isinstance(frame, Notification):
+            events = self.mapper.notification(frame.method, frame.params, raw_id)
+        elif isinstance(frame, ServerRequest):
+            events = self.mapper.server_request(frame.id, frame.method, frame.params, raw_id)
+            if frame.method == ATTESTATION:
+                await self.client.reply_error(frame.id, METHOD_NOT_FOUND, "attestation unsupported")
+        elif isinstance(frame, Response):
+            if call is None:
+                events = self.mapper.unexpected_response(frame.id, raw_id)
+            else:
+                result = _decode(frame.result) if frame.result is not None else None
+                events = self.mapper.response(call.method, call.params, result, frame.error, raw_id)
+        else:
+            assert isinstance(frame, Malformed)
+            events = self.mapper.bad_line(
+                frame.code, frame.reason, frame.head, frame.length, raw_id
+            )
+        for event in events:
+            await self._emit(event)
+
+    async def _emit(self, event: ProviderEvent) -> None:
+        try:
+            await self._events.send(event)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            # Nobody listens any more (the session is being torn down): the raw
+            # frame log still has the frame.
+            log.debug("codex event dropped, channel closed: %s", type(event).__name__)
+
+    def _require_thread(self, method: str) -> str:
+        if self._thread is None:
+            raise AdapterError(f"codex: {method}: no thread is open (call open_thread first)")
+        return self._thread
+
+
+def _thread_id(result: Any, method: str) -> str:
+    thread = result.get("thread") if isinstance(result, dict) else None
+    ref = thread.get("id") if isinstance(thread, dict) else None
+    if not isinstance(ref, str):
+        raise ProviderProtocolError(method, None, f"reply without thread.id: {result!r}")
+    return ref
+
+
+__all__ = ["METHOD_NOT_FOUND", "CodexOptions", "CodexRuntime"]

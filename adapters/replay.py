@@ -1,0 +1,286 @@
+"""Replaying a transcript through a real adapter: the driver behind replay tests and
+``t3orch replay --provider P FILE``.
+
+A transcript records what a client *did* (its outbound frames) and what the
+provider answered. To replay it, the adapter runs against the in-memory
+:class:`~adapters.replay_process.ReplayLauncher` and a driver performs the
+client operations the recording implies, each when the adapter is ready for
+it. Providers plug in through :class:`ReplayProvider`: how to build their
+adapter and how to read a transcript's outbound frames back into :data:`Op`
+values, each guarded by a :class:`When` (counts of canonical events already
+emitted in that process, e.g. "after the RequestOpened for ref 0").
+
+The registry is keyed by provider name; ``adapters.<name>.replay_ops`` is
+imported on first use and must call :func:`register_replay_provider`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import msgspec
+import trio
+
+from adapters.protocol import (
+    NullRawSink,
+    ProviderAdapter,
+    ProviderRuntime,
+    RawFrameSink,
+    RequestAnswer,
+    ResumeRefs,
+    RuntimeConfig,
+)
+from adapters.replay_process import open_replay_launcher
+from adapters.transcript import Transcript, load_transcript
+from t3orch.provider_events import ProviderEvent, RuntimeExited
+
+#: Bound on each wait of the driver (an op's precondition, the final exit).
+DEFAULT_STEP_TIMEOUT_S = 10.0
+
+
+# --- operations ------------------------------------------------------------------
+
+
+@attrs.frozen
+class OpenThread:
+    resume: ResumeRefs | None = None
+
+
+@attrs.frozen
+class StartTurn:
+    text: str
+
+
+@attrs.frozen
+class SteerTurn:
+    text: str
+
+
+@attrs.frozen
+class Interrupt:
+    pass
+
+
+@attrs.frozen
+class Respond:
+    native_request_ref: str
+    answer: RequestAnswer
+
+
+@attrs.frozen
+class Fork:
+    resume: ResumeRefs
+
+
+@attrs.frozen
+class Call:
+    """A provider-specific runtime method, e.g. ``Call("read_thread", {...})``."""
+
+    method: str
+    kwargs: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+Op = OpenThread | StartTurn | SteerTurn | Interrupt | Respond | Fork | Call
+
+
+@attrs.frozen
+class Need:
+    """At least ``count`` events of ``event_type`` whose attributes equal ``where``."""
+
+    event_type: type[Any]
+    count: int = 1
+    where: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def satisfied(self, events: Sequence[ProviderEvent]) -> bool:
+        seen = 0
+        for event in events:
+            if isinstance(event, self.event_type) and all(
+                getattr(event, key, None) == value for key, value in self.where.items()
+            ):
+                seen += 1
+                if seen >= self.count:
+                    return True
+        return self.count <= 0
+
+
+@attrs.frozen
+class When:
+    """All of ``needs`` hold over the events of the current process."""
+
+    needs: tuple[Need, ...] = ()
+
+    def satisfied(self, events: Sequence[ProviderEvent]) -> bool:
+        return all(need.satisfied(events) for need in self.needs)
+
+
+@attrs.frozen
+class Step:
+    op: Op
+    when: When = When()
+
+
+@attrs.frozen
+class SegmentPlan:
+    """The operations of one provider process (one transcript segment)."""
+
+    steps: tuple[Step, ...]
+
+
+@attrs.frozen
+class ReplayPlan:
+    segments: tuple[SegmentPlan, ...]
+
+
+# --- registry --------------------------------------------------------------------
+
+
+@attrs.frozen
+class ReplayProvider:
+    """How one provider replays: its adapter, its plan, the config to run it with."""
+
+    make_adapter: Callable[[], ProviderAdapter]
+    plan: Callable[[Transcript], ReplayPlan]
+    config: Callable[[Transcript], RuntimeConfig] = attrs.field(
+        default=lambda transcript: RuntimeConfig(
+            command=list(transcript.header.argv) or [transcript.provider],
+            env={},
+            cwd="/",
+        )
+    )
+
+
+_PROVIDERS: dict[str, ReplayProvider] = {}
+
+
+def register_replay_provider(name: str, provider: ReplayProvider) -> None:
+    _PROVIDERS[name] = provider
+
+
+def replay_provider(name: str) -> ReplayProvider:
+    if name not in _PROVIDERS:
+        try:
+            importlib.import_module(f"adapters.{name}.replay_ops")
+        except ModuleNotFoundError as exc:
+            raise KeyError(f"no replay support for provider {name!r}") from exc
+    if name not in _PROVIDERS:
+        raise KeyError(f"adapters.{name}.replay_ops did not register a replay provider")
+    return _PROVIDERS[name]
+
+
+# --- driver ----------------------------------------------------------------------
+
+
+class _Collector:
+    """Receives the adapter's events; wakes waiters whenever one arrives."""
+
+    def __init__(self) -> None:
+        self.all: list[ProviderEvent] = []
+        self.segment: list[ProviderEvent] = []
+        self._changed = trio.Event()
+
+    async def collect(self, receive: trio.MemoryReceiveChannel[ProviderEvent]) -> None:
+        async with receive:
+            async for event in receive:
+                self.all.append(event)
+                self.segment.append(event)
+                self._changed.set()
+                self._changed = trio.Event()
+
+    async def wait_for(self, when: When) -> None:
+        while not when.satisfied(self.segment):
+            await self._changed.wait()
+
+
+async def perform(runtime: ProviderRuntime, op: Op) -> None:
+    """Carry out one operation on a runtime."""
+    if isinstance(op, OpenThread):
+        await runtime.open_thread(op.resume)
+    elif isinstance(op, StartTurn):
+        await runtime.start_turn(op.text)
+    elif isinstance(op, SteerTurn):
+        await runtime.steer_turn(op.text)
+    elif isinstance(op, Interrupt):
+        await runtime.interrupt_turn()
+    elif isinstance(op, Respond):
+        await runtime.respond(op.native_request_ref, op.answer)
+    elif isinstance(op, Fork):
+        await runtime.fork_thread(op.resume)
+    else:
+        await getattr(runtime, op.method)(**op.kwargs)
+
+
+async def replay_transcript(
+    transcript: Transcript,
+    *,
+    speed: float = 0.0,
+    strict: bool = True,
+    raw: RawFrameSink | None = None,
+    step_timeout_s: float = DEFAULT_STEP_TIMEOUT_S,
+) -> list[ProviderEvent]:
+    """Run the provider's adapter over ``transcript``; returns every canonical event."""
+    provider = replay_provider(transcript.provider)
+    plan = provider.plan(transcript)
+    config = provider.config(transcript)
+    sink = raw if raw is not None else NullRawSink()
+    collector = _Collector()
+    async with open_replay_launcher(transcript, speed=speed, strict=strict) as launcher:
+        for segment in plan.segments:
+            collector.segment = []
+            adapter = provider.make_adapter()
+            send, receive = trio.open_memory_channel[ProviderEvent](math.inf)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(collector.collect, receive)
+                async with send, adapter.open_runtime(config, launcher, send, sink) as runtime:
+                    for step in segment.steps:
+                        with trio.fail_after(step_timeout_s):
+                            await collector.wait_for(step.when)
+                            await perform(runtime, step.op)
+                    # The player emits the rest of the segment whatever we do; closing
+                    # stdin ends a segment that waits for it, and the exit is awaited
+                    # so that no recorded frame is cut off by the teardown's kill.
+                    with trio.fail_after(step_timeout_s):
+                        await runtime.close()
+                        await collector.wait_for(When((Need(RuntimeExited),)))
+    return collector.all
+
+
+async def replay_events(provider: str, path: str | Path, **kwargs: Any) -> list[ProviderEvent]:
+    """Load ``path`` and replay it; ``provider`` must match the transcript's header."""
+    transcript = load_transcript(path)
+    if transcript.provider != provider:
+        raise ValueError(f"{path}: a {transcript.provider} transcript, not {provider}")
+    return await replay_transcript(transcript, **kwargs)
+
+
+def event_json(event: ProviderEvent) -> bytes:
+    """One canonical event as a JSON line (what ``t3orch replay`` prints)."""
+    return msgspec.json.encode(event)
+
+
+__all__ = [
+    "Call",
+    "Fork",
+    "Interrupt",
+    "Need",
+    "Op",
+    "OpenThread",
+    "ReplayPlan",
+    "ReplayProvider",
+    "Respond",
+    "SegmentPlan",
+    "StartTurn",
+    "SteerTurn",
+    "Step",
+    "When",
+    "event_json",
+    "perform",
+    "register_replay_provider",
+    "replay_events",
+    "replay_provider",
+    "replay_transcript",
+]
