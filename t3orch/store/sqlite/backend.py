@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 import msgspec
 
@@ -52,6 +53,22 @@ def _translate(exc: sqlite3.Error, path: str) -> StoreError:
     if "not a database" in text or "malformed" in text:
         return StoreCorrupt(f"{path}: {text}")
     return StoreError(f"{path}: {text}")
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _guarded(method: _F) -> _F:
+    """Reads raise StoreError (naming the file), never a bare sqlite3 error."""
+
+    @functools.wraps(method)
+    def wrapper(self: SQLiteStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
+
+    return cast(_F, wrapper)
 
 
 class SQLiteStore:
@@ -259,9 +276,11 @@ class SQLiteStore:
         row = self._conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
         return int(row[0]) if row else 0
 
+    @_guarded
     def last_sequence(self) -> int:
         return self._head()
 
+    @_guarded
     def projection_sequence(self) -> int:
         (seq,) = self._conn.execute(
             "SELECT last_sequence FROM projection_state WHERE name = 'rows'"
@@ -280,9 +299,11 @@ class SQLiteStore:
             CommandId(row[0]), row[1], row[2], row[3], msgspec.json.decode(row[4])
         )
 
+    @_guarded
     def receipt(self, command_id: CommandId) -> CommandReceipt | None:
         return self._receipt(command_id)
 
+    @_guarded
     def read_events(self, after: int = 0, limit: int = 1000) -> list[EventEnvelope]:
         rows = self._conn.execute(
             f"SELECT {_EVENT_COLUMNS} FROM events WHERE sequence > ? ORDER BY sequence LIMIT ?",
@@ -298,6 +319,7 @@ class SQLiteStore:
             yield from page
             after = page[-1].sequence
 
+    @_guarded
     def read_thread_events(self, thread_id: str, after: int = 0) -> list[EventEnvelope]:
         rows = self._conn.execute(
             f"SELECT {_EVENT_COLUMNS} FROM events WHERE thread_id = ? AND sequence > ? "
@@ -306,19 +328,24 @@ class SQLiteStore:
         ).fetchall()
         return [_envelope(r) for r in rows]
 
+    @_guarded
     def rows(self, kind: str, *, thread_id: str | None = None) -> list[Row]:
         return _rows(self._conn, kind, thread_id)
 
+    @_guarded
     def rows_by_status(self, kind: str, statuses: Sequence[str]) -> list[Row]:
         return _rows_by_status(self._conn, kind, statuses)
 
+    @_guarded
     def row(self, kind: str, id: str) -> Row | None:
         return _row(self._conn, kind, id)
 
+    @_guarded
     def all_rows(self) -> list[Row]:
         cur = self._conn.execute(f"SELECT {_ROW_COLUMNS} FROM rows ORDER BY kind, id")
         return [Row(*r) for r in cur.fetchall()]
 
+    @_guarded
     def integrity_problems(self) -> list[str]:
         rows = self._conn.execute("PRAGMA quick_check").fetchall()
         return [r[0] for r in rows if r[0] != "ok"]
@@ -326,11 +353,14 @@ class SQLiteStore:
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[SQLiteStore]:
         """A consistent read: every query inside sees one committed state."""
-        self._conn.execute("BEGIN")
         try:
-            yield self
-        finally:
-            self._conn.execute("COMMIT")
+            self._conn.execute("BEGIN")
+            try:
+                yield self
+            finally:
+                self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
 
 
 def _envelope(r: tuple[Any, ...]) -> EventEnvelope:

@@ -1,0 +1,149 @@
+"""The event-store contract. Every backend runs this suite (see test_sqlite_contract.py).
+
+A backend is a factory ``open(reopen: bool) -> EventStore``; reopening returns a
+store on the same data where the backend is durable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from t3orch.domain.thread import AppThread, ModelSelection
+from t3orch.events import EventDraft, ProviderDiagnostic, ThreadUpserted
+from t3orch.ids import CommandId, ProjectId, ThreadId
+from t3orch.projections.check import compare, rebuild
+from t3orch.store.errors import CommandRejected
+from t3orch.store.interface import Decision, EventStore, StateView, Submission
+
+OpenStore = Callable[[], EventStore]
+
+
+def thread(i: int, now: str = "2026-11-30T00:00:00.000Z", title: str = "t") -> AppThread:
+    return AppThread(
+        id=ThreadId(f"thr_{i:04d}"), project_id=ProjectId("prj_x"), title=title,
+        default_provider="standin", model_selection=ModelSelection(provider="standin"),
+        runtime_mode="approval-required", interaction_mode="default", cwd="/tmp", branch=None,
+        worktree_path=None, active_provider_thread_id=None, lineage=None, created_at=now,
+        updated_at=now)
+
+
+def upsert(i: int, title: str = "t") -> Submission:
+    return Submission(lambda view: Decision([EventDraft(payload=ThreadUpserted(thread=thread(i, title=title)))], i))
+
+
+def diag(n: int) -> Submission:
+    drafts = [EventDraft(payload=ProviderDiagnostic(provider_session_id=None, level="info",
+                                                     code="c", message=str(k))) for k in range(n)]
+    return Submission(lambda view: Decision(drafts, n))
+
+
+def reject(view: StateView) -> Decision:
+    raise CommandRejected("nope", "refused on purpose")
+
+
+class StoreContract:
+    """Subclasses provide the ``open_store`` fixture."""
+
+    @pytest.fixture
+    def open_store(self) -> OpenStore:
+        raise NotImplementedError
+
+    def test_fresh_store_is_empty(self, open_store: OpenStore) -> None:
+        store = open_store()
+        assert store.last_sequence() == 0
+        assert store.projection_sequence() == 0
+        assert store.read_events() == []
+
+    def test_sequences_start_at_one_and_increase_without_gaps(self, open_store: OpenStore) -> None:
+        store = open_store()
+        out = store.commit_batch([diag(3), upsert(1), diag(2)])
+        seqs = [e.sequence for o in out for e in o.events]
+        assert seqs == [1, 2, 3, 4, 5, 6]
+        assert [e.sequence for e in store.read_events()] == seqs
+        assert store.last_sequence() == 6 == store.projection_sequence()
+
+    def test_envelope_names_type_and_app_ids(self, open_store: OpenStore) -> None:
+        store = open_store()
+        (o,) = store.commit_batch([upsert(7)])
+        (env,) = store.read_events()
+        assert env == o.events[0]
+        assert env.type == "thread.upserted"
+        assert env.thread_id == "thr_0007"
+        assert env.occurred_at.endswith("Z")
+
+    def test_rejected_submission_rolls_back_alone(self, open_store: OpenStore) -> None:
+        store = open_store()
+        out = store.commit_batch([upsert(1), Submission(reject), upsert(2)])
+        assert out[1].error is not None and out[1].error.code == "nope"
+        assert [e.sequence for e in store.read_events()] == [1, 2]
+        assert {r.id for r in store.rows("thread")} == {"thr_0001", "thr_0002"}
+
+    def test_later_submission_sees_earlier_one_in_the_same_batch(self, open_store: OpenStore) -> None:
+        store = open_store()
+
+        def check(view: StateView) -> Decision:
+            assert view.get("thread", "thr_0001") is not None
+            return Decision([], "seen")
+
+        out = store.commit_batch([upsert(1), Submission(check)])
+        assert out[1].result == "seen"
+
+    def test_duplicate_command_id_returns_first_result_and_writes_nothing(
+        self, open_store: OpenStore
+    ) -> None:
+        store = open_store()
+        first = Submission(upsert(1).decide, CommandId("cmd-1"), "t")
+        second = Submission(upsert(2).decide, CommandId("cmd-1"), "t")
+        (a,) = store.commit_batch([first])
+        (b,) = store.commit_batch([second])
+        assert b.duplicate and not a.duplicate
+        assert b.result == a.result == 1
+        assert b.result_sequence == a.result_sequence == 1
+        assert store.last_sequence() == 1
+        receipt = store.receipt(CommandId("cmd-1"))
+        assert receipt is not None and receipt.result_sequence == 1
+
+    def test_duplicate_within_one_batch(self, open_store: OpenStore) -> None:
+        store = open_store()
+        out = store.commit_batch([Submission(upsert(1).decide, CommandId("c")),
+                                  Submission(upsert(2).decide, CommandId("c"))])
+        assert out[1].duplicate and out[1].result == 1
+        assert store.last_sequence() == 1
+
+    def test_paging_and_iteration(self, open_store: OpenStore) -> None:
+        store = open_store()
+        store.commit_batch([diag(25)])
+        assert [e.sequence for e in store.read_events(10, 5)] == [11, 12, 13, 14, 15]
+        assert [e.sequence for e in store.iter_events(20)] == [21, 22, 23, 24, 25]
+
+    def test_upsert_keeps_first_position(self, open_store: OpenStore) -> None:
+        store = open_store()
+        store.commit_batch([upsert(1), upsert(2)])
+        store.commit_batch([upsert(1, title="renamed")])
+        rows = store.rows("thread")
+        assert [r.id for r in rows] == ["thr_0001", "thr_0002"]
+        assert rows[0].decode().title == "renamed"
+
+    def test_rows_equal_a_rebuild(self, open_store: OpenStore) -> None:
+        store = open_store()
+        store.commit_batch([upsert(1), diag(2), upsert(2), upsert(1, title="x")])
+        rebuilt, count, gaps = rebuild(store.iter_events())
+        assert count == 5 and not gaps
+        assert compare(store.all_rows(), rebuilt) == []
+
+
+
+class DurableStoreContract(StoreContract):
+    """For backends whose data outlives the connection."""
+
+    def test_reopen_keeps_everything_and_never_reuses_sequences(self, open_store: OpenStore) -> None:
+        store = open_store()
+        store.commit_batch([Submission(upsert(1).decide, CommandId("c1")), diag(2)])
+        store.close()
+        store = open_store()
+        assert store.last_sequence() == 3
+        (o,) = store.commit_batch([diag(1)])
+        assert o.events[0].sequence == 4
+        assert store.receipt(CommandId("c1")) is not None

@@ -1,0 +1,135 @@
+"""Bad stores and state dirs: a clear one-line error, a non-zero exit, no data touched."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from t3orch.core import open_core
+from t3orch.store.errors import SchemaTooNew, StateDirInvalid, StoreCorrupt, StoreFull
+from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.state import prepare_state_dir
+from tests.store.contract import diag, upsert
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "t3orch.cli.main", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
+def _assert_one_line_failure(proc: subprocess.CompletedProcess[str], needle: str) -> None:
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert needle in lines[0]
+
+
+def test_garbage_file_is_refused_untouched(state_dir: Path) -> None:
+    db = state_dir / "events.sqlite3"
+    db.write_bytes(b"this is not a database\n" * 100)
+    before = _digest(db)
+    with pytest.raises(StoreCorrupt, match="not a SQLite database"):
+        SQLiteStore(db)
+    for cmd in ("check", "events"):
+        _assert_one_line_failure(_cli(cmd, "--state-dir", str(state_dir)), "not a SQLite database")
+    assert _digest(db) == before
+    assert sorted(p.name for p in state_dir.iterdir()) == ["events.sqlite3"]
+
+
+def test_damaged_sqlite_file_is_refused_untouched(state_dir: Path) -> None:
+    db = state_dir / "events.sqlite3"
+    store = SQLiteStore(db)
+    store.commit_batch([diag(50)])
+    store.close()
+    data = bytearray(db.read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)  # wreck the first page's b-tree
+    db.write_bytes(bytes(data))
+    before = _digest(db)
+    with pytest.raises(StoreCorrupt):
+        SQLiteStore(db)
+    _assert_one_line_failure(_cli("check", "--state-dir", str(state_dir)), "events.sqlite3")
+    assert _digest(db) == before
+
+
+def test_foreign_sqlite_database_is_refused_untouched(state_dir: Path) -> None:
+    db = state_dir / "events.sqlite3"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+    conn.commit()
+    conn.close()
+    before = _digest(db)
+    with pytest.raises(StoreCorrupt, match="another application"):
+        SQLiteStore(db)
+    _assert_one_line_failure(_cli("check", "--state-dir", str(state_dir)), "another application")
+    assert _digest(db) == before
+
+
+def test_store_from_a_newer_schema_is_refused_untouched(state_dir: Path) -> None:
+    db = state_dir / "events.sqlite3"
+    SQLiteStore(db).close()
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA user_version = 99")
+    conn.commit()
+    conn.close()
+    before = _digest(db)
+    with pytest.raises(SchemaTooNew, match="version 99"):
+        SQLiteStore(db)
+    _assert_one_line_failure(_cli("check", "--state-dir", str(state_dir)), "newer t3orch")
+    assert _digest(db) == before
+
+
+def test_invalid_state_dirs(tmp_path: Path) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(StateDirInvalid, match="not a directory"):
+        prepare_state_dir(a_file, create=True)
+    with pytest.raises(StateDirInvalid, match="does not exist"):
+        prepare_state_dir(tmp_path / "missing", create=False)
+    _assert_one_line_failure(_cli("events", "--state-dir", str(a_file)), "not a directory")
+    _assert_one_line_failure(_cli("check", "--state-dir", str(tmp_path / "missing")),
+                             "does not exist")
+    assert not (tmp_path / "missing").exists()
+
+
+def test_full_disk_fails_the_batch_and_keeps_committed_data(state_dir: Path) -> None:
+    db = state_dir / "events.sqlite3"
+    store = SQLiteStore(db)
+    store.commit_batch([upsert(1)])
+    # A real SQLITE_FULL: cap the file at its current size.
+    (pages,) = store._conn.execute("PRAGMA page_count").fetchone()
+    store._conn.execute(f"PRAGMA max_page_count = {pages + 1}")
+    with pytest.raises(StoreFull, match="full"):
+        store.commit_batch([diag(2000)])
+    assert store.last_sequence() == 1
+    assert [r.id for r in store.rows("thread")] == ["thr_0001"]
+    store._conn.execute("PRAGMA max_page_count = 1073741823")
+    (o,) = store.commit_batch([diag(1)])
+    assert o.events[0].sequence == 2
+    store.close()
+
+
+async def test_writer_survives_a_full_disk(state_dir: Path) -> None:
+    db = state_dir / "events.sqlite3"
+    async with open_core(db) as core:
+        await core.writer.submit(upsert(1).decide)
+        (pages,) = core.store._conn.execute("PRAGMA page_count").fetchone()
+        core.store._conn.execute(f"PRAGMA max_page_count = {pages + 1}")
+        with pytest.raises(StoreFull):
+            await core.writer.submit(diag(2000).decide)
+        core.store._conn.execute("PRAGMA max_page_count = 1073741823")
+        out = await core.writer.submit(diag(1).decide)
+        assert out.events[0].sequence == 2
+        with trio.fail_after(5):
+            pass
