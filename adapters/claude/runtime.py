@@ -1,0 +1,484 @@
+"""The Claude :class:`~adapters.protocol.ProviderRuntime`: one CLI process per thread.
+
+The process is spawned by :meth:`ClaudeRuntime.open_thread` (its command line
+depends on whether we resume) and read by one reader task. Every frame goes
+through the :class:`~adapters.claude.mapper.ClaudeMapper` the moment it is read,
+and the events it returns are queued at once (no await in between), so canonical
+events come out in exactly the order things happened, whichever task caused
+them. A forwarder task moves them to the caller's channel; the reader stops
+reading while too many are queued, which keeps a slow consumer from letting
+memory grow without bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import msgspec
+import trio
+
+from adapters.claude.control import (
+    ControlChannel,
+    HookCall,
+    IncomingRequest,
+    McpCall,
+    allow,
+    deny,
+    mcp_response,
+)
+from adapters.claude.frames import (
+    ControlCancelFrame,
+    ControlRequestFrame,
+    ControlResponseFrame,
+    ResultFrame,
+    decode_line,
+)
+from adapters.claude.mapper import CLAUDE_CAPABILITIES, ClaudeMapper
+from adapters.claude.options import ClaudeOptions, build_argv
+from adapters.errors import (
+    AdapterError,
+    NotSupported,
+    ProviderGone,
+    ResumeError,
+    StaleRequest,
+)
+from adapters.protocol import RawFrameSink, RequestAnswer, ResumeRefs, RuntimeConfig
+from adapters.transport import (
+    ExitStatus,
+    LaunchSpec,
+    OversizedLine,
+    ProcessLauncher,
+    ProviderProcess,
+)
+from t3orch.domain.provider import ProviderCapabilities
+from t3orch.provider_events import Diagnostic, ProviderEvent, ResumeFailed
+
+#: The reader pauses while more events than this wait for the consumer.
+QUEUE_HIGH_WATER = 1024
+#: How long leaving the runtime waits for the process to be reaped and events flushed.
+TEARDOWN_TIMEOUT_S = 5.0
+_NOT_FOUND = "No conversation found"
+
+
+@attrs.define(eq=False)
+class _Session:
+    """One CLI process and everything scoped to it."""
+
+    process: ProviderProcess
+    control: ControlChannel
+    mapper: ClaudeMapper
+    #: The native thread ref we resume (None for a new session).
+    resuming: str | None
+    initialized: bool = False
+    #: The error text of a result that came before any turn (a failed start).
+    startup_error: str | None = None
+    resume_failure: ResumeError | None = None
+    exited: trio.Event = attrs.field(factory=trio.Event)
+
+
+class ClaudeRuntime:
+    """Implements :class:`~adapters.protocol.ProviderRuntime` for the ``claude`` CLI."""
+
+    def __init__(
+        self,
+        config: RuntimeConfig,
+        launcher: ProcessLauncher,
+        raw: RawFrameSink,
+        options: ClaudeOptions,
+        nursery: trio.Nursery,
+    ) -> None:
+        self._config = config
+        self._launcher = launcher
+        self._raw = raw
+        self._options = options
+        self._nursery = nursery
+        self._session: _Session | None = None
+        self._sessions: list[_Session] = []
+        self._queue_send, self._queue_receive = trio.open_memory_channel[ProviderEvent](math.inf)
+        self._room = trio.Event()
+        self._room.set()
+        self._flushed = trio.Event()
+
+    # -- ProviderRuntime ---------------------------------------------------------
+
+    @property
+    def capabilities(self) -> ProviderCapabilities:
+        return CLAUDE_CAPABILITIES
+
+    @property
+    def pid(self) -> int | None:
+        return self._session.process.pid if self._session is not None else None
+
+    async def open_thread(self, resume: ResumeRefs | None, *, session_id: str | None = None) -> str:
+        """Spawn the CLI for a new session, or resuming ``resume``; send ``initialize``.
+
+        A new session gets the id ``session_id`` (default: a fresh UUID from the
+        options' factory) through ``--session-id``, so the ref is known before
+        the first turn. Raises :class:`ResumeError` (after queueing ResumeFailed)
+        when the CLI cannot resume.
+        """
+        if resume is None:
+            new_id = session_id or self._options.session_id_factory()
+            argv = build_argv(self._config, self._options, session_id=new_id)
+            await self._start(argv, ClaudeMapper(native_thread_ref=new_id), None)
+            return new_id
+        ref = resume.native_thread_ref
+        argv = build_argv(
+            self._config,
+            self._options,
+            resume=ref,
+            resume_at=resume.native_conversation_head_ref,
+        )
+        mapper = ClaudeMapper(native_thread_ref=ref, head=resume.native_conversation_head_ref)
+        await self._start(argv, mapper, ref)
+        return ref
+
+    async def fork_thread(self, resume: ResumeRefs, *, session_id: str | None = None) -> str:
+        """A new process resuming ``resume`` under a new session id (``--fork-session``).
+
+        The runtime hosts one process: the fork replaces the current one (closed
+        gracefully first).
+        """
+        new_id = session_id or self._options.session_id_factory()
+        argv = build_argv(
+            self._config,
+            self._options,
+            session_id=new_id,
+            resume=resume.native_thread_ref,
+            resume_at=resume.native_conversation_head_ref,
+            fork=True,
+        )
+        mapper = ClaudeMapper(native_thread_ref=new_id, forked_from=resume.native_thread_ref)
+        await self._start(argv, mapper, resume.native_thread_ref)
+        return new_id
+
+    async def start_turn(self, text: str) -> None:
+        session = self._live()
+        if session.mapper.turn_active:
+            raise NotSupported("claude: a turn is already running; Claude cannot steer it")
+        # TurnStarted goes out before the frame: the CLI's answer cannot overtake it.
+        self._push(session.mapper.user_sent())
+        frame = {
+            "type": "user",
+            "session_id": "",
+            "parent_tool_use_id": None,
+            "message": {"role": "user", "content": text},
+        }
+        await self._send(session, frame)
+
+    async def steer_turn(self, text: str) -> None:
+        raise NotSupported("claude: no native way to add input to a running turn")
+
+    async def interrupt_turn(self) -> None:
+        session = self._live()
+        if not session.mapper.turn_active:
+            return
+        self._push(session.mapper.interrupt_sent())
+        await session.control.request("interrupt")
+
+    async def respond(self, native_request_ref: str, answer: RequestAnswer) -> None:
+        session = self._live()
+        request = session.control.incoming(native_request_ref)
+        if request is None or request.body.subtype != "can_use_tool":
+            raise StaleRequest(f"claude: request {native_request_ref} is not waiting")
+        if answer.decision == "cancel":
+            # A deny with interrupt ends the turn: its error result is an interrupt.
+            self._push(session.mapper.interrupt_sent())
+        await session.control.answer(native_request_ref, _permission_answer(request, answer))
+        self._push(session.mapper.request_answered(native_request_ref, answer.decision))
+
+    async def close(self) -> None:
+        """Close stdin and wait for the exit; kill if it takes longer than the bound."""
+        session = self._session
+        if session is None:
+            return
+        await self._stop(session, graceful=True)
+
+    # -- beyond the protocol ------------------------------------------------------
+
+    async def set_permission_mode(self, mode: str) -> None:
+        await self._live().control.request("set_permission_mode", {"mode": mode})
+
+    async def set_model(self, model: str | None) -> None:
+        await self._live().control.request("set_model", {"model": model})
+
+    @property
+    def native_conversation_head_ref(self) -> str | None:
+        return self._session.mapper.head if self._session is not None else None
+
+    # -- process lifetime ---------------------------------------------------------
+
+    async def _start(self, argv: list[str], mapper: ClaudeMapper, resuming: str | None) -> None:
+        if self._session is not None:
+            await self._stop(self._session, graceful=True)
+        spec = LaunchSpec(argv=argv, env=self._config.env, cwd=self._config.cwd)
+        process = await self._launcher.launch(spec)
+        session = _Session(
+            process=process,
+            control=ControlChannel(
+                lambda frame: self._send(session, frame), timeout_s=self._config.request_timeout_s
+            ),
+            mapper=mapper,
+            resuming=resuming,
+        )
+        self._session = session
+        self._sessions.append(session)
+        await self._nursery.start(self._read, session)
+        hooks = (
+            {k: [dict(m) for m in v] for k, v in self._options.hooks.items()}
+            if self._options.hooks
+            else None
+        )
+        try:
+            await session.control.request("initialize", {"hooks": hooks})
+        except ProviderGone:
+            if session.resuming is None:
+                raise
+            # A resume that fails ends the process before `initialize` is
+            # answered; the reader has classified it by the time it has exited.
+            with trio.move_on_after(self._config.request_timeout_s):
+                await session.exited.wait()
+            raise session.resume_failure or ResumeError(
+                session.resuming, "error", "claude exited before initialize was answered"
+            ) from None
+        session.initialized = True
+
+    async def _stop(self, session: _Session, *, graceful: bool) -> None:
+        if graceful and not session.exited.is_set():
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await session.process.close_stdin()
+            with trio.move_on_after(self._options.close_timeout_s):
+                await session.exited.wait()
+        if not session.exited.is_set():
+            await session.process.kill()
+            with trio.move_on_after(TEARDOWN_TIMEOUT_S):
+                await session.exited.wait()
+
+    async def shutdown(self) -> None:
+        """Kill every process, wait for the readers, flush the events (call shielded)."""
+        for session in self._sessions:
+            if not session.exited.is_set():
+                await session.process.kill()
+        with trio.move_on_after(TEARDOWN_TIMEOUT_S):
+            for session in self._sessions:
+                await session.exited.wait()
+        self._queue_send.close()
+        with trio.move_on_after(TEARDOWN_TIMEOUT_S):
+            await self._flushed.wait()
+
+    def _live(self) -> _Session:
+        session = self._session
+        if session is None:
+            raise AdapterError("claude: no thread open (call open_thread first)")
+        if session.exited.is_set():
+            raise ProviderGone("claude: the process has exited")
+        return session
+
+    async def _send(self, session: _Session, frame: Mapping[str, Any]) -> None:
+        line = msgspec.json.encode(frame)
+        self._raw.record("outgoing", line)
+        try:
+            await session.process.send_line(line)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise ProviderGone("claude: the process has exited (stdin closed)") from exc
+
+    # -- events -------------------------------------------------------------------
+
+    def _push(self, events: list[ProviderEvent]) -> None:
+        for event in events:
+            self._queue_send.send_nowait(event)
+        if self._queue_send.statistics().current_buffer_used >= QUEUE_HIGH_WATER:
+            self._room = trio.Event()
+
+    async def forward(self, events: trio.MemorySendChannel[ProviderEvent]) -> None:
+        """Move queued events to the consumer, in order, until shutdown."""
+        try:
+            async for event in self._queue_receive:
+                # A consumer that left must not block us: keep draining.
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await events.send(event)
+                if self._queue_send.statistics().current_buffer_used < QUEUE_HIGH_WATER // 2:
+                    self._room.set()
+        finally:
+            self._room.set()
+            self._flushed.set()
+
+    # -- the reader ---------------------------------------------------------------
+
+    async def _read(
+        self, session: _Session, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        process = session.process
+        try:
+            while True:
+                await self._room.wait()
+                line = await process.receive_line()
+                if line is None:
+                    break
+                self._on_line(session, line)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # stdout went away with the process
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._on_exit(session)
+
+    def _on_line(self, session: _Session, line: bytes | OversizedLine) -> None:
+        # Synchronous from the raw record to the queued events: nothing can
+        # interleave, so event order is frame order.
+        recorded = line.head if isinstance(line, OversizedLine) else line
+        raw_id = self._raw.record("incoming", recorded)
+        decoded = decode_line(line)
+        if decoded is None:
+            return
+        if isinstance(decoded, ControlResponseFrame):
+            if not session.control.on_response(decoded):
+                self._push(
+                    [_diag("claude.unmatched_response", decoded.response.request_id, raw_id)]
+                )
+            return
+        if isinstance(decoded, ResultFrame) and not session.mapper.turn_active:
+            self._note_startup_error(session, decoded)
+        if isinstance(decoded, ControlCancelFrame):
+            session.control.cancel_incoming(decoded.request_id)
+        events = session.mapper.frame(decoded, raw_id)
+        if isinstance(decoded, ControlRequestFrame):
+            # Registered before RequestOpened is queued: a consumer that answers
+            # the moment it sees the event finds the request waiting.
+            request = session.control.open_incoming(decoded.request_id, decoded.request)
+            self._dispatch(session, request)
+        self._push(events)
+
+    def _note_startup_error(self, session: _Session, frame: ResultFrame) -> None:
+        if not frame.is_error:
+            return
+        message = "; ".join(frame.errors or []) or frame.result or frame.subtype
+        session.startup_error = message
+        if session.resuming is not None and _NOT_FOUND in message:
+            self._resume_failed(session, "not_found", message)
+
+    def _resume_failed(self, session: _Session, reason: str, message: str) -> None:
+        if session.resume_failure is not None or session.resuming is None:
+            return
+        session.resume_failure = ResumeError(session.resuming, reason, message)
+        self._push(
+            [
+                ResumeFailed(
+                    native_thread_ref=session.resuming,
+                    reason="not_found" if reason == "not_found" else "error",
+                    message=message,
+                )
+            ]
+        )
+
+    async def _on_exit(self, session: _Session) -> None:
+        status: ExitStatus | None = None
+        with trio.move_on_after(TEARDOWN_TIMEOUT_S):
+            status = await session.process.wait()
+        if status is None:  # stdout ended but the process lives on: end it
+            await session.process.kill()
+            with trio.move_on_after(TEARDOWN_TIMEOUT_S):
+                status = await session.process.wait()
+        if status is None:
+            status = ExitStatus(code=None, signal=None)
+        stderr = session.process.stderr_tail()
+        session.control.fail_all(ProviderGone(f"claude {status.describe()}"))
+        if session.resuming is not None and not session.initialized:
+            # Died before `initialize` was answered: the resume did not happen.
+            if _NOT_FOUND in stderr:
+                self._resume_failed(session, "not_found", _last_line(stderr, _NOT_FOUND))
+            else:
+                message = session.startup_error or f"claude {status.describe()}: {stderr[-500:]}"
+                self._resume_failed(session, "error", message)
+        self._push(session.mapper.exited(status, stderr))
+        session.exited.set()
+
+    # -- requests the CLI sends -------------------------------------------------------
+
+    def _dispatch(self, session: _Session, request: IncomingRequest) -> None:
+        subtype = request.body.subtype
+        if subtype == "hook_callback":
+            self._nursery.start_soon(self._answer_hook, session, request)
+        elif subtype == "mcp_message":
+            self._nursery.start_soon(self._answer_mcp, session, request)
+        elif subtype != "can_use_tool":
+            self._nursery.start_soon(
+                self._answer_error, session, request, f"Unsupported control request: {subtype}"
+            )
+        # can_use_tool waits for respond()
+
+    async def _answer_hook(self, session: _Session, request: IncomingRequest) -> None:
+        body = request.body
+        call = HookCall(
+            request_id=request.request_id,
+            callback_id=body.callback_id or "",
+            tool_use_id=body.tool_use_id,
+            input=body.input if isinstance(body.input, dict) else {},
+        )
+        await self._run_handler(
+            session, request, lambda: self._options.hook_handler(call), lambda out: dict(out)
+        )
+
+    async def _answer_mcp(self, session: _Session, request: IncomingRequest) -> None:
+        body = request.body
+        call = McpCall(
+            request_id=request.request_id,
+            server_name=body.server_name or "",
+            message=body.message or {},
+        )
+        await self._run_handler(
+            session, request, lambda: self._options.mcp_handler(call), mcp_response
+        )
+
+    async def _run_handler(
+        self,
+        session: _Session,
+        request: IncomingRequest,
+        handler: Callable[[], Any],
+        wrap: Callable[[Any], dict[str, Any]],
+    ) -> None:
+        try:
+            output = await handler()
+        except Exception as exc:  # a handler bug must not take the runtime down
+            self._push([_diag("claude.handler_failed", f"{request.body.subtype}: {exc!r}", None)])
+            await self._answer_error(session, request, f"handler failed: {exc}")
+            return
+        # Withdrawn by the CLI, or the process is gone: nobody to answer.
+        with contextlib.suppress(StaleRequest, ProviderGone):
+            await session.control.answer(request.request_id, wrap(output))
+
+    async def _answer_error(
+        self, session: _Session, request: IncomingRequest, message: str
+    ) -> None:
+        with contextlib.suppress(StaleRequest, ProviderGone):
+            await session.control.answer_error(request.request_id, message)
+
+
+def _permission_answer(request: IncomingRequest, answer: RequestAnswer) -> dict[str, Any]:
+    body = request.body
+    tool_input = body.input if isinstance(body.input, dict) else {}
+    if answer.decision == "accept":
+        if answer.answers is not None:
+            # AskUserQuestion: the answers ride on the input, keyed by question text.
+            return allow({**tool_input, "answers": dict(answer.answers)})
+        return allow(tool_input)
+    if answer.decision == "acceptForSession":
+        return allow(tool_input, body.permission_suggestions)
+    if answer.decision == "cancel":
+        return deny(answer.message or "The user cancelled this tool call.", interrupt=True)
+    return deny(answer.message or "The user declined this tool call.")
+
+
+def _diag(code: str, message: str, raw_id: str | None) -> Diagnostic:
+    return Diagnostic(level="warning", code=code, message=message, raw_event_id=raw_id)
+
+
+def _last_line(text: str, needle: str) -> str:
+    for line in reversed(text.splitlines()):
+        if needle in line:
+            return line.strip()
+    return needle
