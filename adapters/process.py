@@ -123,6 +123,8 @@ class ChildProcess:
         self._stderr_done = trio.Event()
         self._reaped = trio.Event()
         self._status: ExitStatus | None = None
+        self._stdin_closed = False
+        self._stdin_released = False
         self._pidfd: int | None
         try:
             # The child is not reaped yet, so its pid is still ours to open.
@@ -153,7 +155,14 @@ class ChildProcess:
         if b"\n" in line:
             raise ValueError("a frame must not contain a newline")
         async with self._send_lock:
-            await self._stdin.send_all(line + b"\n")
+            try:
+                await self._stdin.send_all(line + b"\n")
+            except trio.ClosedResourceError:
+                if self._stdin_released:
+                    # Teardown closed our end after the process ended: to the
+                    # caller that is a dead process, not a stream it closed.
+                    raise trio.BrokenResourceError(f"provider pid {self.pid} has exited") from None
+                raise
 
     async def receive_line(self) -> bytes | OversizedLine | None:
         try:
@@ -165,6 +174,7 @@ class ChildProcess:
         return line
 
     async def close_stdin(self) -> None:
+        self._stdin_closed = True
         await self._stdin.aclose()
 
     async def wait(self) -> ExitStatus:
@@ -283,6 +293,7 @@ class ChildProcess:
                     "pid %d did not die within %ss of SIGKILL", self.pid, _TEARDOWN_REAP_BOUND
                 )
                 self._close_pidfd()
+        self._stdin_released = not self._stdin_closed
         await self._stdin.aclose()
         await self._stderr.aclose()
         if release_stdout:
@@ -336,7 +347,17 @@ async def run_child_process(
     (returning the exit status) once the process has exited and stderr is
     drained. Cancelling it kills the group and reaps.
     """
-    child = _spawn(spec)
+    return await _supervise(_spawn(spec), task_status=task_status)
+
+
+async def _supervise(
+    child: ChildProcess,
+    *,
+    task_status: trio.TaskStatus[ChildProcess] = trio.TASK_STATUS_IGNORED,
+) -> ExitStatus:
+    """The lifetime of a spawned child. Its first statement is the ``try`` whose
+    shielded ``finally`` kills and reaps: a task always runs up to its first
+    checkpoint, so once started nothing can skip the teardown."""
     clean = False
     try:
         async with trio.open_nursery() as nursery:
@@ -373,8 +394,11 @@ class TrioProcessLauncher:
 @asynccontextmanager
 async def open_child_process(spec: LaunchSpec) -> AsyncIterator[ChildProcess]:
     """A provider process for the duration of the block; leaving it kills and reaps the group."""
+    # Spawn outside the nursery so a launch failure (no such executable) is
+    # raised as itself rather than inside an exception group.
+    spawned = _spawn(spec)
     async with trio.open_nursery() as nursery:
-        child: ChildProcess = await nursery.start(run_child_process, spec)
+        child: ChildProcess = await nursery.start(_supervise, spawned)
         try:
             yield child
         finally:
