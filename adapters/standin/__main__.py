@@ -166,7 +166,8 @@ def _exit_as(status: ExitStatus) -> NoReturn:
     if status.signal is not None:
         # Die of the recorded signal, with its default action, so the parent
         # observes a real signal death rather than an exit code.
-        signal.signal(status.signal, signal.SIG_DFL)
+        if status.signal not in (signal.SIGKILL, signal.SIGSTOP):  # those have no handler
+            signal.signal(status.signal, signal.SIG_DFL)
         os.kill(os.getpid(), status.signal)
         sys.exit(128 + status.signal)  # a signal whose default is to ignore
     sys.exit(status.code if status.code is not None else 0)
