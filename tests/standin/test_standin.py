@@ -277,3 +277,12 @@ async def test_stop_before_any_frame_leaves_no_process(fixture: Path) -> None:
             assert result.stage == "close"
             assert result.status == ExitStatus(code=0, signal=None)
             await assert_group_empty(child.pgid)
+
+
+async def test_a_recorded_catchable_signal_is_also_a_signal_death(tmp_path: Path) -> None:
+    script = write_transcript(
+        tmp_path / "term.ndjson", {"step": "runtime_exit", "afterMs": 10, "signal": "SIGTERM"}
+    )
+    with trio.fail_after(20):
+        async with open_child_process(standin_spec(script)) as child:
+            assert await child.wait() == ExitStatus(code=None, signal=signal.SIGTERM)
