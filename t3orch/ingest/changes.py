@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from t3orch.domain.turn_items import DELTA_FIELD
 from t3orch.events import (
     Correlation,
     EventDraft,
@@ -17,8 +20,10 @@ from t3orch.events import (
     RuntimeRequestUpserted,
     RunUpserted,
     ThreadUpserted,
+    TurnItemDelta,
     TurnItemUpserted,
 )
+from t3orch.ids import ThreadId, TurnItemId
 from t3orch.store.interface import StateView
 
 _WRAP: dict[str, Any] = {
@@ -62,6 +67,19 @@ class Changes:
             return
         self._overlay[(kind, value.id)] = value
         self.emit(_WRAP[kind](value))
+
+    def delta(self, item_id: str, thread_id: str, text: str) -> None:
+        """Append streamed text, keeping this decision's own view of the item current."""
+        item = self.get("turn_item", item_id)
+        field = DELTA_FIELD.get(item.__struct_config__.tag) if item is not None else None
+        if item is not None and field is not None:
+            current = getattr(item, field) or ""
+            self._overlay[("turn_item", item_id)] = msgspec.structs.replace(
+                item, **{field: current + text}
+            )
+        self.emit(
+            TurnItemDelta(item_id=TurnItemId(item_id), thread_id=ThreadId(thread_id), text=text)
+        )
 
     def emit(self, payload: EventPayload) -> None:
         self.drafts.append(EventDraft(payload=payload, correlation=self.correlation))

@@ -19,7 +19,7 @@ from t3orch.domain.vocab import (
     TURN_TERMINAL,
     NodeKind,
 )
-from t3orch.events import Correlation, ProviderDiagnostic, ProviderUsage, TurnItemDelta
+from t3orch.events import Correlation, ProviderDiagnostic, ProviderUsage
 from t3orch.ids import MessageId, NodeId, PlanId, RuntimeRequestId, TurnItemId, derived_id
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.changes import Changes
@@ -75,37 +75,12 @@ def ingest(view: StateView, b: SessionBinding, event: ProviderEvent) -> Decision
 
 
 def ingest_many(view: StateView, b: SessionBinding, events: list[ProviderEvent]) -> Decision:
-    drafts = []
+    """One decision for a batch: later events see what earlier ones changed."""
+    ch = Changes(view)
     for event in events:
-        ch = Changes(view, _correlation(b, event))
+        ch.correlation = _correlation(b, event)
         _dispatch(ch, b, event)
-        drafts.extend(ch.drafts)
-        # Later events of the batch must see earlier ones: re-read through a fresh
-        # overlay seeded with this one's upserts.
-        view = _Layered(view, ch)
-    return Decision(events=drafts)
-
-
-class _Layered:
-    """A view that sees the upserts of earlier events in the same decision."""
-
-    def __init__(self, base: StateView, changes: Changes) -> None:
-        self._base = base
-        self._changes = changes
-
-    def now(self) -> str:
-        return self._base.now()
-
-    def get(self, kind: str, id: str) -> Any | None:
-        return self._changes.get(kind, id)
-
-    def select(self, kind: str, *, thread_id: str | None = None) -> list[Any]:
-        if thread_id is None:
-            return self._base.select(kind)
-        return self._changes.select(kind, thread_id=thread_id)
-
-    def select_by_status(self, kind: str, statuses: Any) -> list[Any]:
-        return self._base.select_by_status(kind, statuses)
+    return Decision(events=ch.drafts)
 
 
 def _correlation(b: SessionBinding, event: ProviderEvent) -> Correlation:
@@ -370,7 +345,7 @@ def _item_delta(ch: Changes, b: SessionBinding, ev: ItemDelta) -> None:
             {"text": ev.text[:4096]},
         )
         return
-    ch.emit(TurnItemDelta(item_id=item_id, thread_id=b.thread_id, text=ev.text))
+    ch.delta(item_id, b.thread_id, ev.text)
 
 
 def _item_completed(ch: Changes, b: SessionBinding, ev: ItemCompleted) -> None:

@@ -48,7 +48,10 @@ def test_error_response() -> None:
 
 
 def test_notification_tolerates_emitted_at_and_unknown_fields() -> None:
-    line = b'{"method":"turn/started","params":{"turn":{}},"emittedAtMs":1796053559019,"trace":{"x":1},"jsonrpc":"2.0"}'
+    line = (
+        b'{"method":"turn/started","params":{"turn":{}},"emittedAtMs":1796053559019,'
+        b'"trace":{"x":1},"jsonrpc":"2.0"}'
+    )
     frame = decode_frame(line)
     assert isinstance(frame, Notification) and frame.method == "turn/started"
 

@@ -22,20 +22,40 @@ OpenStore = Callable[[], EventStore]
 
 def thread(i: int, now: str = "2026-11-30T00:00:00.000Z", title: str = "t") -> AppThread:
     return AppThread(
-        id=ThreadId(f"thr_{i:04d}"), project_id=ProjectId("prj_x"), title=title,
-        default_provider="standin", model_selection=ModelSelection(provider="standin"),
-        runtime_mode="approval-required", interaction_mode="default", cwd="/tmp", branch=None,
-        worktree_path=None, active_provider_thread_id=None, lineage=None, created_at=now,
-        updated_at=now)
+        id=ThreadId(f"thr_{i:04d}"),
+        project_id=ProjectId("prj_x"),
+        title=title,
+        default_provider="standin",
+        model_selection=ModelSelection(provider="standin"),
+        runtime_mode="approval-required",
+        interaction_mode="default",
+        cwd="/tmp",
+        branch=None,
+        worktree_path=None,
+        active_provider_thread_id=None,
+        lineage=None,
+        created_at=now,
+        updated_at=now,
+    )
 
 
 def upsert(i: int, title: str = "t") -> Submission:
-    return Submission(lambda view: Decision([EventDraft(payload=ThreadUpserted(thread=thread(i, title=title)))], i))
+    return Submission(
+        lambda view: Decision(
+            [EventDraft(payload=ThreadUpserted(thread=thread(i, title=title)))], i
+        )
+    )
 
 
 def diag(n: int) -> Submission:
-    drafts = [EventDraft(payload=ProviderDiagnostic(provider_session_id=None, level="info",
-                                                     code="c", message=str(k))) for k in range(n)]
+    drafts = [
+        EventDraft(
+            payload=ProviderDiagnostic(
+                provider_session_id=None, level="info", code="c", message=str(k)
+            )
+        )
+        for k in range(n)
+    ]
     return Submission(lambda view: Decision(drafts, n))
 
 
@@ -80,7 +100,9 @@ class StoreContract:
         assert [e.sequence for e in store.read_events()] == [1, 2]
         assert {r.id for r in store.rows("thread")} == {"thr_0001", "thr_0002"}
 
-    def test_later_submission_sees_earlier_one_in_the_same_batch(self, open_store: OpenStore) -> None:
+    def test_later_submission_sees_earlier_one_in_the_same_batch(
+        self, open_store: OpenStore
+    ) -> None:
         store = open_store()
 
         def check(view: StateView) -> Decision:
@@ -107,8 +129,12 @@ class StoreContract:
 
     def test_duplicate_within_one_batch(self, open_store: OpenStore) -> None:
         store = open_store()
-        out = store.commit_batch([Submission(upsert(1).decide, CommandId("c")),
-                                  Submission(upsert(2).decide, CommandId("c"))])
+        out = store.commit_batch(
+            [
+                Submission(upsert(1).decide, CommandId("c")),
+                Submission(upsert(2).decide, CommandId("c")),
+            ]
+        )
         assert out[1].duplicate and out[1].result == 1
         assert store.last_sequence() == 1
 
@@ -134,11 +160,12 @@ class StoreContract:
         assert compare(store.all_rows(), rebuilt) == []
 
 
-
 class DurableStoreContract(StoreContract):
     """For backends whose data outlives the connection."""
 
-    def test_reopen_keeps_everything_and_never_reuses_sequences(self, open_store: OpenStore) -> None:
+    def test_reopen_keeps_everything_and_never_reuses_sequences(
+        self, open_store: OpenStore
+    ) -> None:
         store = open_store()
         store.commit_batch([Submission(upsert(1).decide, CommandId("c1")), diag(2)])
         store.close()

@@ -12,13 +12,18 @@ import trio
 
 from t3orch.core import open_core
 from t3orch.events import EventDraft, ProviderDiagnostic
-from t3orch.store.interface import Decision, StateView
+from t3orch.store.interface import Decision
 
 
 def _decide(task: int, n: int, size: int) -> Decision:
-    drafts = [EventDraft(payload=ProviderDiagnostic(
-        provider_session_id=None, level="info", code=f"t{task}", message="x" * size))
-        for _ in range(n)]
+    drafts = [
+        EventDraft(
+            payload=ProviderDiagnostic(
+                provider_session_id=None, level="info", code=f"t{task}", message="x" * size
+            )
+        )
+        for _ in range(n)
+    ]
     return Decision(drafts)
 
 

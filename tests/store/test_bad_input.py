@@ -9,12 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import trio
 
 from t3orch.core import open_core
+from t3orch.state import prepare_state_dir
 from t3orch.store.errors import SchemaTooNew, StateDirInvalid, StoreCorrupt, StoreFull
 from t3orch.store.sqlite.backend import SQLiteStore
-from t3orch.state import prepare_state_dir
 from tests.store.contract import diag, upsert
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,8 +24,13 @@ def _digest(path: Path) -> str:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "t3orch.cli.main", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "t3orch.cli.main", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _assert_one_line_failure(proc: subprocess.CompletedProcess[str], needle: str) -> None:
@@ -98,8 +102,9 @@ def test_invalid_state_dirs(tmp_path: Path) -> None:
     with pytest.raises(StateDirInvalid, match="does not exist"):
         prepare_state_dir(tmp_path / "missing", create=False)
     _assert_one_line_failure(_cli("events", "--state-dir", str(a_file)), "not a directory")
-    _assert_one_line_failure(_cli("check", "--state-dir", str(tmp_path / "missing")),
-                             "does not exist")
+    _assert_one_line_failure(
+        _cli("check", "--state-dir", str(tmp_path / "missing")), "does not exist"
+    )
     assert not (tmp_path / "missing").exists()
 
 
@@ -131,5 +136,3 @@ async def test_writer_survives_a_full_disk(state_dir: Path) -> None:
         core.store._conn.execute("PRAGMA max_page_count = 1073741823")
         out = await core.writer.submit(diag(1).decide)
         assert out.events[0].sequence == 2
-        with trio.fail_after(5):
-            pass

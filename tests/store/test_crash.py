@@ -19,7 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 def _run_until_killed(db: Path, delay: float) -> list[tuple[int, str]]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.store.crash_writer", str(db)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     assert proc.stdout is not None
     try:
@@ -59,7 +61,10 @@ def test_sigkill_loses_no_acknowledged_event(tmp_path: Path) -> None:
     assert len(acknowledged) > ROUNDS  # the writer really wrote between kills
     check = subprocess.run(
         [sys.executable, "-m", "t3orch.cli.main", "check", "--state-dir", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert check.returncode == 0, check.stderr
     assert check.stdout.startswith("ok:")

@@ -41,7 +41,9 @@ def test_migrates_from_every_earlier_version(tmp_path: Path, version: int) -> No
         assert read_version(store._conn) == SCHEMA_VERSION
         assert store.last_sequence() == 5
         assert [r.id for r in store.rows("thread")] == ["thr_0001", "thr_0002"]
-        indexes = {r[0] for r in store._conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        indexes = {
+            r[0] for r in store._conn.execute("SELECT name FROM sqlite_master WHERE type='index'")
+        }
         assert {"rows_status", "events_run"} <= indexes
         (o,) = store.commit_batch([diag(1)])
         assert o.events[0].sequence == 6
@@ -49,7 +51,9 @@ def test_migrates_from_every_earlier_version(tmp_path: Path, version: int) -> No
         store.close()
 
 
-def test_a_failed_migration_leaves_the_previous_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_migration_leaves_the_previous_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = tmp_path / "events.sqlite3"
     _store_at(db, 1)
     broken = (*MIGRATIONS[:1], "CREATE INDEX rows_status ON rows (kind); CREATE TABLE broken (")

@@ -41,9 +41,7 @@ async def _run(ops: list[tuple[str, int]], db: Path) -> None:
         sessions: list[SessionBinding] = []
         receipts: dict[str, Any] = {}
         requests: list[str] = []
-        counter = 0
-        for op, n in ops:
-            counter += 1
+        for counter, (op, n) in enumerate(ops, 1):
             try:
                 if op == "thread" or not threads:
                     threads.append(await new_thread(svc))
@@ -64,13 +62,24 @@ async def _run(ops: list[tuple[str, int]], db: Path) -> None:
                         await svc.ingest(b, reply_events(f"t{counter}", "")[-1:])
                 elif op == "request" and sessions:
                     b = sessions[n % len(sessions)]
-                    await svc.ingest(b, [
-                        ItemStarted(native_item_ref=f"c{counter}", content=CommandRun(input="ls")),
-                        RequestOpened(native_request_ref=str(counter), kind="command",
-                                      native_item_ref=f"c{counter}")])
+                    await svc.ingest(
+                        b,
+                        [
+                            ItemStarted(
+                                native_item_ref=f"c{counter}", content=CommandRun(input="ls")
+                            ),
+                            RequestOpened(
+                                native_request_ref=str(counter),
+                                kind="command",
+                                native_item_ref=f"c{counter}",
+                            ),
+                        ],
+                    )
                     with core.reader.snapshot():
-                        requests = [r.id for r in core.reader.rows_by_status(
-                            "runtime_request", ("pending",))]
+                        requests = [
+                            r.id
+                            for r in core.reader.rows_by_status("runtime_request", ("pending",))
+                        ]
                 elif op == "claim" and requests:
                     await svc.claim_request(requests[n % len(requests)], "accept")
                 elif op == "dup" and receipts:
@@ -80,8 +89,10 @@ async def _run(ops: list[tuple[str, int]], db: Path) -> None:
                 elif op == "bad":
                     await svc.send_message("thr_missing", "x")
                 elif op == "exit" and sessions:
-                    await svc.ingest(sessions[n % len(sessions)],
-                                     [RuntimeExited(code=None, signal=9, stderr_tail="boom")])
+                    await svc.ingest(
+                        sessions[n % len(sessions)],
+                        [RuntimeExited(code=None, signal=9, stderr_tail="boom")],
+                    )
                 elif op == "reconcile":
                     await svc.reconcile("test")
             except CommandRejected:

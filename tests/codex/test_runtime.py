@@ -1,0 +1,255 @@
+"""The runtime over a scripted process: requests, answers, errors, exit."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from adapters.codex.adapter import CodexAdapter, codex_argv
+from adapters.errors import ProviderGone, ProviderTimeout, ResumeError, StaleRequest
+from adapters.protocol import NullRawSink, RequestAnswer, ResumeRefs
+from adapters.transport import OversizedLine
+from t3orch.provider_events import (
+    Diagnostic,
+    ItemDelta,
+    RequestOpened,
+    ResumeFailed,
+    RuntimeExited,
+    SessionReady,
+    ThreadRefsLearned,
+)
+
+from .support import ScriptedLauncher, config, scripted_runtime, start_thread
+
+
+def test_argv_adds_app_server_once() -> None:
+    assert codex_argv(config(command=["/bin/codex"])) == ["/bin/codex", "app-server"]
+    assert codex_argv(config(command=["codex", "app-server"], extra_args=["-c", "x=1"])) == [
+        "codex",
+        "app-server",
+        "-c",
+        "x=1",
+    ]
+
+
+async def test_initialize_emits_session_ready_and_thread_refs() -> None:
+    async with scripted_runtime(model="mock-model") as (runtime, process, events):
+        ready = await events.until(SessionReady)
+        assert ready.provider_version == "0.169.0" and ready.model == "mock-model"
+        assert ready.capabilities.fork and ready.capabilities.steer
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runtime.open_thread, None)
+            request = await process.sent()
+            assert request["method"] == "thread/start"
+            assert request["params"] == {
+                "cwd": "/work",
+                "approvalPolicy": "on-request",
+                "sandbox": "workspace-write",
+                "model": "mock-model",
+            }
+            process.emit({"id": request["id"], "result": {"thread": {"id": "th1"}}})
+        assert runtime.native_thread_ref == "th1"
+        assert (await events.until(ThreadRefsLearned)).native_thread_ref == "th1"
+
+
+async def test_full_access_mode_asks_for_no_approvals() -> None:
+    async with scripted_runtime(runtime_mode="full-access") as (runtime, process, _):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runtime.open_thread, None)
+            request = await process.sent()
+            assert request["params"]["approvalPolicy"] == "never"
+            assert request["params"]["sandbox"] == "danger-full-access"
+            process.emit({"id": request["id"], "result": {"thread": {"id": "th1"}}})
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        ("thread th9 already has an active writer", "owned_elsewhere"),
+        ("thread not found: th9", "not_found"),
+    ],
+)
+async def test_resume_errors_become_resume_error(message: str, reason: str) -> None:
+    async with scripted_runtime() as (runtime, process, events):
+
+        async def answer() -> None:
+            request = await process.sent()
+            assert request["method"] == "thread/resume"
+            assert (
+                request["params"]["threadId"] == "th9" and request["params"]["excludeTurns"] is True
+            )
+            process.emit({"id": request["id"], "error": {"code": -32600, "message": message}})
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(answer)
+            with pytest.raises(ResumeError) as caught:
+                await runtime.open_thread(ResumeRefs("th9"))
+        assert caught.value.reason == reason
+        failed = await events.until(ResumeFailed)
+        assert (failed.native_thread_ref, failed.reason) == ("th9", reason)
+
+
+async def test_turn_interrupt_and_steer_use_the_turn_id() -> None:
+    async with scripted_runtime() as (runtime, process, _):
+        await start_thread(runtime, process)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runtime.start_turn, "hello")
+            request = await process.sent()
+            assert request["params"] == {
+                "threadId": "th1",
+                "input": [{"type": "text", "text": "hello"}],
+            }
+            process.emit(
+                {"id": request["id"], "result": {"turn": {"id": "tu1", "status": "inProgress"}}}
+            )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runtime.steer_turn, "more")
+            request = await process.sent()
+            assert request["method"] == "turn/steer"
+            assert request["params"]["expectedTurnId"] == "tu1"
+            process.emit({"id": request["id"], "result": {"turnId": "tu1"}})
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runtime.interrupt_turn)
+            request = await process.sent()
+            assert request["params"] == {"threadId": "th1", "turnId": "tu1"}
+            process.emit({"id": request["id"], "result": {}})
+        process.emit(
+            {
+                "method": "turn/completed",
+                "params": {"threadId": "th1", "turn": {"id": "tu1", "status": "interrupted"}},
+            }
+        )
+        with trio.fail_after(5):
+            while runtime.active_turn_ref is not None:
+                await trio.sleep(0.01)
+        await runtime.interrupt_turn()  # nothing running: a no-op, nothing sent
+
+
+async def test_respond_exactly_once() -> None:
+    async with scripted_runtime() as (runtime, process, events):
+        process.emit(
+            {
+                "id": 0,
+                "method": "item/commandExecution/requestApproval",
+                "params": {"threadId": "th1", "turnId": "tu1", "itemId": "call_1", "command": "ls"},
+            }
+        )
+        opened = await events.until(RequestOpened)
+        with pytest.raises(StaleRequest):
+            await runtime.respond("99", RequestAnswer("accept"))
+        await runtime.respond(opened.native_request_ref, RequestAnswer("acceptForSession"))
+        assert await process.sent() == {"id": 0, "result": {"decision": "acceptForSession"}}
+        with pytest.raises(StaleRequest):
+            await runtime.respond(opened.native_request_ref, RequestAnswer("decline"))
+
+
+async def test_user_input_answers_are_mapped() -> None:
+    async with scripted_runtime() as (runtime, process, events):
+        process.emit(
+            {
+                "id": 3,
+                "method": "item/tool/requestUserInput",
+                "params": {
+                    "threadId": "th1",
+                    "turnId": "tu1",
+                    "itemId": "c",
+                    "isBlocking": True,
+                    "questions": [{"id": "q1", "header": "H", "question": "Which?"}],
+                },
+            }
+        )
+        opened = await events.until(RequestOpened)
+        await runtime.respond(
+            opened.native_request_ref, RequestAnswer("accept", answers={"q1": "blue"})
+        )
+        assert await process.sent() == {
+            "id": 3,
+            "result": {"answers": {"q1": {"answers": ["blue"]}}},
+        }
+
+
+async def test_auth_refresh_without_tokens_is_answered_with_an_error() -> None:
+    async with scripted_runtime() as (runtime, process, events):
+        process.emit(
+            {
+                "id": 5,
+                "method": "account/chatgptAuthTokens/refresh",
+                "params": {"reason": "unauthorized"},
+            }
+        )
+        opened = await events.until(RequestOpened)
+        assert opened.kind == "auth_refresh"
+        await runtime.respond("5", RequestAnswer("accept"))
+        reply = await process.sent()
+        assert reply["id"] == 5 and "error" in reply
+
+
+async def test_attestation_is_refused_automatically() -> None:
+    async with scripted_runtime() as (_, process, events):
+        process.emit({"id": 1, "method": "attestation/generate", "params": {}})
+        diagnostic = await events.until(Diagnostic)
+        assert diagnostic.code == "attestation_refused"
+        reply = await process.sent()
+        assert reply["id"] == 1 and reply["error"]["code"] == -32601
+
+
+async def test_bad_lines_are_diagnostics_and_reading_goes_on() -> None:
+    async with scripted_runtime() as (_, process, events):
+        process.emit(OversizedLine(length=9_000_000, head=b'{"method":"item/agentMessage/delta"'))
+        process.emit(b"garbage {{{")
+        process.emit({"id": 42, "result": {}})  # answers nothing we asked
+        process.emit(
+            {"method": "item/agentMessage/delta", "params": {"itemId": "m", "delta": "still here"}}
+        )
+        codes = [(await events.until(Diagnostic)).code for _ in range(3)]
+        assert codes == ["oversized_frame", "malformed_frame", "unexpected_response"]
+        assert (await events.until(ItemDelta)).text == "still here"
+
+
+async def test_request_timeout() -> None:
+    async with scripted_runtime(request_timeout_s=0.2) as (runtime, process, _):
+        with pytest.raises(ProviderTimeout):
+            await runtime.open_thread(None)
+        assert (await process.sent())["method"] == "thread/start"
+
+
+async def test_exit_fails_pending_requests_and_reports_runtime_exited() -> None:
+    async with scripted_runtime() as (runtime, process, events):
+
+        async def die() -> None:
+            await process.sent()
+            process.exit(code=None, sig=9)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(die)
+            with pytest.raises(ProviderGone):
+                await runtime.open_thread(None)
+        exited = await events.until(RuntimeExited)
+        assert (exited.code, exited.signal) == (None, 9)
+        with pytest.raises(ProviderGone):
+            await runtime.start_turn("x")
+
+
+async def test_leaving_the_block_kills_and_reports_once() -> None:
+    async with scripted_runtime() as (_, process, events):
+        pass
+    assert process._status is not None and process._status.signal == 9
+    exits = [e for e in events.drain() if isinstance(e, RuntimeExited)]
+    assert len(exits) == 1
+
+
+async def test_close_is_graceful() -> None:
+    async with scripted_runtime() as (runtime, process, events):
+        await runtime.close()
+        assert process.stdin_closed
+        exited = await events.until(RuntimeExited)
+        assert exited.code == 0
+
+
+async def test_launch_spec_carries_env_cwd_and_bound() -> None:
+    launcher = ScriptedLauncher()
+    send, _ = trio.open_memory_channel[object](10)
+    adapter = CodexAdapter()
+    spec = adapter.launch_spec(config(env={"CODEX_HOME": "/h"}))
+    assert spec.env == {"CODEX_HOME": "/h"} and spec.cwd == "/work"
+    assert launcher.specs == [] and NullRawSink().record("incoming", b"x") == "raw_1"

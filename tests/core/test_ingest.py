@@ -1,0 +1,205 @@
+"""Ingest through the real core: turn lifecycle, requests, settling, coalescing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+import trio
+import trio.testing
+
+from t3orch.core import open_core
+from t3orch.domain.request import LiveCapability, NotResumableCapability
+from t3orch.ingest.coalesce import DeltaCoalescer
+from t3orch.projections.views import pending_requests, thread_detail
+from t3orch.provider_events import (
+    AssistantText,
+    CommandRun,
+    ItemCompleted,
+    ItemDelta,
+    ItemStarted,
+    ProviderEvent,
+    RequestOpened,
+    RequestResolved,
+    RuntimeExited,
+    TurnCompleted,
+    TurnStarted,
+)
+from t3orch.store.errors import CommandRejected
+from tests.store.support import new_thread, reply_events, started_turn
+
+
+def _items(core, thread_id: str) -> list[dict]:  # type: ignore[no-untyped-def]
+    with core.reader.snapshot():
+        detail = thread_detail(core.reader, thread_id)
+    return [msgspec.json.decode(r) for r in detail.turn_items]
+
+
+def _get(core, kind: str, id: str):  # type: ignore[no-untyped-def]
+    with core.reader.snapshot():
+        row = core.reader.row(kind, id)
+    assert row is not None
+    return row.decode()
+
+
+async def test_completed_turn_projects_run_items_and_messages(tmp_path: Path) -> None:
+    async with open_core(tmp_path / "e.db") as core:
+        tid = await new_thread(core.service)
+        b = await started_turn(core.service, tid, "hello")
+        await core.service.ingest(b, reply_events("t1", "the answer"))
+        items = _items(core, tid)
+        assert [(i["type"], i["status"]) for i in items] == [
+            ("user_message", "completed"),
+            ("assistant_message", "completed"),
+        ]
+        assert items[1]["text"] == "the answer"
+        assert items[1]["providerTurnId"] == b.turn.provider_turn_id  # type: ignore[union-attr]
+        assert items[1]["nativeItemRef"]["value"] == "m1"
+        run = _get(core, "run", b.turn.run_id)  # type: ignore[union-attr]
+        assert run.status == "completed" and run.completed_at
+        pt = _get(core, "provider_thread", b.provider_thread_id)
+        assert pt.native_thread_ref == "native-1" and pt.resume_ref_confirmed
+        with core.reader.snapshot():
+            messages = [m.decode() for m in core.reader.rows("message", thread_id=tid)]
+        assert [(m.role, m.text, m.streaming) for m in messages] == [
+            ("user", "hello", False),
+            ("assistant", "the answer", False),
+        ]
+
+
+async def test_interrupted_turn_closes_items_left_streaming(tmp_path: Path) -> None:
+    async with open_core(tmp_path / "e.db") as core:
+        tid = await new_thread(core.service)
+        b = await started_turn(core.service, tid)
+        await core.service.ingest(
+            b,
+            [
+                TurnStarted(native_turn_ref="t1"),
+                ItemStarted(native_item_ref="m1", content=AssistantText()),
+                ItemDelta(native_item_ref="m1", text="partial"),
+                TurnCompleted(native_turn_ref="t1", status="interrupted"),
+            ],
+        )
+        items = _items(core, tid)
+        assert (items[1]["status"], items[1]["text"]) == ("interrupted", "partial")
+        assert _get(core, "run", b.turn.run_id).status == "interrupted"  # type: ignore[union-attr]
+        # An interrupted turn does not make an unconfirmed ref trusted.
+        assert not _get(core, "provider_thread", b.provider_thread_id).resume_ref_confirmed
+
+
+async def _open_request(core, tid: str):  # type: ignore[no-untyped-def]
+    b = await started_turn(core.service, tid)
+    await core.service.ingest(
+        b,
+        [
+            TurnStarted(native_turn_ref="t1"),
+            ItemStarted(native_item_ref="c1", content=CommandRun(input="touch x")),
+            RequestOpened(
+                native_request_ref="0",
+                kind="command",
+                native_item_ref="c1",
+                summary="touch x",
+                available_decisions=["accept", "decline"],
+            ),
+        ],
+    )
+    with core.reader.snapshot():
+        (req,) = [r.decode() for r in core.reader.rows_by_status("runtime_request", ("pending",))]
+    return b, req
+
+
+async def test_request_answered_exactly_once(tmp_path: Path) -> None:
+    async with open_core(tmp_path / "e.db") as core:
+        tid = await new_thread(core.service)
+        b, req = await _open_request(core, tid)
+        assert req.kind == "command" and isinstance(req.response_capability, LiveCapability)
+        assert _get(core, "run", b.turn.run_id).status == "waiting"
+        results: list[object] = []
+
+        async def answer(decision: str) -> None:
+            try:
+                results.append(await core.service.claim_request(req.id, decision))
+            except CommandRejected as exc:
+                results.append(exc.code)
+
+        async with trio.open_nursery() as n:
+            n.start_soon(answer, "accept")
+            n.start_soon(answer, "decline")
+        assert sorted(map(str, results)).count("request_already_answered") == 1
+        await core.service.ingest(b, [RequestResolved(native_request_ref="0", decision="accept")])
+        assert _get(core, "runtime_request", req.id).status == "resolved"
+        assert _get(core, "run", b.turn.run_id).status == "running"
+        with pytest.raises(CommandRejected, match="resolved"):
+            await core.service.claim_request(req.id, "accept")
+
+
+async def test_provider_exit_expires_requests_and_fails_the_run(tmp_path: Path) -> None:
+    async with open_core(tmp_path / "e.db") as core:
+        tid = await new_thread(core.service)
+        b, req = await _open_request(core, tid)
+        await core.service.ingest(b, [RuntimeExited(code=None, signal=9, stderr_tail="oops")])
+        req = _get(core, "runtime_request", req.id)
+        assert req.status == "expired" and isinstance(
+            req.response_capability, NotResumableCapability
+        )
+        with pytest.raises(CommandRejected) as info:
+            await core.service.claim_request(req.id, "accept")
+        assert info.value.code == "request_not_pending"
+        run = _get(core, "run", b.turn.run_id)  # type: ignore[union-attr]
+        assert run.status == "failed" and "signal 9" in run.last_error
+        session = _get(core, "provider_session", b.provider_session_id)
+        assert session.status == "error" and "oops" in session.last_error
+        pt = _get(core, "provider_thread", b.provider_thread_id)
+        assert pt.status == "not_loaded"  # kept for resume, not closed
+        assert all(
+            i["status"] in ("completed", "interrupted", "cancelled") for i in _items(core, tid)
+        )
+        with core.reader.snapshot():
+            assert pending_requests(core.reader).requests == []
+
+
+async def test_reconcile_settles_everything_left_in_flight(tmp_path: Path) -> None:
+    db = tmp_path / "e.db"
+    async with open_core(db) as core:
+        tid = await new_thread(core.service)
+        b, req = await _open_request(core, tid)
+    async with open_core(db) as core:  # as a restarted daemon would
+        counts = await core.service.reconcile()
+        assert counts["run"] == 1 and counts["runtime_request"] == 1
+        assert counts["provider_session"] == 1 and counts["turn_item"] >= 1
+        assert _get(core, "run", b.turn.run_id).status == "interrupted"  # type: ignore[union-attr]
+        assert _get(core, "runtime_request", req.id).status == "expired"
+        again = await core.service.reconcile()
+        assert set(again.values()) == {0}
+
+
+async def test_coalescing_bounds_stored_deltas(tmp_path: Path) -> None:
+    """A 10,000-character reply streamed 3 characters at a time for 20 s (≈3,334 deltas)."""
+    clock = trio.testing.MockClock()
+    text = "".join(chr(97 + i % 26) for i in range(10_000))
+    async with open_core(tmp_path / "e.db") as core:
+        tid = await new_thread(core.service)
+        b = await started_turn(core.service, tid)
+        coalescer = DeltaCoalescer()
+        events: list[tuple[float, ProviderEvent]] = [
+            (0.0, TurnStarted(native_turn_ref="t")),
+            (0.0, ItemStarted(native_item_ref="m", content=AssistantText())),
+        ]
+        chunks = [text[i : i + 3] for i in range(0, len(text), 3)]
+        step = 20.0 / len(chunks)
+        events += [(i * step, ItemDelta(native_item_ref="m", text=c)) for i, c in enumerate(chunks)]
+        events += [
+            (20.0, ItemCompleted(native_item_ref="m", content=AssistantText(text=text))),
+            (20.0, TurnCompleted(native_turn_ref="t", status="completed")),
+        ]
+        for at, event in events:
+            ready = coalescer.push(event, clock.current_time() + at)
+            if ready:
+                await core.service.ingest(b, ready)
+        with core.reader.snapshot():
+            stored = [e for e in core.reader.iter_events() if e.type == "turn_item.delta"]
+        assert len(chunks) > 3000
+        assert len(stored) <= 4 * 20 + 1, len(stored)
+        assert "".join(e.payload.text for e in stored) == text  # type: ignore[union-attr]
+        assert _items(core, tid)[1]["text"] == text
