@@ -55,12 +55,22 @@ class CodexAdapter:
         """
         process = await launcher.launch(self.launch_spec(config))
         runtime = CodexRuntime(process, config, events, raw, self.options)
+        body_error: BaseException | None = None
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(runtime.run)
                 await runtime.initialize()
-                yield runtime
+                try:
+                    yield runtime
+                except trio.Cancelled:
+                    raise
+                except BaseException as exc:
+                    # Re-raised below, outside the nursery: the caller sees its own
+                    # exception, not an ExceptionGroup wrapping it.
+                    body_error = exc
                 nursery.cancel_scope.cancel()
+            if body_error is not None:
+                raise body_error
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(TEARDOWN_S):
                 if not runtime.exited.is_set():

@@ -30,6 +30,8 @@ class ScriptedProcess:
         self._status: ExitStatus | None = None
         self._exited = trio.Event()
         self.stdin_closed = False
+        #: Answer ``initialize`` and swallow ``initialized`` without the test's help.
+        self.auto_initialize = False
 
     @property
     def pid(self) -> int | None:
@@ -55,6 +57,14 @@ class ScriptedProcess:
     async def send_line(self, line: bytes) -> None:
         if self._status is not None:
             raise trio.BrokenResourceError("exited")
+        if self.auto_initialize:
+            frame = json.loads(line)
+            if frame.get("method") == "initialize":
+                self.emit({"id": frame["id"], "result": INIT_RESULT})
+                return
+            if frame.get("method") == "initialized":
+                self.auto_initialize = False
+                return
         await self._in_send.send(bytes(line))
 
     async def receive_line(self) -> bytes | OversizedLine | None:
@@ -142,23 +152,13 @@ async def scripted_runtime(
 ) -> AsyncIterator[tuple[CodexRuntime, ScriptedProcess, Events]]:
     """A CodexRuntime over a ScriptedProcess, past initialize/initialized."""
     launcher = ScriptedLauncher()
-    process = launcher.process
+    launcher.process.auto_initialize = True
     events = Events()
-    adapter = CodexAdapter()
-    async with trio.open_nursery() as nursery:
-
-        async def answer_initialize() -> None:
-            request = await process.sent()
-            assert request["method"] == "initialize"
-            process.emit({"id": request["id"], "result": INIT_RESULT})
-            assert (await process.sent())["method"] == "initialized"
-
-        nursery.start_soon(answer_initialize)
-        async with adapter.open_runtime(
-            config(**config_overrides), launcher, events.send, NullRawSink()
-        ) as runtime:
-            assert isinstance(runtime, CodexRuntime)
-            yield runtime, process, events
+    async with CodexAdapter().open_runtime(
+        config(**config_overrides), launcher, events.send, NullRawSink()
+    ) as runtime:
+        assert isinstance(runtime, CodexRuntime)
+        yield runtime, launcher.process, events
 
 
 async def start_thread(
