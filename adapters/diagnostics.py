@@ -1,0 +1,298 @@
+"""Raw provider frames as evidence: bounded, rotating JSONL files per provider session.
+
+:class:`RotatingRawLog` implements :class:`~adapters.protocol.RawFrameSink` for
+both adapters. Every frame, in either direction, becomes one
+:class:`~t3orch.domain.raw.RawProviderEvent` line (``id, provider,
+providerSessionId, sequence, direction, messageKind, method, jsonRpcId, payload,
+observedAt``) in ``<dir>/<providerSessionId>.jsonl``; when that file would grow
+past ``max_bytes`` it is rotated to ``.1`` (``.1`` to ``.2`` ...), keeping
+``backup_count`` old files. Raw frames never go to SQLite (lessons §1).
+
+Secrets are redacted before anything is written: values under keys that name a
+credential (authorization, ``*token``, ``*api_key``/``apiKey``, ``*secret``,
+``*password``, cookies) at any depth, ``Bearer …`` strings, and env-style
+``SOMETHING_API_KEY=value`` text. A frame with none of those words in it is
+stored as its original bytes, unparsed: that is the common case (text deltas)
+and it keeps the log cheap.
+
+The sink is synchronous and buffered (``flush_interval_s``); call
+:meth:`RotatingRawLog.close` (or use it as a context manager) to flush.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import time
+from pathlib import Path
+from typing import IO, Any, Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from t3orch.clock import WallClock, iso, system_clock
+from t3orch.domain.raw import RawProviderEvent
+from t3orch.domain.vocab import ProviderKind
+from t3orch.ids import ProviderSessionId, RawEventId
+
+REDACTED = "[REDACTED]"
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+DEFAULT_BACKUP_COUNT = 5
+#: How much of an undecodable line is kept (it may be huge).
+UNPARSED_HEAD_CHARS = 4096
+
+Direction = Literal["incoming", "outgoing"]
+MessageKind = Literal["request", "response", "notification", "error"]
+
+# Any of these (lower-cased) in a line means it is walked for secrets.
+_SUSPECT = (
+    b"authorization",
+    b"token",
+    b"api_key",
+    b"apikey",
+    b"api-key",
+    b"secret",
+    b"password",
+    b"passwd",
+    b"bearer",
+    b"cookie",
+)
+_BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]+")
+_ENV_SECRET = re.compile(
+    r"\b([A-Za-z0-9_]*(?:API_KEY|APIKEY|TOKEN|SECRET|PASSWORD)[A-Za-z0-9_]*\s*[=:]\s*)"
+    r"([\"']?)[^\s\"',}]+"
+)
+_SENSITIVE_EXACT = frozenset({"authorization", "proxyauthorization", "cookie", "setcookie"})
+_SENSITIVE_SUFFIXES = ("token", "apikey", "secret", "password", "passwd")
+
+
+@functools.lru_cache(maxsize=4096)
+def sensitive_key(key: str) -> bool:
+    """Whether a key names a credential (``inputTokens`` and ``tokenUsage`` do not)."""
+    name = key.lower().replace("_", "").replace("-", "")
+    return name in _SENSITIVE_EXACT or name.endswith(_SENSITIVE_SUFFIXES)
+
+
+def redact_text(text: str) -> str:
+    if "=" in text or ":" in text:
+        text = _ENV_SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    return _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+
+
+def redact(value: Any) -> Any:
+    """A copy of a JSON value with every secret replaced by ``[REDACTED]``."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if sensitive_key(str(key)) and isinstance(item, str | dict | list):
+                out[key] = REDACTED
+            else:
+                out[key] = redact(item)
+        return out
+    if isinstance(value, list):
+        return [redact(item) for item in value]
+    if isinstance(value, str):
+        return redact_text(value)
+    return value
+
+
+def suspect(line: bytes) -> bool:
+    lowered = line.lower()
+    return any(word in lowered for word in _SUSPECT)
+
+
+class _Sub(msgspec.Struct):
+    subtype: str | None = None
+    request_id: str | int | None = None
+
+
+class _Envelope(msgspec.Struct):
+    """Enough of a Codex JSON-RPC frame or a Claude stream-json frame to classify it."""
+
+    id: Any = UNSET
+    method: str | UnsetType = UNSET
+    result: msgspec.Raw = msgspec.Raw(b"")
+    error: msgspec.Raw = msgspec.Raw(b"")
+    type: str | UnsetType = UNSET
+    request_id: str | int | None = None
+    request: _Sub | None = None
+    response: _Sub | None = None
+
+
+_envelope = msgspec.json.Decoder(_Envelope)
+
+
+def classify(envelope: _Envelope) -> tuple[MessageKind, str | None, str | int | None]:
+    """``(messageKind, method, jsonRpcId)`` of a decoded frame of either provider."""
+    rpc_id = envelope.id if isinstance(envelope.id, str | int) else None
+    if not isinstance(envelope.method, UnsetType):
+        return ("request" if envelope.id is not UNSET else "notification"), envelope.method, rpc_id
+    if envelope.id is not UNSET and (envelope.result or envelope.error):
+        return ("response" if envelope.result else "error"), None, rpc_id
+    kind = envelope.type if isinstance(envelope.type, str) else None
+    if kind == "control_request":
+        subtype = envelope.request.subtype if envelope.request else None
+        return "request", subtype, envelope.request_id
+    if kind == "control_response":
+        response = envelope.response or _Sub()
+        message_kind: MessageKind = "error" if response.subtype == "error" else "response"
+        return message_kind, None, response.request_id
+    return "notification", kind, None
+
+
+class RotatingRawLog:
+    """A :class:`~adapters.protocol.RawFrameSink` writing rotating JSONL files."""
+
+    def __init__(
+        self,
+        directory: str | Path,
+        provider: ProviderKind,
+        provider_session_id: str,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        backup_count: int = DEFAULT_BACKUP_COUNT,
+        clock: WallClock = system_clock,
+        flush_interval_s: float = 0.5,
+    ) -> None:
+        if max_bytes < 1 or backup_count < 0:
+            raise ValueError("max_bytes must be positive and backup_count >= 0")
+        if not provider_session_id or "/" in provider_session_id or provider_session_id[0] == ".":
+            raise ValueError(f"unusable provider session id {provider_session_id!r}")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.provider = provider
+        self.session_id = ProviderSessionId(provider_session_id)
+        self.max_bytes = max_bytes
+        self.backup_count = backup_count
+        self._clock = clock
+        self._flush_interval = flush_interval_s
+        self.path = self.directory / f"{provider_session_id}.jsonl"
+        # A restarted daemon continues the session's sequence, so raw ids stay unique.
+        self.sequence = _last_sequence(self.path, self.backup_count)
+        self._file: IO[bytes] = open(self.path, "ab")  # noqa: SIM115 - closed in close()
+        self._size = self._file.tell()
+        self._last_flush = time.monotonic()
+        self._encoder = msgspec.json.Encoder()
+
+    def __enter__(self) -> RotatingRawLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def record(self, direction: Direction, line: bytes) -> str:
+        self.sequence += 1
+        raw_id = RawEventId(f"raw_{self.session_id}_{self.sequence}")
+        payload: Any
+        try:
+            envelope = _envelope.decode(line)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            kind: MessageKind = "error"
+            method: str | None = None
+            rpc_id: str | int | None = None
+            text = bytes(line[:UNPARSED_HEAD_CHARS]).decode("utf-8", "replace")
+            payload = {"unparsed": redact_text(text), "length": len(line)}
+        else:
+            kind, method, rpc_id = classify(envelope)
+            # Clean lines (the common case: text deltas) are stored unparsed.
+            payload = redact(msgspec.json.decode(line)) if suspect(line) else msgspec.Raw(line)
+        event = RawProviderEvent(
+            id=raw_id,
+            provider=self.provider,
+            provider_session_id=self.session_id,
+            sequence=self.sequence,
+            direction=direction,
+            message_kind=kind,
+            method=method,
+            json_rpc_id=rpc_id,
+            payload=payload,
+            observed_at=iso(self._clock()),
+        )
+        self._write(self._encoder.encode(event) + b"\n")
+        return raw_id
+
+    def _write(self, data: bytes) -> None:
+        if self._size and self._size + len(data) > self.max_bytes:
+            self._rotate()
+        self._file.write(data)
+        self._size += len(data)
+        now = time.monotonic()
+        if now - self._last_flush >= self._flush_interval:
+            self._file.flush()
+            self._last_flush = now
+
+    def _rotate(self) -> None:
+        self._file.close()
+        if self.backup_count > 0:
+            for index in range(self.backup_count - 1, 0, -1):
+                older = self._rotated(index)
+                if older.exists():
+                    os.replace(older, self._rotated(index + 1))
+            os.replace(self.path, self._rotated(1))
+        self._file = open(self.path, "wb")  # noqa: SIM115 - closed in close()
+        self._size = 0
+
+    def _rotated(self, index: int) -> Path:
+        return self.path.with_name(f"{self.path.name}.{index}")
+
+    def files(self) -> list[Path]:
+        """The session's files, oldest first."""
+        rotated = [self._rotated(i) for i in range(self.backup_count, 0, -1)]
+        return [p for p in rotated if p.exists()] + [self.path]
+
+    def flush(self) -> None:
+        if not self._file.closed:
+            self._file.flush()
+            self._last_flush = time.monotonic()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.flush()
+            self._file.close()
+
+
+def read_raw_log(path: str | Path) -> list[RawProviderEvent]:
+    """The records of one raw log file (for tests and tooling)."""
+    decoder = msgspec.json.Decoder(RawProviderEvent)
+    data = Path(path).read_bytes()
+    return [decoder.decode(line) for line in data.splitlines() if line.strip()]
+
+
+class _Sequence(msgspec.Struct):
+    sequence: int = 0
+
+
+def _last_sequence(path: Path, backup_count: int) -> int:
+    candidates = [path] + [path.with_name(f"{path.name}.{i}") for i in range(1, backup_count + 1)]
+    for candidate in candidates:
+        last = _last_line(candidate)
+        if last:
+            try:
+                return msgspec.json.decode(last, type=_Sequence).sequence
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue  # a torn last line (crash mid-write): try an older file
+    return 0
+
+
+def _last_line(path: Path, chunk: int = 64 * 1024) -> bytes:
+    try:
+        with open(path, "rb") as file:
+            file.seek(0, os.SEEK_END)
+            end = file.tell()
+            file.seek(max(0, end - chunk))
+            lines = [line for line in file.read().splitlines() if line.strip()]
+    except FileNotFoundError:
+        return b""
+    return lines[-1] if lines else b""
+
+
+__all__ = [
+    "REDACTED",
+    "RotatingRawLog",
+    "classify",
+    "read_raw_log",
+    "redact",
+    "redact_text",
+    "sensitive_key",
+]

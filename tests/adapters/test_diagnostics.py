@@ -1,0 +1,201 @@
+"""The shared raw-frame log: records, classification, redaction, rotation, restart."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import trio
+
+from adapters.diagnostics import (
+    REDACTED,
+    RotatingRawLog,
+    read_raw_log,
+    redact,
+    redact_text,
+    sensitive_key,
+)
+from adapters.replay import replay_events
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "codex"
+NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+
+
+def open_log(tmp_path: Path, **kwargs: object) -> RotatingRawLog:
+    return RotatingRawLog(tmp_path / "raw", "codex", "pss_test", clock=lambda: NOW, **kwargs)  # type: ignore[arg-type]
+
+
+def records(log: RotatingRawLog) -> list[dict[str, object]]:
+    log.flush()
+    return [
+        json.loads(line)
+        for path in log.files()
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
+
+
+def test_record_fields_follow_the_seed(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        first = log.record("outgoing", b'{"id":1,"method":"initialize","params":{}}')
+        second = log.record("incoming", b'{"id":1,"result":{"userAgent":"x"}}')
+        (one, two) = records(log)
+    assert first != second and first.startswith("raw_")
+    assert one == {
+        "id": first,
+        "provider": "codex",
+        "providerSessionId": "pss_test",
+        "sequence": 1,
+        "direction": "outgoing",
+        "messageKind": "request",
+        "method": "initialize",
+        "jsonRpcId": 1,
+        "payload": {"id": 1, "method": "initialize", "params": {}},
+        "observedAt": "2026-11-30T12:00:00.000Z",
+    }
+    assert (two["sequence"], two["messageKind"], two["direction"]) == (2, "response", "incoming")
+
+
+@pytest.mark.parametrize(
+    ("line", "kind", "method", "rpc_id"),
+    [
+        (
+            b'{"method":"turn/started","params":{},"emittedAtMs":1}',
+            "notification",
+            "turn/started",
+            None,
+        ),
+        (b'{"id":0,"method":"item/tool/call","params":{}}', "request", "item/tool/call", 0),
+        (b'{"id":"a","error":{"code":-1,"message":"m"}}', "error", None, "a"),
+        (
+            b'{"type":"control_request","request_id":"r1","request":{"subtype":"can_use_tool"}}',
+            "request",
+            "can_use_tool",
+            "r1",
+        ),
+        (
+            b'{"type":"control_response","response":{"subtype":"success","request_id":"r1"}}',
+            "response",
+            None,
+            "r1",
+        ),
+        (b'{"type":"assistant","message":{}}', "notification", "assistant", None),
+        (b"not json at all", "error", None, None),
+    ],
+)
+def test_classification(
+    tmp_path: Path, line: bytes, kind: str, method: str | None, rpc_id: object
+) -> None:
+    with open_log(tmp_path) as log:
+        log.record("incoming", line)
+        (record,) = records(log)
+    assert (record["messageKind"], record["method"], record["jsonRpcId"]) == (kind, method, rpc_id)
+
+
+def test_secrets_are_redacted_at_any_depth(tmp_path: Path) -> None:
+    frame = {
+        "id": 3,
+        "method": "thread/start",
+        "params": {
+            "config": {
+                "model_providers": {"mock": {"env_key": "MOCK_API_KEY", "api_key": "sk-live-1"}}
+            },
+            "headers": {"Authorization": "Bearer sk-abc.def", "x-api-key": "k"},
+            "env": {"OPENAI_API_KEY": "sk-2", "PATH": "/usr/bin"},
+            "auth": {
+                "accessToken": "at",
+                "refresh_token": "rt",
+                "password": "pw",
+                "clientSecret": "cs",
+            },
+            "note": "ran with Bearer abc123 and ANTHROPIC_API_KEY=sk-3 set",
+            "tokenUsage": {"inputTokens": 5, "totalTokens": 7},
+            "list": [{"token": "t"}],
+        },
+    }
+    with open_log(tmp_path) as log:
+        log.record("outgoing", json.dumps(frame).encode())
+        (record,) = records(log)
+    text = json.dumps(record)
+    for secret in (
+        "sk-live-1",
+        "sk-abc",
+        "sk-2",
+        "sk-3",
+        '"at"',
+        '"rt"',
+        '"pw"',
+        '"cs"',
+        "abc123",
+        '"t"',
+    ):
+        assert secret not in text, secret
+    params = record["payload"]["params"]  # type: ignore[index]
+    assert params["env"] == {"OPENAI_API_KEY": REDACTED, "PATH": "/usr/bin"}
+    assert params["config"]["model_providers"]["mock"]["env_key"] == "MOCK_API_KEY"
+    assert params["tokenUsage"] == {"inputTokens": 5, "totalTokens": 7}
+
+
+def test_malformed_lines_are_redacted_too(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.record("incoming", b"oops Authorization: Bearer sekrit {{{")
+        (record,) = records(log)
+    assert record["messageKind"] == "error"
+    assert "sekrit" not in json.dumps(record)
+
+
+def test_redaction_helpers() -> None:
+    assert sensitive_key("apiKey") and sensitive_key("OPENAI_API_KEY") and sensitive_key("idToken")
+    assert not sensitive_key("inputTokens") and not sensitive_key("tokenUsage")
+    assert not sensitive_key("env_key")
+    assert redact_text("Authorization: Bearer x.y") == f"Authorization: Bearer {REDACTED}"
+    assert redact_text("export MY_SECRET='hush'") == f"export MY_SECRET='{REDACTED}'"
+    assert redact({"a": [{"password": 1}]}) == {"a": [{"password": 1}]}  # numbers are no secret
+
+
+def test_rotation_is_bounded(tmp_path: Path) -> None:
+    line = (
+        b'{"method":"item/agentMessage/delta","params":{"itemId":"m","delta":"'
+        + b"x" * 200
+        + b'"}}'
+    )
+    with open_log(tmp_path, max_bytes=2000, backup_count=2) as log:
+        for _ in range(100):
+            log.record("incoming", line)
+        files = log.files()
+        kept = records(log)
+    assert [p.name for p in files] == ["pss_test.jsonl.2", "pss_test.jsonl.1", "pss_test.jsonl"]
+    assert all(p.stat().st_size <= 2000 for p in files)
+    sequences = [r["sequence"] for r in kept]
+    assert sequences == sorted(sequences) and sequences[-1] == 100
+    assert len(list((tmp_path / "raw").iterdir())) == 3
+
+
+def test_sequence_continues_after_a_restart(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.record("incoming", b'{"method":"a"}')
+        log.record("incoming", b'{"method":"b"}')
+    with open_log(tmp_path) as log:
+        raw_id = log.record("incoming", b'{"method":"c"}')
+        assert [r["sequence"] for r in records(log)] == [1, 2, 3]
+    assert raw_id.endswith("_3")
+
+
+def test_bad_session_ids_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        RotatingRawLog(tmp_path, "codex", "../escape")
+
+
+async def test_replay_writes_both_directions_and_events_point_at_them(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        with trio.fail_after(30):
+            events = await replay_events("codex", FIXTURES / "approval_accept.ndjson", raw=log)
+        log.close()
+        stored = read_raw_log(log.path)
+    ids = {r.id for r in stored}
+    assert {r.direction for r in stored} == {"incoming", "outgoing"}
+    assert all(e.raw_event_id in ids for e in events if e.raw_event_id is not None)
+    answer = [r for r in stored if r.direction == "outgoing" and r.message_kind == "response"]
+    assert len(answer) == 1 and answer[0].payload == {"id": 0, "result": {"decision": "accept"}}
