@@ -1,0 +1,122 @@
+"""A scripted in-memory provider process: the test plays the CLI frame by frame."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+from typing import Any
+
+import trio
+
+from adapters.transport import ExitStatus, LaunchSpec, OversizedLine
+
+WAIT_S = 5.0
+
+
+class FakeProcess:
+    def __init__(self) -> None:
+        self._out_send, self._out_receive = trio.open_memory_channel[bytes | OversizedLine](
+            math.inf
+        )
+        self.sent: list[dict[str, Any]] = []
+        self._sent_changed = trio.Event()
+        self.stdin_closed = False
+        self.stderr = ""
+        self.status: ExitStatus | None = None
+        self._exited = trio.Event()
+        #: Exit by itself when stdin closes (what the CLI does).
+        self.exit_on_stdin_close = True
+
+    # -- ProviderProcess ---------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        return 4242
+
+    async def send_line(self, line: bytes) -> None:
+        await trio.lowlevel.checkpoint()
+        if self.status is not None or self.stdin_closed:
+            raise trio.BrokenResourceError("gone")
+        self.sent.append(json.loads(line))
+        self._sent_changed.set()
+        self._sent_changed = trio.Event()
+
+    async def receive_line(self) -> bytes | OversizedLine | None:
+        try:
+            return await self._out_receive.receive()
+        except trio.EndOfChannel:
+            return None
+
+    async def close_stdin(self) -> None:
+        await trio.lowlevel.checkpoint()
+        self.stdin_closed = True
+        if self.exit_on_stdin_close:
+            self.exit(ExitStatus(code=0, signal=None))
+
+    async def wait(self) -> ExitStatus:
+        await self._exited.wait()
+        assert self.status is not None
+        return self.status
+
+    def stderr_tail(self) -> str:
+        return self.stderr
+
+    async def kill(self) -> None:
+        await trio.lowlevel.checkpoint()
+        self.exit(ExitStatus(code=None, signal=int(signal.SIGKILL)))
+
+    # -- the test's side ------------------------------------------------------------
+
+    def emit(self, frame: dict[str, Any] | bytes | OversizedLine) -> None:
+        line = json.dumps(frame).encode() if isinstance(frame, dict) else frame
+        self._out_send.send_nowait(line)
+
+    def exit(self, status: ExitStatus) -> None:
+        if self.status is None:
+            self.status = status
+            self._out_send.close()
+            self._exited.set()
+
+    async def next_sent(self, index: int) -> dict[str, Any]:
+        """The ``index``-th frame the adapter wrote (waits for it, bounded)."""
+        with trio.fail_after(WAIT_S):
+            while len(self.sent) <= index:
+                await self._sent_changed.wait()
+        return self.sent[index]
+
+    async def answer_initialize(self, index: int = 0) -> dict[str, Any]:
+        request = await self.next_sent(index)
+        assert request["request"]["subtype"] == "initialize"
+        self.respond_ok(request["request_id"], {"commands": []})
+        return request
+
+    def respond_ok(self, request_id: str, response: dict[str, Any]) -> None:
+        self.emit(
+            {
+                "type": "control_response",
+                "response": {"subtype": "success", "request_id": request_id, "response": response},
+            }
+        )
+
+
+class FakeLauncher:
+    def __init__(self) -> None:
+        self.specs: list[LaunchSpec] = []
+        self.processes: list[FakeProcess] = []
+        self._launched = trio.Event()
+
+    async def launch(self, spec: LaunchSpec) -> FakeProcess:
+        await trio.lowlevel.checkpoint()
+        process = FakeProcess()
+        self.specs.append(spec)
+        self.processes.append(process)
+        self._launched.set()
+        self._launched = trio.Event()
+        return process
+
+    async def process(self, index: int = 0) -> FakeProcess:
+        with trio.fail_after(WAIT_S):
+            while len(self.processes) <= index:
+                await self._launched.wait()
+        return self.processes[index]

@@ -1,0 +1,456 @@
+"""The runtime against a scripted process: the control protocol and the process lifetime."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+
+from adapters.claude import ClaudeAdapter, ClaudeOptions
+from adapters.claude.control import HookCall, McpCall
+from adapters.claude.runtime import ClaudeRuntime
+from adapters.errors import NotSupported, ProviderGone, ResumeError, StaleRequest
+from adapters.protocol import NullRawSink, RequestAnswer, ResumeRefs, RuntimeConfig
+from adapters.transport import ExitStatus, OversizedLine
+from t3orch.provider_events import (
+    Diagnostic,
+    ProviderEvent,
+    RequestCancelled,
+    RequestOpened,
+    RequestResolved,
+    ResumeFailed,
+    RuntimeExited,
+    TurnStarted,
+)
+
+from .fake_process import WAIT_S, FakeLauncher, FakeProcess
+from .support import can_use_tool, init
+
+CONFIG = RuntimeConfig(
+    command=["/bin/claude"], env={"HOME": "/h"}, cwd="/w", model="m1", request_timeout_s=2.0
+)
+
+
+class Events:
+    def __init__(self, receive: trio.MemoryReceiveChannel[ProviderEvent]) -> None:
+        self._receive = receive
+        self.seen: list[ProviderEvent] = []
+
+    async def until(self, kind: type[Any]) -> Any:
+        with trio.fail_after(WAIT_S):
+            for event in self.seen:
+                if isinstance(event, kind):
+                    return event
+            while True:
+                event = await self._receive.receive()
+                self.seen.append(event)
+                if isinstance(event, kind):
+                    return event
+
+    async def all_of(self, kind: type[Any], count: int) -> list[Any]:
+        with trio.fail_after(WAIT_S):
+            while sum(isinstance(e, kind) for e in self.seen) < count:
+                self.seen.append(await self._receive.receive())
+        return [e for e in self.seen if isinstance(e, kind)]
+
+
+@asynccontextmanager
+async def running(
+    options: ClaudeOptions | None = None,
+) -> AsyncIterator[tuple[ClaudeRuntime, FakeLauncher, Events]]:
+    launcher = FakeLauncher()
+    send, receive = trio.open_memory_channel[ProviderEvent](math.inf)
+    adapter = ClaudeAdapter(options or ClaudeOptions(session_id_factory=lambda: "new-session"))
+    async with adapter.open_runtime(CONFIG, launcher, send, NullRawSink()) as runtime:
+        yield runtime, launcher, Events(receive)
+
+
+async def open_new(runtime: ClaudeRuntime, launcher: FakeLauncher) -> tuple[str, FakeProcess]:
+    refs: list[str] = []
+    async with trio.open_nursery() as nursery:
+
+        async def opener() -> None:
+            refs.append(await runtime.open_thread(None))
+
+        nursery.start_soon(opener)
+        process = await launcher.process()
+        await process.answer_initialize()
+    return refs[0], process
+
+
+async def test_open_thread_spawns_with_our_session_id_and_initializes() -> None:
+    hooks = {"PreToolUse": [{"matcher": "Bash", "hookCallbackIds": ["h0"]}]}
+    async with running(ClaudeOptions(hooks=hooks, session_id_factory=lambda: "sid-1")) as (
+        runtime,
+        launcher,
+        _,
+    ):
+        ref, process = await open_new(runtime, launcher)
+        assert ref == "sid-1"
+        spec = launcher.specs[0]
+        assert list(spec.argv[:10]) == [
+            "/bin/claude",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--input-format",
+            "stream-json",
+            "--permission-prompt-tool",
+            "stdio",
+            "--include-partial-messages",
+            "--setting-sources=",
+        ]
+        assert list(spec.argv[10:12]) == ["--model", "m1"]
+        assert list(spec.argv[12:14]) == ["--session-id", "sid-1"]
+        assert (spec.cwd, dict(spec.env)) == ("/w", {"HOME": "/h"})
+        assert process.sent[0]["request"] == {"subtype": "initialize", "hooks": hooks}
+        assert process.sent[0]["request_id"].startswith("req_1_")
+        assert runtime.pid == 4242
+
+
+async def test_resume_and_fork_command_lines() -> None:
+    async with running() as (runtime, launcher, _):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runtime.open_thread, ResumeRefs("old", "head"))
+            process = await launcher.process(0)
+            await process.answer_initialize()
+        assert list(launcher.specs[0].argv[-2:]) == ["--resume", "old"]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runtime.fork_thread, ResumeRefs("old"))
+            fork = await launcher.process(1)
+            await fork.answer_initialize()
+        # The first process was closed gracefully before the fork started.
+        assert process.stdin_closed
+        assert list(launcher.specs[1].argv[-5:]) == [
+            "--resume",
+            "old",
+            "--fork-session",
+            "--session-id",
+            "new-session",
+        ]
+
+
+async def test_start_turn_writes_a_user_frame_after_turn_started() -> None:
+    async with running() as (runtime, launcher, events):
+        _, process = await open_new(runtime, launcher)
+        await runtime.start_turn("hello")
+        assert await events.until(TurnStarted) == TurnStarted(native_turn_ref=None)
+        assert process.sent[1] == {
+            "type": "user",
+            "session_id": "",
+            "parent_tool_use_id": None,
+            "message": {"role": "user", "content": "hello"},
+        }
+        with pytest.raises(NotSupported):
+            await runtime.start_turn("again")  # a turn is running
+        with pytest.raises(NotSupported):
+            await runtime.steer_turn("more")
+
+
+async def test_permission_is_answered_exactly_once() -> None:
+    async with running() as (runtime, launcher, events):
+        _, process = await open_new(runtime, launcher)
+        await runtime.start_turn("go")
+        process.emit(init("new-session"))
+        process.emit(can_use_tool("cli-1", "Bash", {"command": "touch x"}, "t1"))
+        opened = await events.until(RequestOpened)
+        assert opened.kind == "command"
+        await runtime.respond("cli-1", RequestAnswer(decision="accept"))
+        assert process.sent[-1] == {
+            "type": "control_response",
+            "response": {
+                "subtype": "success",
+                "request_id": "cli-1",
+                "response": {"behavior": "allow", "updatedInput": {"command": "touch x"}},
+            },
+        }
+        assert await events.until(RequestResolved) == RequestResolved(
+            native_request_ref="cli-1", decision="accept"
+        )
+        sent = len(process.sent)
+        with pytest.raises(StaleRequest):
+            await runtime.respond("cli-1", RequestAnswer(decision="decline"))
+        assert len(process.sent) == sent
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (
+            RequestAnswer(decision="decline", message="no"),
+            {"behavior": "deny", "message": "no"},
+        ),
+        (
+            RequestAnswer(decision="cancel"),
+            {
+                "behavior": "deny",
+                "message": "The user cancelled this tool call.",
+                "interrupt": True,
+            },
+        ),
+        (
+            RequestAnswer(decision="acceptForSession"),
+            {
+                "behavior": "allow",
+                "updatedInput": {"command": "touch x"},
+                "updatedPermissions": [{"type": "setMode", "mode": "acceptEdits"}],
+            },
+        ),
+    ],
+)
+async def test_permission_answers(answer: RequestAnswer, expected: dict[str, Any]) -> None:
+    async with running() as (runtime, launcher, events):
+        _, process = await open_new(runtime, launcher)
+        await runtime.start_turn("go")
+        request = can_use_tool("cli-1", "Bash", {"command": "touch x"}, "t1")
+        request["request"]["permission_suggestions"] = [{"type": "setMode", "mode": "acceptEdits"}]
+        process.emit(request)
+        await events.until(RequestOpened)
+        await runtime.respond("cli-1", answer)
+        assert process.sent[-1]["response"]["response"] == expected
+
+
+async def test_user_question_answers_ride_on_the_input() -> None:
+    async with running() as (runtime, launcher, events):
+        _, process = await open_new(runtime, launcher)
+        await runtime.start_turn("go")
+        questions = {"questions": [{"question": "Colour?", "options": [{"label": "red"}]}]}
+        process.emit(can_use_tool("q1", "AskUserQuestion", questions, "t1"))
+        await events.until(RequestOpened)
+        await runtime.respond("q1", RequestAnswer(decision="accept", answers={"Colour?": "red"}))
+        assert process.sent[-1]["response"]["response"] == {
+            "behavior": "allow",
+            "updatedInput": {**questions, "answers": {"Colour?": "red"}},
+        }
+
+
+async def test_a_cancelled_request_is_never_answered() -> None:
+    async with running() as (runtime, launcher, events):
+        _, process = await open_new(runtime, launcher)
+        await runtime.start_turn("go")
+        process.emit(can_use_tool("cli-1", "Bash", {"command": "touch x"}, "t1"))
+        await events.until(RequestOpened)
+        process.emit({"type": "control_cancel_request", "request_id": "cli-1"})
+        cancelled = await events.until(RequestCancelled)
+        assert cancelled.native_request_ref == "cli-1"
+        sent = len(process.sent)
+        with pytest.raises(StaleRequest):
+            await runtime.respond("cli-1", RequestAnswer(decision="accept"))
+        assert len(process.sent) == sent
+
+
+async def test_hooks_default_to_continue_and_use_the_handler_when_given() -> None:
+    async with running() as (runtime, launcher, _):
+        _, process = await open_new(runtime, launcher)
+        process.emit(
+            {
+                "type": "control_request",
+                "request_id": "h1",
+                "request": {"subtype": "hook_callback", "callback_id": "hook_0", "input": {}},
+            }
+        )
+        reply = await process.next_sent(1)
+        assert reply["response"] == {
+            "subtype": "success",
+            "request_id": "h1",
+            "response": {"continue": True},
+        }
+
+    calls: list[HookCall] = []
+
+    async def handler(call: HookCall) -> dict[str, Any]:
+        calls.append(call)
+        return {"continue": False, "stopReason": "policy"}
+
+    async with running(ClaudeOptions(hook_handler=handler)) as (runtime, launcher, _):
+        _, process = await open_new(runtime, launcher)
+        process.emit(
+            {
+                "type": "control_request",
+                "request_id": "h2",
+                "request": {
+                    "subtype": "hook_callback",
+                    "callback_id": "hook_7",
+                    "tool_use_id": "t9",
+                    "input": {"hook_event_name": "PreToolUse"},
+                },
+            }
+        )
+        reply = await process.next_sent(1)
+        assert reply["response"]["response"] == {"continue": False, "stopReason": "policy"}
+        assert calls == [HookCall("h2", "hook_7", "t9", {"hook_event_name": "PreToolUse"})]
+
+
+async def test_mcp_messages_default_to_an_error_and_use_the_handler_when_given() -> None:
+    def mcp(request_id: str, message: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "type": "control_request",
+            "request_id": request_id,
+            "request": {"subtype": "mcp_message", "server_name": "t3", "message": message},
+        }
+
+    async with running() as (runtime, launcher, _):
+        _, process = await open_new(runtime, launcher)
+        process.emit(mcp("m1", {"jsonrpc": "2.0", "id": 0, "method": "tools/list"}))
+        reply = (await process.next_sent(1))["response"]["response"]["mcp_response"]
+        assert reply["id"] == 0 and reply["error"]["code"] == -32601
+        process.emit(mcp("m2", {"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        ack = (await process.next_sent(2))["response"]["response"]
+        assert ack == {"mcp_response": {"jsonrpc": "2.0", "result": {}}}
+
+    async def server(call: McpCall) -> dict[str, Any] | None:
+        return {"jsonrpc": "2.0", "id": call.message["id"], "result": {"tools": []}}
+
+    async with running(ClaudeOptions(mcp_servers=["t3"], mcp_handler=server)) as (
+        runtime,
+        launcher,
+        _,
+    ):
+        _, process = await open_new(runtime, launcher)
+        assert "--mcp-config" in launcher.specs[0].argv
+        process.emit(mcp("m3", {"jsonrpc": "2.0", "id": 5, "method": "tools/list"}))
+        reply = (await process.next_sent(1))["response"]["response"]["mcp_response"]
+        assert reply == {"jsonrpc": "2.0", "id": 5, "result": {"tools": []}}
+
+
+async def test_unknown_control_request_gets_an_error_reply() -> None:
+    async with running() as (runtime, launcher, events):
+        _, process = await open_new(runtime, launcher)
+        process.emit(
+            {"type": "control_request", "request_id": "x1", "request": {"subtype": "teleport"}}
+        )
+        reply = await process.next_sent(1)
+        assert reply["response"]["subtype"] == "error" and reply["response"]["request_id"] == "x1"
+        diag = await events.until(Diagnostic)
+        assert diag.code == "claude.unknown_control_request"
+
+
+async def test_interrupt_sends_the_control_request_and_waits_for_its_response() -> None:
+    async with running() as (runtime, launcher, _):
+        _, process = await open_new(runtime, launcher)
+        await runtime.interrupt_turn()  # no turn: nothing to do
+        assert len(process.sent) == 1
+        await runtime.start_turn("go")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runtime.interrupt_turn)
+            request = await process.next_sent(2)
+            assert request["request"] == {"subtype": "interrupt"}
+            process.respond_ok(request["request_id"], {"still_queued": []})
+
+
+async def test_bad_lines_are_diagnostics_and_reading_goes_on() -> None:
+    async with running() as (runtime, launcher, events):
+        _, process = await open_new(runtime, launcher)
+        process.emit(b"not json at all")
+        process.emit(OversizedLine(length=10**9, head=b'{"type":"assistant"'))
+        process.emit(b'{"type": "assistant", "mess')
+        codes = [e.code for e in await events.all_of(Diagnostic, 3)]
+        assert codes == ["claude.non_json_line", "claude.oversized_line", "claude.malformed_line"]
+
+
+async def test_exit_fails_waiters_and_reports_runtime_exited() -> None:
+    async with running() as (runtime, launcher, events):
+        _, process = await open_new(runtime, launcher)
+        await runtime.start_turn("go")
+        process.stderr = "boom"
+
+        async def die() -> None:
+            await process.next_sent(2)
+            process.exit(ExitStatus(code=3, signal=None))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(die)
+            with pytest.raises(ProviderGone):
+                await runtime.interrupt_turn()
+        exited = await events.until(RuntimeExited)
+        assert exited == RuntimeExited(code=3, signal=None, stderr_tail="boom")
+        with pytest.raises(ProviderGone):
+            await runtime.start_turn("again")
+
+
+async def test_resume_of_an_unknown_session_raises_resume_error() -> None:
+    async with running() as (runtime, launcher, events):
+
+        async def refuse() -> None:
+            process = await launcher.process()
+            process.stderr = "No conversation found with session ID: ghost\n"
+            process.emit(
+                {
+                    "type": "result",
+                    "subtype": "error_during_execution",
+                    "is_error": True,
+                    "num_turns": 0,
+                    "session_id": "ghost",
+                    "errors": ["No conversation found with session ID: ghost"],
+                }
+            )
+            process.exit(ExitStatus(code=1, signal=None))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(refuse)
+            with pytest.raises(ResumeError) as caught:
+                await runtime.open_thread(ResumeRefs("ghost"))
+        assert caught.value.reason == "not_found"
+        failed = await events.until(ResumeFailed)
+        assert (failed.native_thread_ref, failed.reason) == ("ghost", "not_found")
+        assert sum(isinstance(e, ResumeFailed) for e in events.seen) == 1
+
+
+async def test_resume_that_dies_for_another_reason_is_an_error() -> None:
+    async with running() as (runtime, launcher, events):
+
+        async def crash() -> None:
+            process = await launcher.process()
+            process.stderr = "segfault"
+            process.exit(ExitStatus(code=None, signal=11))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(crash)
+            with pytest.raises(ResumeError) as caught:
+                await runtime.open_thread(ResumeRefs("s"))
+        assert caught.value.reason == "error"
+        assert (await events.until(ResumeFailed)).reason == "error"
+
+
+async def test_close_closes_stdin_and_leaving_kills() -> None:
+    async with running() as (runtime, launcher, events):
+        _, process = await open_new(runtime, launcher)
+        await runtime.close()
+        assert process.stdin_closed and process.status == ExitStatus(code=0, signal=None)
+        assert (await events.until(RuntimeExited)).code == 0
+
+    async with running() as (runtime, launcher, events):
+        _, process = await open_new(runtime, launcher)
+        process.exit_on_stdin_close = False
+    assert process.status == ExitStatus(code=None, signal=9)
+
+
+async def test_close_kills_a_process_that_ignores_stdin_close() -> None:
+    options = ClaudeOptions(session_id_factory=lambda: "s", close_timeout_s=0.2)
+    async with running(options) as (runtime, launcher, _):
+        _, process = await open_new(runtime, launcher)
+        process.exit_on_stdin_close = False
+        await runtime.close()
+        assert process.status == ExitStatus(code=None, signal=9)
+
+
+async def test_a_handler_that_raises_answers_with_an_error() -> None:
+    async def broken(call: HookCall) -> dict[str, Any]:
+        raise RuntimeError("bug")
+
+    async with running(ClaudeOptions(hook_handler=broken)) as (runtime, launcher, events):
+        _, process = await open_new(runtime, launcher)
+        process.emit(
+            {
+                "type": "control_request",
+                "request_id": "h1",
+                "request": {"subtype": "hook_callback", "callback_id": "x", "input": {}},
+            }
+        )
+        reply = await process.next_sent(1)
+        assert reply["response"]["subtype"] == "error"
+        assert (await events.until(Diagnostic)).code == "claude.handler_failed"
