@@ -598,6 +598,7 @@ def resume_failure_reason(message: str) -> Any:
             "unknown thread",
             "no such",
             "invalid thread id",
+            "invalid session id",
         )
     ):
         return "not_found"

@@ -496,6 +496,7 @@ def test_thread_refs_learned_once_per_thread() -> None:
         ("thread 0190 already has an active writer", "owned_elsewhere"),
         ("thread not found: 0190", "not_found"),
         ("no rollout found for thread id 0190", "not_found"),
+        ("invalid session id: invalid character: expected ...", "not_found"),
         ("something else broke", "error"),
     ],
 )
