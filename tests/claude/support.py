@@ -7,10 +7,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
+import trio
 
 from adapters.claude.frames import decode_line
 from adapters.claude.mapper import ClaudeMapper
 from t3orch.provider_events import ProviderEvent
+
+#: Bound on every wait for an event.
+WAIT_S = 5.0
 
 SESSION = "sess-1"
 
@@ -152,3 +156,31 @@ def plain(events: Sequence[ProviderEvent]) -> list[dict[str, Any]]:
         data.pop("rawEventId", None)
         out.append(data)
     return out
+
+
+class Events:
+    """Collects a runtime's events; waits for one kind (bounded)."""
+
+    def __init__(
+        self, receive: trio.MemoryReceiveChannel[ProviderEvent], wait_s: float = WAIT_S
+    ) -> None:
+        self._receive = receive
+        self.wait_s = wait_s
+        self.seen: list[ProviderEvent] = []
+
+    async def until(self, kind: type[Any]) -> Any:
+        with trio.fail_after(self.wait_s):
+            for event in self.seen:
+                if isinstance(event, kind):
+                    return event
+            while True:
+                event = await self._receive.receive()
+                self.seen.append(event)
+                if isinstance(event, kind):
+                    return event
+
+    async def all_of(self, kind: type[Any], count: int) -> list[Any]:
+        with trio.fail_after(self.wait_s):
+            while sum(isinstance(e, kind) for e in self.seen) < count:
+                self.seen.append(await self._receive.receive())
+        return [e for e in self.seen if isinstance(e, kind)]

@@ -23,6 +23,12 @@ class Wire:
         self.sent.set()
         self.sent = trio.Event()
 
+    async def frame(self, index: int) -> dict[str, Any]:
+        with trio.fail_after(5):
+            while len(self.frames) <= index:
+                await self.sent.wait()
+        return self.frames[index]
+
 
 def response(request_id: str, subtype: str = "success", **body: Any) -> ControlResponseFrame:
     return ControlResponseFrame(
@@ -46,8 +52,7 @@ async def test_response_completes_the_request() -> None:
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ask)
-        await wire.sent.wait()
-        frame = wire.frames[0]
+        frame = await wire.frame(0)
         assert frame["request"] == {"subtype": "set_model", "model": "m"}
         assert channel.on_response(response(frame["request_id"], response={"ok": 1}))
     assert got == [{"ok": 1}]
@@ -59,8 +64,8 @@ async def test_error_response_raises_protocol_error() -> None:
     channel = ControlChannel(wire.send, timeout_s=5)
 
     async def refuse() -> None:
-        await wire.sent.wait()
-        channel.on_response(response(wire.frames[0]["request_id"], "error", error="nope"))
+        frame = await wire.frame(0)
+        channel.on_response(response(frame["request_id"], "error", error="nope"))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(refuse)
@@ -79,7 +84,7 @@ async def test_process_gone_fails_waiters_and_later_requests() -> None:
     channel = ControlChannel(wire.send, timeout_s=5)
 
     async def die() -> None:
-        await wire.sent.wait()
+        await wire.frame(0)
         channel.fail_all(ProviderGone("exited"))
 
     async with trio.open_nursery() as nursery:

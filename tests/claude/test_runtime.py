@@ -27,35 +27,12 @@ from t3orch.provider_events import (
     TurnStarted,
 )
 
-from .fake_process import WAIT_S, FakeLauncher, FakeProcess
-from .support import can_use_tool, init
+from .fake_process import FakeLauncher, FakeProcess
+from .support import Events, can_use_tool, init
 
 CONFIG = RuntimeConfig(
     command=["/bin/claude"], env={"HOME": "/h"}, cwd="/w", model="m1", request_timeout_s=2.0
 )
-
-
-class Events:
-    def __init__(self, receive: trio.MemoryReceiveChannel[ProviderEvent]) -> None:
-        self._receive = receive
-        self.seen: list[ProviderEvent] = []
-
-    async def until(self, kind: type[Any]) -> Any:
-        with trio.fail_after(WAIT_S):
-            for event in self.seen:
-                if isinstance(event, kind):
-                    return event
-            while True:
-                event = await self._receive.receive()
-                self.seen.append(event)
-                if isinstance(event, kind):
-                    return event
-
-    async def all_of(self, kind: type[Any], count: int) -> list[Any]:
-        with trio.fail_after(WAIT_S):
-            while sum(isinstance(e, kind) for e in self.seen) < count:
-                self.seen.append(await self._receive.receive())
-        return [e for e in self.seen if isinstance(e, kind)]
 
 
 @asynccontextmanager
