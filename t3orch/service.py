@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
+from t3orch.commands import handoff, requests, runs, sessions, threads
 from t3orch.commands import reconcile as reconcile_mod
-from t3orch.commands import requests, runs, sessions, threads
 from t3orch.commands.specs import CreateThread
 from t3orch.domain.vocab import ProviderKind, RunAttemptReason
 from t3orch.ids import (
@@ -65,6 +65,9 @@ class CoreService:
         decide = runs.send_message(thread_id, text, self.ids.new(RunId))
         return await self._run(decide, command_id, "run.send")
 
+    async def fail_queued_run(self, run_id: str, reason: str) -> None:
+        await self._run(runs.fail_queued_run(run_id, reason), None, "run.fail")
+
     async def claim_request(
         self, request_id: str, decision: str, *, command_id: str | None = None
     ) -> CommandResult:
@@ -103,6 +106,26 @@ class CoreService:
         await self._run(
             sessions.record_process(session_id, pid, started_at), None, "session.process"
         )
+
+    async def replace_provider_thread(
+        self, thread_id: str, session_id: ProviderSessionId, run_id: str, reason: str
+    ) -> tuple[SessionBinding, str]:
+        """Resume failed: a new provider thread seeded with a full-thread summary."""
+        decide = handoff.replace_provider_thread(
+            thread_id, session_id, self.ids.new(ProviderThreadId), run_id, reason
+        )
+        result = await self._run(decide, None, "provider_thread.replace")
+        binding, summary, _ = result.result
+        return binding, summary
+
+    async def note(
+        self,
+        session_id: str | None,
+        level: Literal["info", "warning", "error"],
+        code: str,
+        message: str,
+    ) -> None:
+        await self._run(sessions.note(session_id, level, code, message), None, "diagnostic")
 
     async def ingest(self, binding: SessionBinding, events: Sequence[ProviderEvent]) -> int:
         """Append what a batch of adapter events means; returns the last sequence."""

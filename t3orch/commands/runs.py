@@ -182,3 +182,24 @@ def begin_attempt(
         return Decision(ch.drafts, binding)
 
     return decide
+
+
+def fail_queued_run(run_id: str, reason: str) -> Decide:
+    """A run that could not be dispatched (no runtime could start) ends ``failed``."""
+
+    def decide(view: StateView) -> Decision:
+        run = view.get("run", run_id)
+        if run is None or run.status in RUN_TERMINAL:
+            return Decision([])
+        ch = Changes(view)
+        now = view.now()
+        ch.put(
+            "run",
+            msgspec.structs.replace(run, status="failed", completed_at=now, last_error=reason),
+        )
+        node = view.get("node", run.root_node_id) if run.root_node_id else None
+        if node is not None:
+            ch.put("node", msgspec.structs.replace(node, status="failed", completed_at=now))
+        return Decision(ch.drafts)
+
+    return decide

@@ -276,6 +276,8 @@ def _make_item(
         data["messageId"] = derived_id(MessageId, item_id)
     if data.get("type") == "plan":
         data["planId"] = derived_id(PlanId, item_id)
+    # The provider's echo of our input: the app's own user_message item is canonical.
+    hidden = hidden or data.get("type") == "user_message"
     data.update(
         {
             "id": item_id,

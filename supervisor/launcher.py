@@ -1,0 +1,34 @@
+"""A process launcher that remembers what it launched, for the stop ladder and sweeps."""
+
+from __future__ import annotations
+
+import psutil
+import trio
+
+from adapters.process import ChildProcess, TrioProcessLauncher
+from adapters.transport import LaunchSpec
+
+
+def process_start_time(pid: int | None) -> float | None:
+    """The kernel's start time of ``pid``: with the pid it names one process, forever."""
+    if pid is None:
+        return None
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
+class RecordingLauncher:
+    def __init__(self, nursery: trio.Nursery) -> None:
+        self._inner = TrioProcessLauncher(nursery)
+        self.children: list[ChildProcess] = []
+
+    async def launch(self, spec: LaunchSpec) -> ChildProcess:
+        child = await self._inner.launch(spec)
+        self.children.append(child)
+        return child
+
+    @property
+    def current(self) -> ChildProcess | None:
+        return self.children[-1] if self.children else None

@@ -1,0 +1,382 @@
+"""``SessionManager``: dispatches runs to live runtimes and keeps them supervised.
+
+One runner per app thread at most. A queued run is dispatched when its thread
+has no active run: the thread's runtime is reused, or reopened from the stored
+resume refs (the one recovery path, whatever released the last one — reaper,
+crash, daemon restart). A runner's failure becomes events and a restart count,
+never an exception in the daemon: after ``intensity`` crashes in ``window_s``
+the thread's session stays ``error`` until the user sends again.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Literal
+
+import attrs
+import trio
+
+from adapters.errors import AdapterError, NotSupported, StaleRequest
+from adapters.protocol import RequestAnswer
+from supervisor.providers import ProviderSettings, adapter_for, runtime_config
+from supervisor.session import RawSinkFactory, SessionFailed, SessionRunner
+from t3orch.domain.vocab import ProviderKind
+from t3orch.ingest.binding import SessionBinding
+from t3orch.service import CommandResult, CoreService
+from t3orch.store.errors import CommandRejected
+from t3orch.store.sqlite.backend import SQLiteStore
+
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class RestartPolicy:
+    intensity: int = 3
+    window_s: float = 60.0
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 30.0
+
+    def backoff(self, failures: int) -> float:
+        if failures <= 0:
+            return 0.0
+        return float(min(self.backoff_max_s, self.backoff_initial_s * 2 ** (failures - 1)))
+
+
+@attrs.frozen
+class ReaperPolicy:
+    idle_timeout_s: float = 1800.0
+    #: Background work (a pending request, a running turn) defers release at most this long.
+    background_cap_s: float = 4 * 3600.0
+    sweep_interval_s: float = 300.0
+
+
+@attrs.define
+class _Crashes:
+    times: deque[float] = attrs.field(factory=deque)
+    held: bool = False
+
+
+@attrs.define(eq=False)
+class SessionManager:
+    core: CoreService
+    reader: SQLiteStore
+    providers: dict[str, ProviderSettings]
+    raw_factory: RawSinkFactory | None = None
+    restart: RestartPolicy = RestartPolicy()
+    reaper: ReaperPolicy = ReaperPolicy()
+    started_at: float = 0.0
+    runners: dict[str, SessionRunner] = attrs.field(factory=dict)
+    crashes: dict[str, _Crashes] = attrs.field(factory=dict)
+    released: int = 0
+    _nursery: trio.Nursery | None = None
+    _wake: dict[str, trio.Event] = attrs.field(factory=dict)
+    _dispatching: set[str] = attrs.field(factory=set)
+    on_release: Callable[[SessionRunner, str], None] | None = None
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[SessionManager] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        self.started_at = trio.current_time()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._reap_loop)
+                task_status.started(self)
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+
+    # -- commands (the API's Operations) ---------------------------------------
+
+    async def send_message(
+        self,
+        thread_id: str,
+        text: str,
+        *,
+        command_id: str | None = None,
+        mode: Literal["queue", "steer"] = "queue",
+    ) -> CommandResult:
+        runner = self.runners.get(thread_id)
+        if mode == "steer" and runner is not None and runner.busy:
+            active = runner.active_turn
+            try:
+                await runner.steer(text)
+                return CommandResult(
+                    {"runId": active.run_id if active else None, "steered": True},
+                    self.reader.last_sequence(),
+                )
+            except NotSupported:
+                # No native steering: interrupt and restart as a new attempt (below, queued).
+                await runner.interrupt()
+        self._release_hold(thread_id)
+        result = await self.core.send_message(thread_id, text, command_id=command_id)
+        if not result.duplicate:
+            self.kick(thread_id)
+        return result
+
+    async def interrupt_run(self, run_id: str, *, command_id: str | None = None) -> CommandResult:
+        with self.reader.snapshot():
+            row = self.reader.row("run", run_id)
+        if row is None:
+            raise CommandRejected("unknown_run", f"no run {run_id!r}")
+        run = row.decode()
+        runner = self.runners.get(run.thread_id)
+        if runner is None or runner.active_turn is None or runner.active_turn.run_id != run_id:
+            raise CommandRejected(
+                "run_not_active", f"run {run_id} is {run.status}; nothing to interrupt"
+            )
+        try:
+            await runner.interrupt()
+        except (AdapterError, SessionFailed) as exc:
+            raise CommandRejected(
+                "interrupt_failed", f"the provider did not take the interrupt: {exc}"
+            ) from exc
+        return CommandResult({"runId": run_id, "interrupting": True}, self.reader.last_sequence())
+
+    async def respond(
+        self,
+        request_id: str,
+        decision: str,
+        *,
+        message: str | None = None,
+        answers: dict[str, str] | None = None,
+        command_id: str | None = None,
+    ) -> CommandResult:
+        claimed = await self.core.claim_request(request_id, decision, command_id=command_id)
+        if claimed.duplicate:
+            return claimed
+        native = claimed.result["nativeRequestRef"]
+        runner = next(
+            (
+                r
+                for r in self.runners.values()
+                if r.session_id == claimed.result["providerSessionId"]
+            ),
+            None,
+        )
+        if runner is None:
+            raise CommandRejected(
+                "request_not_resumable",
+                f"request {request_id}: its runtime is gone; it will expire",
+            )
+        try:
+            await runner.respond(native, RequestAnswer(decision, message, answers))  # type: ignore[arg-type]
+        except (StaleRequest, SessionFailed, AdapterError) as exc:
+            raise CommandRejected("request_not_resumable", f"request {request_id}: {exc}") from exc
+        return claimed
+
+    async def switch_provider(
+        self, thread_id: str, provider: str, *, command_id: str | None = None
+    ) -> CommandResult:
+        raise CommandRejected(
+            "not_implemented", "switching providers arrives with lineage (issue 7)"
+        )
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "uptimeS": round(trio.current_time() - self.started_at, 3),
+            "runners": [r.describe() for r in self.runners.values()],
+            "released": self.released,
+            "heldThreads": sorted(t for t, c in self.crashes.items() if c.held),
+        }
+
+    # -- dispatch ------------------------------------------------------------------
+
+    def kick(self, thread_id: str) -> None:
+        """Make sure a dispatcher looks at ``thread_id``'s queue."""
+        if thread_id in self._dispatching:
+            self._wake.setdefault(thread_id, trio.Event()).set()
+            return
+        assert self._nursery is not None, "the session manager is not running"
+        self._dispatching.add(thread_id)
+        self._nursery.start_soon(self._dispatch_loop, thread_id)
+
+    async def _dispatch_loop(self, thread_id: str) -> None:
+        try:
+            while True:
+                self._wake[thread_id] = trio.Event()
+                run = self._next_queued(thread_id)
+                if run is None:
+                    return
+                await self._dispatch(thread_id, run)
+        finally:
+            self._dispatching.discard(thread_id)
+
+    def _next_queued(self, thread_id: str) -> Any | None:
+        with self.reader.snapshot():
+            runs = [r.decode() for r in self.reader.rows("run", thread_id=thread_id)]
+        for run in runs:
+            if run.status in ("starting", "running", "waiting"):
+                return None  # one run at a time per thread: queue behind it
+        return next((r for r in runs if r.status == "queued"), None)
+
+    async def _dispatch(self, thread_id: str, run: Any) -> None:
+        crashes = self.crashes.setdefault(thread_id, _Crashes())
+        if crashes.held:
+            await self.core.note(
+                None,
+                "error",
+                "restart_intensity",
+                f"thread {thread_id}: too many provider crashes; waiting for the user",
+            )
+            await self._fail_run(
+                thread_id, run, "provider restart intensity exceeded; send again to retry"
+            )
+            return
+        runner = self.runners.get(thread_id)
+        if runner is None or runner.exited.is_set():
+            delay = self.restart.backoff(len(self._recent(crashes)))
+            if delay:
+                await trio.sleep(delay)
+            try:
+                runner = await self._open_runner(thread_id, run.id)
+            except SessionFailed as exc:
+                self._record_crash(thread_id)
+                await self._fail_run(thread_id, run, str(exc))
+                return
+        text = self._user_text(run)
+        await runner.start_turn(run.id, text)
+        await runner.wait_turn()
+
+    def _user_text(self, run: Any) -> str:
+        with self.reader.snapshot():
+            rows = self.reader.rows("turn_item", thread_id=run.thread_id)
+        for row in rows:
+            item = row.decode()
+            if item.run_id == run.id and getattr(item, "message_id", None) == run.user_message_id:
+                return str(item.text)
+        raise CommandRejected("no_user_message", f"run {run.id} has no user message")
+
+    async def _open_runner(self, thread_id: str, run_id: str) -> SessionRunner:
+        assert self._nursery is not None
+        with self.reader.snapshot():
+            row = self.reader.row("thread", thread_id)
+        if row is None:
+            raise SessionFailed(f"no thread {thread_id}")
+        thread = row.decode()
+        kind: ProviderKind = thread.default_provider
+        settings = self.providers.get(kind)
+        if settings is None:
+            raise SessionFailed(f"no provider {kind!r} is configured")
+        runner = SessionRunner(
+            core=self.core,
+            reader=self.reader,
+            thread_id=thread_id,
+            provider=kind,
+            adapter=adapter_for(kind),
+            config=runtime_config(
+                kind,
+                settings,
+                cwd=thread.cwd,
+                model=thread.model_selection.model,
+                runtime_mode=thread.runtime_mode,
+            ),
+            first_run_id=run_id,
+        )
+        if self.raw_factory is not None:
+            runner.raw_factory = self.raw_factory
+        self.runners[thread_id] = runner
+        try:
+            await self._nursery.start(self._supervise, runner)
+        except BaseException:
+            self.runners.pop(thread_id, None)
+            raise
+        return runner
+
+    async def _supervise(
+        self, runner: SessionRunner, *, task_status: trio.TaskStatus[None]
+    ) -> None:
+        async def started_run(*, task_status: trio.TaskStatus[SessionRunner]) -> None:
+            await runner.run(task_status=task_status)
+
+        try:
+            async with trio.open_nursery() as inner:
+                await inner.start(started_run)
+                task_status.started()
+        except SessionFailed:
+            raise
+        except Exception as exc:  # a runner's bug must not take the daemon down
+            log.exception("session runner for %s failed", runner.thread_id)
+            await self.core.note(
+                runner.session_id, "error", "runner_failed", f"{type(exc).__name__}: {exc}"
+            )
+        finally:
+            if self.runners.get(runner.thread_id) is runner:
+                del self.runners[runner.thread_id]
+            reason = runner.stop_reason
+            exit_event = runner.exit_event
+            crashed = (
+                reason is None
+                and exit_event is not None
+                and (exit_event.signal is not None or exit_event.code not in (0, None))
+            )
+            if crashed:
+                self._record_crash(runner.thread_id)
+            self.released += 1
+            if self.on_release is not None:
+                self.on_release(runner, reason or ("crash" if crashed else "exit"))
+            # Work queued while it was dying is picked up by a new runtime.
+            if self._nursery is not None and reason != "shutdown":
+                self.kick(runner.thread_id)
+
+    def _recent(self, crashes: _Crashes) -> deque[float]:
+        now = trio.current_time()
+        while crashes.times and now - crashes.times[0] > self.restart.window_s:
+            crashes.times.popleft()
+        return crashes.times
+
+    def _record_crash(self, thread_id: str) -> None:
+        crashes = self.crashes.setdefault(thread_id, _Crashes())
+        crashes.times.append(trio.current_time())
+        if len(self._recent(crashes)) >= self.restart.intensity:
+            crashes.held = True
+
+    def _release_hold(self, thread_id: str) -> None:
+        """A user sending again is the user acting: the intensity count starts over."""
+        crashes = self.crashes.get(thread_id)
+        if crashes is not None and crashes.held:
+            crashes.held = False
+            crashes.times.clear()
+
+    async def _fail_run(self, thread_id: str, run: Any, reason: str) -> None:
+        await self.core.fail_queued_run(run.id, reason)
+
+    # -- the idle reaper --------------------------------------------------------
+
+    async def _reap_loop(self) -> None:
+        interval = min(self.reaper.sweep_interval_s, max(0.05, self.reaper.idle_timeout_s / 6))
+        while True:
+            await trio.sleep(interval)
+            self.reap_idle()
+
+    def reap_idle(self) -> list[str]:
+        """Release runtimes idle past the timeout; returns the threads released."""
+        now = trio.current_time()
+        reaped = []
+        for thread_id, runner in list(self.runners.items()):
+            idle = now - runner.last_activity
+            busy = runner.busy or self._has_pending(runner)
+            limit = self.reaper.background_cap_s if busy else self.reaper.idle_timeout_s
+            if idle >= limit and not runner.exited.is_set():
+                runner.stop("idle_timeout")
+                reaped.append(thread_id)
+        return reaped
+
+    def _has_pending(self, runner: SessionRunner) -> bool:
+        with self.reader.snapshot():
+            rows = self.reader.rows_by_status("runtime_request", ("pending",))
+        return any(r.thread_id == runner.thread_id for r in rows)
+
+    def stop_all(self, reason: str = "shutdown") -> None:
+        for runner in list(self.runners.values()):
+            runner.stop(reason)
+
+    def binding_for(self, thread_id: str) -> SessionBinding | None:
+        runner = self.runners.get(thread_id)
+        return None if runner is None else runner.binding
+
+
+__all__ = ["ReaperPolicy", "RestartPolicy", "SessionManager", "math"]

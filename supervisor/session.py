@@ -1,0 +1,329 @@
+"""``SessionRunner``: one live provider runtime serving one app thread.
+
+It opens a durable ProviderSession, launches the provider through its adapter,
+resumes the thread's provider thread from its stored refs (or, when resume
+fails, starts a replacement seeded with a full-thread summary), then runs turns
+on request. Every adapter event goes through the delta coalescer into ingest;
+the process's exit is ingested the moment the adapter reports it. Leaving
+``run`` always leaves the process reaped (the adapter's teardown is shielded).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import trio
+
+from adapters.errors import AdapterError, ResumeError
+from adapters.protocol import (
+    NullRawSink,
+    ProviderAdapter,
+    ProviderRuntime,
+    RawFrameSink,
+    RequestAnswer,
+    ResumeRefs,
+    RuntimeConfig,
+)
+from supervisor.launcher import RecordingLauncher, process_start_time
+from t3orch.domain.vocab import ProviderKind
+from t3orch.ingest.binding import SessionBinding, TurnBinding
+from t3orch.ingest.coalesce import DeltaCoalescer
+from t3orch.provider_events import (
+    ProviderEvent,
+    RuntimeExited,
+    TurnCompleted,
+)
+from t3orch.service import CoreService
+from t3orch.store.sqlite.backend import SQLiteStore
+
+log = logging.getLogger(__name__)
+
+RawSinkFactory = Callable[[ProviderKind, str], RawFrameSink]
+
+#: Bound on the graceful part of a stop (protocol close) before signals.
+CLOSE_GRACE_S = 5.0
+TERM_GRACE_S = 3.0
+#: The pump ingests at most this many events per transaction.
+MAX_INGEST_BATCH = 256
+
+
+class SessionFailed(Exception):
+    """The runtime could not be started; the message says why."""
+
+
+def _start_failure(exc: BaseException) -> BaseException | None:
+    """The adapter or OS error behind a failed start, even when nurseries wrapped it."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, (AdapterError, OSError)) else None
+
+
+@attrs.define(eq=False)
+class SessionRunner:
+    core: CoreService
+    reader: SQLiteStore
+    thread_id: str
+    provider: ProviderKind
+    adapter: ProviderAdapter
+    config: RuntimeConfig
+    raw_factory: RawSinkFactory = lambda kind, session: NullRawSink()
+    #: The run whose dispatch opened this runtime (consumes a resume-fallback handoff).
+    first_run_id: str | None = None
+
+    binding: SessionBinding | None = None
+    runtime: ProviderRuntime | None = None
+    launcher: RecordingLauncher | None = None
+    #: Text to prepend to the next turn (a resume-fallback summary), sent once.
+    pending_context: str | None = None
+    active_turn: TurnBinding | None = None
+    last_activity: float = -math.inf
+    exited: trio.Event = attrs.field(factory=trio.Event)
+    exit_event: RuntimeExited | None = None
+    #: When the exit was seen by the adapter and when it was committed (trio time).
+    exit_seen_at: float | None = None
+    exit_committed_at: float | None = None
+    stop_reason: str | None = None
+    _stop: trio.Event = attrs.field(factory=trio.Event)
+    _turn_done: trio.Event = attrs.field(factory=trio.Event)
+    _pump_done: trio.Event = attrs.field(factory=trio.Event)
+
+    @property
+    def session_id(self) -> str | None:
+        return None if self.binding is None else self.binding.provider_session_id
+
+    @property
+    def busy(self) -> bool:
+        return self.active_turn is not None
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[SessionRunner] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        binding = await self.core.open_session(self.thread_id, provider=self.provider)
+        self.binding = binding
+        send, receive = trio.open_memory_channel[ProviderEvent](1024)
+        raw = self.raw_factory(self.provider, binding.provider_session_id)
+        started = False
+        try:
+            async with trio.open_nursery() as nursery:
+                self.launcher = RecordingLauncher(nursery)
+                nursery.start_soon(self._pump, receive)
+                try:
+                    async with self.adapter.open_runtime(
+                        self.config, self.launcher, send, raw
+                    ) as rt:
+                        self.runtime = rt
+                        await self.core.record_process(
+                            binding.provider_session_id, rt.pid, process_start_time(rt.pid)
+                        )
+                        await self._open_thread(rt)
+                        self.last_activity = trio.current_time()
+                        started = True
+                        task_status.started(self)
+                        with trio.CancelScope() as watch:
+                            nursery.start_soon(self._cancel_on_exit, watch)
+                            await self._stop.wait()
+                        if not self.exited.is_set():
+                            await self._graceful_close(rt)
+                except BaseException as exc:
+                    cause = _start_failure(exc)
+                    if started or cause is None:
+                        raise
+                    raise SessionFailed(
+                        f"{self.provider} runtime failed to start: {cause}"
+                    ) from cause
+                finally:
+                    send.close()
+                    with trio.CancelScope(shield=True):
+                        await self._wait_pump()
+                nursery.cancel_scope.cancel()
+        finally:
+            self.runtime = None
+            close = getattr(raw, "close", None)
+            if close is not None:
+                close()
+            if self.exit_event is None:
+                # Shut down before the adapter reported an exit (daemon shutdown):
+                # record the release ourselves, shielded so it survives cancellation.
+                with trio.CancelScope(shield=True), trio.move_on_after(5):
+                    await self._ingest(
+                        [
+                            RuntimeExited(
+                                code=0, signal=None, stderr_tail="released: daemon shutdown"
+                            )
+                        ]
+                    )
+            self.exited.set()
+
+    async def _cancel_on_exit(self, scope: trio.CancelScope) -> None:
+        await self.exited.wait()
+        self._stop.set()
+        scope.cancel()
+
+    async def _open_thread(self, rt: ProviderRuntime) -> None:
+        assert self.binding is not None and self.binding.provider_thread_id is not None
+        with self.reader.snapshot():
+            row = self.reader.row("provider_thread", self.binding.provider_thread_id)
+        pt = None if row is None else row.decode()
+        resume = None
+        # A ref is trusted only once a turn completed with it (lessons §8 rule 2).
+        if pt is not None and pt.native_thread_ref and pt.resume_ref_confirmed:
+            head = pt.native_conversation_head_ref
+            resume = ResumeRefs(pt.native_thread_ref, head.value if head else None)
+        try:
+            await rt.open_thread(resume)
+        except ResumeError as exc:
+            if self.first_run_id is None:
+                raise
+            await self.core.note(
+                self.binding.provider_session_id, "warning", f"resume_failed.{exc.reason}", str(exc)
+            )
+            binding, summary = await self.core.replace_provider_thread(
+                self.thread_id, self.binding.provider_session_id, self.first_run_id, str(exc)
+            )
+            self.binding = binding
+            self.pending_context = summary
+            await rt.open_thread(None)
+
+    async def _graceful_close(self, rt: ProviderRuntime) -> None:
+        """The stop ladder: protocol close, then SIGTERM, then SIGKILL to the group."""
+        with trio.move_on_after(CLOSE_GRACE_S):
+            with contextlib.suppress(AdapterError):
+                await rt.close()
+            if self.exited.is_set():
+                return
+        child = self.launcher.current if self.launcher else None
+        if child is not None:
+            result = await child.stop(grace_close=0.1, grace_term=TERM_GRACE_S, grace_kill=2.0)
+            if result.status is None:
+                log.error(
+                    "provider %s (pid %s) survived SIGKILL: reported as a leak",
+                    self.provider,
+                    child.pid,
+                )
+
+    # -- work ------------------------------------------------------------------
+
+    async def start_turn(self, run_id: str, text: str) -> TurnBinding:
+        """Begin an attempt of ``run_id`` and send its input; returns at once."""
+        rt = self.runtime
+        if rt is None or self.exited.is_set() or self.binding is None:
+            raise SessionFailed(f"the {self.provider} runtime is not running")
+        assert self.binding.provider_thread_id is not None
+        turn = await self.core.begin_attempt(run_id, self.binding.provider_thread_id)
+        self.active_turn = turn
+        self._turn_done = trio.Event()
+        self.last_activity = trio.current_time()
+        if self.pending_context:
+            text = f"{self.pending_context}\n\n---\n\n{text}"
+            self.pending_context = None
+        try:
+            await rt.start_turn(text)
+        except AdapterError as exc:
+            await self._ingest(
+                [
+                    TurnCompleted(
+                        native_turn_ref=None, status="failed", error=f"turn could not start: {exc}"
+                    )
+                ]
+            )
+        return turn
+
+    async def wait_turn(self) -> None:
+        await self._turn_done.wait()
+
+    async def interrupt(self) -> None:
+        if self.runtime is None:
+            raise SessionFailed("no live runtime to interrupt")
+        await self.runtime.interrupt_turn()
+
+    async def steer(self, text: str) -> None:
+        if self.runtime is None:
+            raise SessionFailed("no live runtime to steer")
+        await self.runtime.steer_turn(text)
+
+    async def respond(self, native_request_ref: str, answer: RequestAnswer) -> None:
+        if self.runtime is None:
+            raise SessionFailed("the runtime holding this request is gone")
+        self.last_activity = trio.current_time()
+        await self.runtime.respond(native_request_ref, answer)
+
+    def stop(self, reason: str) -> None:
+        self.stop_reason = self.stop_reason or reason
+        self._stop.set()
+
+    # -- the event pump ----------------------------------------------------------
+
+    async def _pump(self, receive: trio.MemoryReceiveChannel[ProviderEvent]) -> None:
+        coalescer = DeltaCoalescer()
+        try:
+            async with receive:
+                while True:
+                    deadline = coalescer.next_deadline()
+                    batch: list[ProviderEvent] = []
+                    with trio.move_on_at(deadline if deadline is not None else math.inf):
+                        try:
+                            batch.append(await receive.receive())
+                        except trio.EndOfChannel:
+                            break
+                    while len(batch) < MAX_INGEST_BATCH:
+                        try:
+                            batch.append(receive.receive_nowait())
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                    now = trio.current_time()
+                    ready: list[ProviderEvent] = []
+                    for event in batch:
+                        ready.extend(coalescer.push(event, now))
+                    ready.extend(coalescer.flush_due(now))
+                    await self._deliver(ready)
+                await self._deliver(coalescer.flush_all())
+        finally:
+            self._pump_done.set()
+
+    async def _deliver(self, events: list[ProviderEvent]) -> None:
+        if not events:
+            return
+        # Split at turn ends so events after a turn are not bound to it.
+        chunk: list[ProviderEvent] = []
+        for event in events:
+            chunk.append(event)
+            if isinstance(event, (TurnCompleted, RuntimeExited)):
+                await self._ingest(chunk)
+                chunk = []
+                if isinstance(event, TurnCompleted):
+                    self.active_turn = None
+                    self.last_activity = trio.current_time()
+                    self._turn_done.set()
+                else:
+                    self.exit_event = event
+                    self.exit_committed_at = trio.current_time()
+                    self.active_turn = None
+                    self._turn_done.set()
+                    self.exited.set()
+        if chunk:
+            await self._ingest(chunk)
+            self.last_activity = trio.current_time()
+
+    async def _ingest(self, events: list[ProviderEvent]) -> None:
+        if self.binding is None:
+            return
+        binding = self.binding.with_turn(self.active_turn)
+        await self.core.ingest(binding, events)
+
+    async def _wait_pump(self) -> None:
+        with trio.move_on_after(10):
+            await self._pump_done.wait()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "threadId": self.thread_id,
+            "provider": self.provider,
+            "providerSessionId": self.session_id,
+            "busy": self.busy,
+            "pid": self.runtime.pid if self.runtime else None,
+        }
