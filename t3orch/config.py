@@ -172,6 +172,14 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
+def _origin(origin: Any) -> Callable[[Any], bool]:
+    def predicate(tp: Any) -> bool:
+        found: Any = get_origin(tp)
+        return bool(found is origin)
+
+    return predicate
+
+
 def _converter(base: Path) -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
     for tp in (str, int, float, bool):
@@ -196,7 +204,7 @@ def _converter(base: Path) -> cattrs.Converter:
 
         return hook
 
-    conv.register_structure_hook_factory(lambda t: get_origin(t) is Literal, literal_factory)
+    conv.register_structure_hook_factory(_origin(Literal), literal_factory)
 
     def list_factory(tp: Any) -> Callable[[Any, Any], Any]:
         (item,) = get_args(tp)
@@ -215,7 +223,7 @@ def _converter(base: Path) -> cattrs.Converter:
 
         return hook
 
-    conv.register_structure_hook_factory(lambda t: get_origin(t) is list, list_factory)
+    conv.register_structure_hook_factory(_origin(list), list_factory)
 
     def dict_factory(tp: Any) -> Callable[[Any, Any], Any]:
         def hook(value: Any, _: Any) -> dict[str, str]:
@@ -228,7 +236,7 @@ def _converter(base: Path) -> cattrs.Converter:
 
         return hook
 
-    conv.register_structure_hook_factory(lambda t: get_origin(t) is dict, dict_factory)
+    conv.register_structure_hook_factory(_origin(dict), dict_factory)
 
     def class_factory(cl: Any) -> Callable[[Any, Any], Any]:
         inner = make_dict_structure_fn(

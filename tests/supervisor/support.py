@@ -37,15 +37,15 @@ class Rig:
     async def wait_run(
         self, run_id: str, statuses: tuple[str, ...] = ("completed",), timeout: float = 20
     ) -> Any:
-        with trio.fail_after(timeout):
+        with trio.fail_after(within):
             while True:
                 run = self.row("run", run_id)
                 if run is not None and run.status in statuses:
                     return run
                 await trio.sleep(0.02)
 
-    async def wait_for(self, predicate: Any, timeout: float = 20) -> Any:
-        with trio.fail_after(timeout):
+    async def wait_for(self, predicate: Any, within: float = 20) -> Any:
+        with trio.fail_after(within):
             while True:
                 value = predicate()
                 if value:
@@ -76,6 +76,6 @@ async def rig(
             finally:
                 manager.stop_all()
                 with trio.move_on_after(15):
-                    while manager.runners:
+                    while manager.runners:  # noqa: ASYNC110 - runners leave by themselves
                         await trio.sleep(0.02)
                 nursery.cancel_scope.cancel()
