@@ -35,7 +35,7 @@ class Rig:
             return [r.decode() for r in self.core.reader.rows(kind, thread_id=thread_id)]
 
     async def wait_run(
-        self, run_id: str, statuses: tuple[str, ...] = ("completed",), timeout: float = 20
+        self, run_id: str, statuses: tuple[str, ...] = ("completed",), within: float = 20
     ) -> Any:
         with trio.fail_after(within):
             while True:
