@@ -1,0 +1,171 @@
+"""The API's methods: typed params in, JSON-able results out.
+
+Each mutating method takes a client ``commandId`` and returns
+``{result, sequence}``; a repeated id returns the first result (the store's
+command receipts make that a lookup), so a client may retry after any failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from t3orch.api import params as P
+from t3orch.api.protocol import METHOD_NOT_FOUND, RpcError, decode_params
+from t3orch.api.topics import TopicFilter, check_topic, open_filter, read_view
+from t3orch.commands.specs import CreateThread
+from t3orch.service import CommandResult
+from t3orch.store.errors import CommandRejected
+from t3orch.store.sqlite.backend import SQLiteStore
+
+if TYPE_CHECKING:
+    from t3orch.api.server import Connection
+
+Handler = Callable[["Connection", Any], Awaitable[Any]]
+MAX_SUBSCRIPTIONS = 64
+
+
+@attrs.frozen
+class Method:
+    params: type[P.Params]
+    handler: Handler
+
+
+def _committed(res: CommandResult) -> dict[str, Any]:
+    # Deliberately without ``duplicate``: a retry must see exactly the first answer.
+    return {"result": res.result, "sequence": res.sequence}
+
+
+async def thread_create(conn: Connection, p: P.ThreadCreate) -> Any:
+    spec = CreateThread(
+        provider=p.provider,
+        cwd=p.cwd,
+        title=p.title,
+        model=p.model,
+        runtime_mode=p.runtime_mode,
+        interaction_mode=p.interaction_mode,
+        project_id=p.project_id,
+    )
+    return _committed(await conn.core.service.create_thread(spec, command_id=p.command_id))
+
+
+async def thread_archive(conn: Connection, p: P.ThreadArchive) -> Any:
+    return _committed(await conn.core.service.archive_thread(p.thread_id, command_id=p.command_id))
+
+
+async def run_send(conn: Connection, p: P.RunSend) -> Any:
+    return _committed(
+        await conn.ops.send_message(p.thread_id, p.text, command_id=p.command_id, mode=p.mode)
+    )
+
+
+async def run_interrupt(conn: Connection, p: P.RunInterrupt) -> Any:
+    return _committed(await conn.ops.interrupt_run(p.run_id, command_id=p.command_id))
+
+
+async def request_respond(conn: Connection, p: P.RequestRespond) -> Any:
+    res = await conn.ops.respond(
+        p.request_id, p.decision, message=p.message, answers=p.answers, command_id=p.command_id
+    )
+    return _committed(res)
+
+
+async def thread_switch_provider(conn: Connection, p: P.ThreadSwitchProvider) -> Any:
+    return _committed(
+        await conn.ops.switch_provider(p.thread_id, p.provider, command_id=p.command_id)
+    )
+
+
+async def daemon_status(conn: Connection, p: P.DaemonStatus) -> Any:
+    return {**conn.ops.status(), "api": conn.server.status()}
+
+
+def _events_page(after: int, limit: int, store: SQLiteStore) -> dict[str, Any]:
+    return {"events": store.read_events(after, limit), "headSequence": store.last_sequence()}
+
+
+async def events_read(conn: Connection, p: P.EventsRead) -> Any:
+    return await conn.reader.snapshot(partial(_events_page, p.after_sequence, p.limit))
+
+
+def _view(topic: str, thread_id: str | None, store: SQLiteStore) -> dict[str, Any]:
+    view = read_view(store, topic, thread_id)
+    return {"snapshotSequence": view.snapshot_sequence, "data": view}
+
+
+async def view_read(conn: Connection, p: P.ViewRead) -> Any:
+    check_topic(p.topic, p.thread_id)
+    return await conn.reader.snapshot(partial(_view, p.topic, p.thread_id))
+
+
+def _with_snapshot(
+    topic: str, thread_id: str | None, store: SQLiteStore
+) -> tuple[TopicFilter, Any]:
+    return open_filter(store, topic, thread_id), read_view(store, topic, thread_id)
+
+
+def _with_head(topic: str, thread_id: str | None, store: SQLiteStore) -> tuple[TopicFilter, int]:
+    return open_filter(store, topic, thread_id), store.last_sequence()
+
+
+async def subscribe(conn: Connection, p: P.Subscribe) -> Any:
+    check_topic(p.topic, p.thread_id)
+    if len(conn.subscriptions) >= MAX_SUBSCRIPTIONS:
+        raise CommandRejected(
+            "too_many_subscriptions", f"at most {MAX_SUBSCRIPTIONS} subscriptions per connection"
+        )
+    # Subscribe FIRST, then read: whatever commits in between is in both, and the
+    # stream sends it once (by sequence); nothing can fall between the two.
+    live = conn.core.broadcast.subscribe(conn.server.limits.subscription_buffer)
+    try:
+        if p.after_sequence is None:
+            flt, snap = await conn.reader.snapshot(partial(_with_snapshot, p.topic, p.thread_id))
+            cursor, reply_seq = snap.snapshot_sequence, snap.snapshot_sequence
+        else:
+            flt, head = await conn.reader.snapshot(partial(_with_head, p.topic, p.thread_id))
+            if p.after_sequence > head:
+                raise CommandRejected(
+                    "cursor_ahead",
+                    f"afterSequence {p.after_sequence} is beyond the log's end ({head}); "
+                    "subscribe without it for a fresh snapshot",
+                )
+            snap, cursor, reply_seq = None, p.after_sequence, None
+    except BaseException:
+        live.close()
+        raise
+    sub_id = conn.start_stream(flt, live, cursor, snap)
+    reply: dict[str, Any] = {"subscription": sub_id}
+    if reply_seq is not None:
+        reply["snapshotSequence"] = reply_seq
+    return reply
+
+
+async def unsubscribe(conn: Connection, p: P.Unsubscribe) -> Any:
+    if not conn.stop_stream(p.subscription):
+        raise CommandRejected("unknown_subscription", f"no subscription {p.subscription!r}")
+    return {"subscription": p.subscription, "unsubscribed": True}
+
+
+METHODS: dict[str, Method] = {
+    "thread.create": Method(P.ThreadCreate, thread_create),
+    "thread.archive": Method(P.ThreadArchive, thread_archive),
+    "thread.switchProvider": Method(P.ThreadSwitchProvider, thread_switch_provider),
+    "run.send": Method(P.RunSend, run_send),
+    "run.interrupt": Method(P.RunInterrupt, run_interrupt),
+    "request.respond": Method(P.RequestRespond, request_respond),
+    "daemon.status": Method(P.DaemonStatus, daemon_status),
+    "events.read": Method(P.EventsRead, events_read),
+    "view.read": Method(P.ViewRead, view_read),
+    "subscribe": Method(P.Subscribe, subscribe),
+    "unsubscribe": Method(P.Unsubscribe, unsubscribe),
+}
+
+
+async def call(conn: Connection, method: str, raw: Any) -> Any:
+    entry = METHODS.get(method)
+    if entry is None:
+        raise RpcError(METHOD_NOT_FOUND, f"method not found: {method!r}")
+    return await entry.handler(conn, decode_params(raw, entry.params))

@@ -1,0 +1,132 @@
+"""What the API needs from the daemon beyond the core.
+
+The supervisor implements :class:`Operations` (it owns the live provider
+runtimes: steering, interrupts, delivering answers). The core must not import
+the supervisor, so the API is written against this protocol, and
+:class:`CoreOperations` is the stand-alone implementation over the core alone:
+whatever needs a live runtime is refused with ``no_supervisor`` instead of being
+recorded and then never carried out.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Literal, Protocol
+
+import attrs
+
+from t3orch.core import Core
+from t3orch.domain.vocab import RUN_TERMINAL, ProviderKind
+from t3orch.ids import CommandId
+from t3orch.service import CommandResult
+from t3orch.store.errors import CommandRejected
+
+SendMode = Literal["queue", "steer"]
+
+
+class Operations(Protocol):
+    async def send_message(
+        self, thread_id: str, text: str, *, command_id: str, mode: SendMode
+    ) -> CommandResult:
+        """Start a run; with a run active, queue after it or steer it."""
+
+    async def interrupt_run(self, run_id: str, *, command_id: str) -> CommandResult: ...
+
+    async def respond(
+        self,
+        request_id: str,
+        decision: str,
+        *,
+        message: str | None,
+        answers: dict[str, str] | None,
+        command_id: str,
+    ) -> CommandResult:
+        """Answer a pending runtime request: exactly one answer wins."""
+
+    async def switch_provider(
+        self, thread_id: str, provider: ProviderKind, *, command_id: str
+    ) -> CommandResult: ...
+
+    def status(self) -> dict[str, Any]:
+        """pid, uptime, provider sessions by status, writer stats."""
+
+
+def _no_supervisor(what: str) -> CommandRejected:
+    return CommandRejected(
+        "no_supervisor", f"{what} needs a live provider runtime, and no supervisor is running"
+    )
+
+
+@attrs.define
+class CoreOperations:
+    """Operations over ``CoreService`` only: used by tests and before the supervisor."""
+
+    core: Core
+    started_monotonic: float = attrs.field(factory=time.monotonic)
+
+    def _seen(self, command_id: str) -> bool:
+        # A repeated command id returns its first result, whatever the state is now.
+        return self.core.reader.receipt(CommandId(command_id)) is not None
+
+    def _live_runs(self, thread_id: str) -> list[str]:
+        with self.core.reader.snapshot():
+            runs = self.core.reader.rows("run", thread_id=thread_id)
+        return [r.id for r in runs if r.status not in RUN_TERMINAL]
+
+    async def send_message(
+        self, thread_id: str, text: str, *, command_id: str, mode: SendMode = "queue"
+    ) -> CommandResult:
+        if mode == "steer" and not self._seen(command_id) and self._live_runs(thread_id):
+            raise _no_supervisor("steering a working run")
+        return await self.core.service.send_message(thread_id, text, command_id=command_id)
+
+    async def interrupt_run(self, run_id: str, *, command_id: str) -> CommandResult:
+        row = self.core.reader.row("run", run_id)
+        if row is None:
+            raise CommandRejected("unknown_run", f"no run {run_id!r}")
+        if row.status in RUN_TERMINAL:
+            raise CommandRejected("run_finished", f"run {run_id} already ended {row.status}")
+        raise _no_supervisor(f"interrupting run {run_id}")
+
+    async def respond(
+        self,
+        request_id: str,
+        decision: str,
+        *,
+        message: str | None = None,
+        answers: dict[str, str] | None = None,
+        command_id: str,
+    ) -> CommandResult:
+        # The claim is recorded by the core (exactly once); delivering it to the
+        # provider is the supervisor's job once it runs.
+        return await self.core.service.claim_request(request_id, decision, command_id=command_id)
+
+    async def switch_provider(
+        self, thread_id: str, provider: ProviderKind, *, command_id: str
+    ) -> CommandResult:
+        if self.core.reader.row("thread", thread_id) is None:
+            raise CommandRejected("unknown_thread", f"no thread {thread_id!r}")
+        raise _no_supervisor("switching a thread's provider (a context handoff)")
+
+    def status(self) -> dict[str, Any]:
+        with self.core.reader.snapshot():
+            sessions = self.core.reader.rows("provider_session")
+            head = self.core.reader.last_sequence()
+        by_status: dict[str, int] = {}
+        for s in sessions:
+            key = s.status or "unknown"
+            by_status[key] = by_status.get(key, 0) + 1
+        stats = self.core.writer.stats
+        return {
+            "pid": os.getpid(),
+            "uptimeS": round(time.monotonic() - self.started_monotonic, 3),
+            "supervisor": False,
+            "sessions": by_status,
+            "headSequence": head,
+            "writer": {
+                "batches": stats.batches,
+                "submissions": stats.submissions,
+                "events": stats.events,
+            },
+        }

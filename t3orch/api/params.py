@@ -1,0 +1,88 @@
+"""The params of every API method: camelCase on the wire, unknown fields refused."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from t3orch.domain.vocab import InteractionMode, ProviderKind, RuntimeMode
+
+CommandIdField = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+Cursor = Annotated[int, msgspec.Meta(ge=0)]
+Topic = Literal[
+    "threadShell", "threadDetail", "executionGraph", "providerSessions", "pendingRequests"
+]
+#: Topics about one thread: they need a ``threadId``; the others refuse one.
+THREAD_TOPICS: frozenset[str] = frozenset({"threadDetail", "executionGraph"})
+
+
+class Params(msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class ThreadCreate(Params):
+    command_id: CommandIdField
+    provider: ProviderKind
+    cwd: str
+    title: str = "New thread"
+    model: str | None = None
+    runtime_mode: RuntimeMode = "approval-required"
+    interaction_mode: InteractionMode = "default"
+    project_id: str | None = None
+
+
+class ThreadArchive(Params):
+    command_id: CommandIdField
+    thread_id: str
+
+
+class RunSend(Params):
+    command_id: CommandIdField
+    thread_id: str
+    text: str
+    mode: Literal["queue", "steer"] = "queue"
+
+
+class RunInterrupt(Params):
+    command_id: CommandIdField
+    run_id: str
+
+
+class RequestRespond(Params):
+    command_id: CommandIdField
+    request_id: str
+    decision: str
+    message: str | None = None
+    answers: dict[str, str] | None = None
+
+
+class ThreadSwitchProvider(Params):
+    command_id: CommandIdField
+    thread_id: str
+    provider: ProviderKind
+
+
+class DaemonStatus(Params):
+    pass
+
+
+class EventsRead(Params):
+    after_sequence: Cursor = 0
+    limit: Annotated[int, msgspec.Meta(ge=1, le=5000)] = 500
+
+
+class ViewRead(Params):
+    topic: Topic
+    thread_id: str | None = None
+
+
+class Subscribe(Params):
+    topic: Topic
+    thread_id: str | None = None
+    #: Replay stored events after this sequence instead of sending a snapshot.
+    after_sequence: Cursor | None = None
+
+
+class Unsubscribe(Params):
+    subscription: str

@@ -1,0 +1,98 @@
+"""Starting the API over a running core: both listeners, the token, the port file."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+from pathlib import Path
+
+import attrs
+import trio
+
+from t3orch.api.auth import TOKEN_FILE, load_or_create_token
+from t3orch.api.operations import Operations
+from t3orch.api.reads import ApiReader
+from t3orch.api.server import ApiLimits, ApiServer
+from t3orch.api.transport import serve_unix, serve_websocket
+from t3orch.config import DaemonConfig
+from t3orch.core import Core
+
+SOCKET_FILE = "api.sock"
+PORT_FILE = "api.port"
+
+
+class ApiBindRefused(Exception):
+    """A non-loopback bind that the config did not explicitly allow."""
+
+
+@attrs.frozen
+class ApiEndpoints:
+    host: str
+    port: int
+    socket_path: Path
+    token_path: Path
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _write_port(path: Path, port: int) -> None:
+    # Atomic: a client never reads a half-written port.
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"{port}\n")
+    os.replace(tmp, path)
+
+
+async def serve_api(
+    core: Core,
+    operations: Operations,
+    config: DaemonConfig,
+    *,
+    task_status: trio.TaskStatus[ApiEndpoints] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serves the API until cancelled; ``nursery.start`` returns the bound endpoints.
+
+    The state dir is the one holding the core's database, so the token, socket
+    and port file always sit next to the store they give access to.
+    """
+    if not _loopback(config.api_host) and not config.api_allow_remote:
+        raise ApiBindRefused(
+            f"refusing to bind the API to non-loopback {config.api_host!r}: "
+            "set daemon.api_allow_remote = true to allow it"
+        )
+    state_dir = Path(core.store.path).parent
+    token = load_or_create_token(state_dir)
+    reader = ApiReader(core.store.path)
+    port_file = state_dir / PORT_FILE
+    limits = ApiLimits(
+        max_frame_bytes=config.max_frame_bytes,
+        subscription_buffer=config.subscription_buffer,
+    )
+    server = ApiServer(core, operations, token, reader, limits)
+    try:
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(
+                serve_websocket,
+                server.handle_websocket,
+                config.api_host,
+                config.api_port,
+                config.max_frame_bytes,
+            )
+            sock = await nursery.start(serve_unix, server.handle_unix, state_dir / SOCKET_FILE)
+            _write_port(port_file, port)
+            server.endpoints = {
+                "websocket": {"host": config.api_host, "port": port},
+                "socket": str(sock),
+            }
+            task_status.started(ApiEndpoints(config.api_host, port, sock, state_dir / TOKEN_FILE))
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            port_file.unlink()
+        reader.close()

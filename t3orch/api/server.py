@@ -1,0 +1,218 @@
+"""The API server: one :class:`Connection` per client, on either transport.
+
+Per connection: requests are read and answered in order by one task; every
+outgoing frame (responses and stream frames alike) goes through one bounded
+queue drained by one writer task, so frames never interleave and a client that
+stops reading stalls only itself: its queue fills, its streams block, their
+broadcast buffers overflow and they end with ``resync``. Memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+from typing import Any
+
+import attrs
+import trio
+import trio_websocket
+
+from t3orch.api import methods
+from t3orch.api.auth import bearer_matches
+from t3orch.api.operations import Operations
+from t3orch.api.protocol import (
+    COMMAND_REJECTED,
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    UNAUTHORIZED,
+    RpcError,
+    decode_request,
+    error_frame,
+    result_frame,
+    salvage_id,
+)
+from t3orch.api.reads import ApiReader
+from t3orch.api.streaming import StreamPlan, pump
+from t3orch.api.topics import TopicFilter
+from t3orch.api.transport import (
+    ConnectionGone,
+    FrameChannel,
+    FrameTooLarge,
+    LineChannel,
+    WebSocketChannel,
+)
+from t3orch.core import Core
+from t3orch.store.broadcast import Subscription
+from t3orch.store.errors import CommandRejected, StoreError
+
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class ApiLimits:
+    max_frame_bytes: int = 1024 * 1024
+    #: Events a subscription may have waiting before it is ended with ``resync``.
+    subscription_buffer: int = 4096
+    #: Outgoing frames a connection may have waiting for its socket.
+    send_queue: int = 64
+
+
+class ApiServer:
+    def __init__(
+        self,
+        core: Core,
+        ops: Operations,
+        token: str,
+        reader: ApiReader,
+        limits: ApiLimits,
+    ) -> None:
+        self.core = core
+        self.ops = ops
+        self.reader = reader
+        self.limits = limits
+        self._token = token
+        self.connections: set[Connection] = set()
+        #: Filled in by the runner once the listeners are bound.
+        self.endpoints: dict[str, Any] = {}
+
+    def status(self) -> dict[str, Any]:
+        return {
+            **self.endpoints,
+            "connections": len(self.connections),
+            "subscriptions": sum(len(c.subscriptions) for c in self.connections),
+        }
+
+    async def handle_websocket(self, request: trio_websocket.WebSocketRequest) -> None:
+        # The connection is accepted either way so that an unauthenticated client
+        # gets JSON-RPC errors (naming the fix) rather than a bare HTTP refusal.
+        authorized = bearer_matches(request.headers, self._token)
+        try:
+            ws = await request.accept()
+        except trio_websocket.ConnectionClosed:
+            return
+        await Connection(self, WebSocketChannel(ws, self.limits.max_frame_bytes), authorized).run()
+
+    async def handle_unix(self, stream: trio.SocketStream) -> None:
+        # The socket file is 0600 in a 0700 directory: reaching it is the auth.
+        await Connection(self, LineChannel(stream, self.limits.max_frame_bytes), True).run()
+
+
+class Connection:
+    def __init__(self, server: ApiServer, channel: FrameChannel, authorized: bool) -> None:
+        self.server = server
+        self.core = server.core
+        self.ops = server.ops
+        self.reader = server.reader
+        self.channel = channel
+        self.authorized = authorized
+        self.subscriptions: dict[str, trio.CancelScope] = {}
+        self._ids = itertools.count(1)
+        self._out_send, self._out_recv = trio.open_memory_channel[bytes](server.limits.send_queue)
+        self._starting: list[StreamPlan] = []
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self) -> None:
+        self.server.connections.add(self)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._write_loop, nursery.cancel_scope)
+                try:
+                    await self._read_loop()
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            self.server.connections.discard(self)
+            for plan in self._starting:
+                plan.live.close()
+            with trio.move_on_after(1) as cleanup:
+                cleanup.shield = True
+                with contextlib.suppress(ConnectionGone, trio.BrokenResourceError):
+                    await self.channel.aclose()
+
+    async def _write_loop(self, scope: trio.CancelScope) -> None:
+        try:
+            async for frame in self._out_recv:
+                await self.channel.send(frame)
+        except ConnectionGone:
+            scope.cancel()
+
+    async def _read_loop(self) -> None:
+        while True:
+            try:
+                frame = await self.channel.receive()
+            except ConnectionGone:
+                return
+            except FrameTooLarge as exc:
+                # That connection only: say why when the transport still can, then close.
+                with trio.move_on_after(1), contextlib.suppress(ConnectionGone):
+                    await self.channel.send(
+                        error_frame(None, RpcError(INVALID_REQUEST, f"{exc}; closing"))
+                    )
+                return
+            reply = await self._handle(frame)
+            if reply is not None:
+                await self._out_send.send(reply)
+            # Streams start after their subscribe response is queued: it goes out first.
+            starting, self._starting = self._starting, []
+            for plan in starting:
+                assert self._nursery is not None
+                self._nursery.start_soon(self._stream, plan, self.subscriptions[plan.subscription])
+
+    async def _handle(self, frame: bytes | str) -> bytes | None:
+        try:
+            req = decode_request(frame)
+        except RpcError as err:
+            return error_frame(salvage_id(frame), err)
+        rid = req.reply_id
+        try:
+            if not self.authorized:
+                raise RpcError(
+                    UNAUTHORIZED,
+                    "unauthorized: send 'Authorization: Bearer <token>' (the token is in "
+                    "<state-dir>/api-token) with the WebSocket handshake",
+                )
+            result = await methods.call(self, req.method, req.params)
+        except RpcError as err:
+            reply = error_frame(rid, err)
+        except CommandRejected as exc:
+            data = {"code": exc.code, "message": exc.message}
+            reply = error_frame(rid, RpcError(COMMAND_REJECTED, str(exc), data))
+        except StoreError as exc:
+            name = type(exc).__name__
+            data = {"code": "store_error", "type": name, "message": str(exc)}
+            reply = error_frame(rid, RpcError(INTERNAL_ERROR, f"{name}: {exc}", data))
+        except Exception as exc:
+            # A bug in one method must not take the connection (or the daemon) down.
+            log.exception("API method %s failed", req.method)
+            name = type(exc).__name__
+            data = {"code": "internal_error", "type": name}
+            reply = error_frame(rid, RpcError(INTERNAL_ERROR, f"internal error: {name}", data))
+        else:
+            reply = result_frame(rid, result)
+        return None if req.is_notification else reply
+
+    # -- subscriptions (called by methods.subscribe / unsubscribe) ------------------
+
+    def start_stream(self, flt: TopicFilter, live: Subscription, cursor: int, snapshot: Any) -> str:
+        sub_id = f"s{next(self._ids)}"
+        self.subscriptions[sub_id] = trio.CancelScope()
+        self._starting.append(StreamPlan(sub_id, flt, live, cursor, snapshot))
+        return sub_id
+
+    def stop_stream(self, sub_id: str) -> bool:
+        scope = self.subscriptions.pop(sub_id, None)
+        if scope is None:
+            return False
+        scope.cancel()
+        for plan in [p for p in self._starting if p.subscription == sub_id]:
+            self._starting.remove(plan)
+            plan.live.close()
+        return True
+
+    async def _stream(self, plan: StreamPlan, scope: trio.CancelScope) -> None:
+        with scope:
+            await pump(plan, self.reader, self._out_send.send)
+        if self.subscriptions.get(plan.subscription) is scope:
+            del self.subscriptions[plan.subscription]

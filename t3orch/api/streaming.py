@@ -1,0 +1,90 @@
+"""One subscription's stream: snapshot (or replay), then live events, bounded.
+
+The broadcast subscription is opened *before* the snapshot or the replay is
+read (see ``server.Connection``), so an event committed in between is both in
+the read and in the live buffer; it is sent once because only sequences above
+the last one sent go out. When the live buffer overflows (the client reads
+slower than events commit) the stream sends one ``resync`` and ends: the client
+re-subscribes for a fresh snapshot, and the server never buffers without bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import attrs
+
+from t3orch.api.protocol import notification
+from t3orch.api.reads import ApiReader
+from t3orch.api.topics import TopicFilter
+from t3orch.events import EventEnvelope
+from t3orch.store.broadcast import Subscription
+from t3orch.store.sqlite.backend import SQLiteStore
+
+Send = Callable[[bytes], Awaitable[None]]
+REPLAY_PAGE = 500
+
+
+@attrs.define
+class StreamPlan:
+    subscription: str
+    filter: TopicFilter
+    live: Subscription
+    #: The snapshot's sequence, or the client's ``afterSequence``.
+    cursor: int
+    #: The read model to send first; ``None`` means replay from ``cursor`` instead.
+    snapshot: Any = None
+
+
+def _page(after: int, store: SQLiteStore) -> list[EventEnvelope]:
+    return store.read_events(after, REPLAY_PAGE)
+
+
+async def pump(plan: StreamPlan, reader: ApiReader, send: Send) -> None:
+    """Runs until the client unsubscribes (cancel), the daemon stops, or a resync."""
+    sub = plan.subscription
+    last = plan.cursor
+    live = plan.live
+    try:
+        if plan.snapshot is not None:
+            await send(
+                notification(
+                    "snapshot",
+                    {"subscription": sub, "snapshotSequence": last, "data": plan.snapshot},
+                )
+            )
+        else:
+            # Replay the stored gap page by page; live events queue meanwhile.
+            while not live.overflowed:
+                page = await reader.snapshot(partial(_page, last))
+                if not page:
+                    break
+                for env in page:
+                    if plan.filter.concerns(env):
+                        await send(_event(sub, env))
+                    last = env.sequence
+            if not live.overflowed:
+                await send(notification("synchronized", {"subscription": sub, "sequence": last}))
+        async for env in live:
+            if live.overflowed:
+                break
+            if env.sequence <= last:
+                continue  # already in the snapshot or the replay
+            last = env.sequence
+            if plan.filter.concerns(env):
+                await send(_event(sub, env))
+        if live.overflowed:
+            await send(
+                notification(
+                    "resync",
+                    {"subscription": sub, "sequence": last, "reason": "slow_consumer"},
+                )
+            )
+    finally:
+        live.close()
+
+
+def _event(sub: str, env: EventEnvelope) -> bytes:
+    return notification("event", {"subscription": sub, "sequence": env.sequence, "event": env})

@@ -1,0 +1,199 @@
+"""The two transports under one frame interface: WebSocket messages and JSON lines.
+
+A :class:`FrameChannel` yields whole incoming frames and sends whole outgoing
+ones. Incoming frames are bounded (``max_frame_bytes``): an oversized one ends
+that connection only (:class:`FrameTooLarge`), never the server, and is never
+buffered whole. Outgoing frames are not bounded here: they are ours (snapshots
+can legitimately be large).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import socket
+import stat
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Protocol
+
+import trio
+import trio_websocket
+
+#: The longest path a Unix socket address can hold (sun_path, with its NUL).
+UNIX_PATH_MAX = 107
+
+
+class ConnectionGone(Exception):
+    """The peer closed the connection (or it broke)."""
+
+
+class FrameTooLarge(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"frame exceeds {limit} bytes")
+        self.limit = limit
+
+
+class FrameChannel(Protocol):
+    async def receive(self) -> bytes | str:
+        """The next whole frame; raises ConnectionGone or FrameTooLarge."""
+
+    async def send(self, frame: bytes) -> None:
+        """Raises ConnectionGone when the peer is gone."""
+
+    async def aclose(self) -> None: ...
+
+
+class WebSocketChannel:
+    """One WebSocket connection; trio-websocket enforces the message size (close 1009)."""
+
+    def __init__(self, ws: trio_websocket.WebSocketConnection, max_frame_bytes: int) -> None:
+        self._ws = ws
+        self._limit = max_frame_bytes
+
+    async def receive(self) -> bytes | str:
+        try:
+            return await self._ws.get_message()
+        except trio_websocket.ConnectionClosed as exc:
+            reason = exc.reason
+            if reason is not None and reason.code == 1009:
+                raise FrameTooLarge(self._limit) from None
+            raise ConnectionGone() from None
+
+    async def send(self, frame: bytes) -> None:
+        try:
+            # Text frames: JSON-RPC over WebSocket is text by convention.
+            await self._ws.send_message(frame.decode())
+        except trio_websocket.ConnectionClosed:
+            raise ConnectionGone() from None
+
+    async def aclose(self) -> None:
+        await self._ws.aclose()
+
+
+class LineChannel:
+    """Newline-delimited frames over a byte stream (the Unix socket; the CLI client)."""
+
+    def __init__(self, stream: trio.abc.Stream, max_frame_bytes: int) -> None:
+        self._stream = stream
+        self._limit = max_frame_bytes
+        self._buf = bytearray()
+        self._scanned = 0  # bytes of _buf already known to hold no newline
+        self._send_lock = trio.Lock()
+
+    async def receive(self) -> bytes:
+        while True:
+            idx = self._buf.find(b"\n", self._scanned)
+            if idx >= 0:
+                line = bytes(self._buf[:idx]).rstrip(b"\r")
+                del self._buf[: idx + 1]
+                self._scanned = 0
+                if len(line) > self._limit:
+                    raise FrameTooLarge(self._limit)
+                if line.strip():
+                    return line
+                continue
+            self._scanned = len(self._buf)
+            if len(self._buf) > self._limit:
+                raise FrameTooLarge(self._limit)
+            try:
+                data = await self._stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                raise ConnectionGone() from None
+            if not data:
+                raise ConnectionGone()
+            self._buf += data
+
+    async def send(self, frame: bytes) -> None:
+        async with self._send_lock:
+            try:
+                await self._stream.send_all(frame + b"\n")
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                raise ConnectionGone() from None
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+# -- listeners --------------------------------------------------------------------
+
+
+async def serve_websocket(
+    handler: Callable[[trio_websocket.WebSocketRequest], Awaitable[None]],
+    host: str,
+    port: int,
+    max_frame_bytes: int,
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serves WebSocket connections on ``host:port``; reports the bound port."""
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    server = trio_websocket.WebSocketServer(
+        handler,
+        listeners,
+        max_message_size=max_frame_bytes,
+        # The handshake and the close must not hang a connection task forever.
+        connect_timeout=10,
+        disconnect_timeout=5,
+    )
+    bound = listeners[0].socket.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.run)
+        task_status.started(int(bound))
+
+
+class SocketPathError(Exception):
+    """The Unix socket cannot be created at the requested path."""
+
+
+async def _clear_stale(path: Path) -> None:
+    """Removes a socket left by a dead daemon; refuses to replace a live one."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise SocketPathError(f"{path} exists and is not a socket; refusing to replace it")
+    try:
+        probe = await trio.open_unix_socket(str(path))
+    except OSError as exc:
+        if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return
+        raise SocketPathError(f"{path}: {exc.strerror}") from None
+    await probe.aclose()
+    raise SocketPathError(f"{path}: another t3orch daemon is serving this state dir")
+
+
+async def serve_unix(
+    handler: Callable[[trio.SocketStream], Awaitable[None]],
+    path: Path,
+    *,
+    task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serves a 0600 Unix socket at ``path`` (its permission is the auth); removes it on exit."""
+    if len(os.fsencode(path)) > UNIX_PATH_MAX:
+        raise SocketPathError(
+            f"{path}: a Unix socket path may have at most {UNIX_PATH_MAX} bytes; "
+            "use a shorter state dir"
+        )
+    await _clear_stale(path)
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    bound = False
+    try:
+        await sock.bind(str(path))
+        bound = True
+        # connect(2) needs write permission on the socket file: 0600 = this user only.
+        os.chmod(path, 0o600)
+        sock.listen(128)
+        listener = trio.SocketListener(sock)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trio.serve_listeners, handler, [listener])
+            task_status.started(path)
+    finally:
+        sock.close()
+        if bound:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
