@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from t3orch.config import ConfigError
 from t3orch.store.errors import CommandRejected, StoreError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -27,7 +28,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from t3orch.cli import demo, storecmds
+    from t3orch.cli import daemoncmds, demo, storecmds
 
     parser = argparse.ArgumentParser(prog="t3orch", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -42,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(handler=storecmds.cmd_check)
 
+    p = sub.add_parser("serve", help="run the daemon in the foreground (SIGTERM stops it)")
+    _common(p)
+    p.set_defaults(handler=daemoncmds.cmd_serve)
+
     p = sub.add_parser("demo", help="run a scripted conversation on a fresh state dir")
     _common(p)
     p.set_defaults(handler=demo.cmd_demo)
@@ -55,6 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Failures raised inside a trio nursery arrive wrapped in exception groups.
     try:
         code = handler(args)
+    except* ConfigError as group:
+        for exc in _leaves(group):
+            print(f"t3orch {args.command}: config error: {exc}", file=sys.stderr)
+        code = 2
     except* StoreError as group:
         for exc in _leaves(group):
             print(f"t3orch {args.command}: error: {exc}", file=sys.stderr)

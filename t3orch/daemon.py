@@ -1,0 +1,195 @@
+"""The composition root: the one core module that wires store, adapters and supervisor.
+
+``t3orch serve``, ``t3orch demo`` and ``t3orch drill`` start the daemon through
+:func:`run_daemon`. Order matters and is the contract with systemd: open the
+store, kill leftovers and settle a dead daemon's records, start the session
+manager and the API, and only then say READY.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from adapters.diagnostics import RotatingRawLog
+from adapters.protocol import RawFrameSink
+from supervisor.manager import ReaperPolicy, RestartPolicy, SessionManager
+from supervisor.providers import STANDIN_TRANSCRIPT, ProviderSettings
+from supervisor.startup import settle_previous_run
+from supervisor.systemd import Notifier
+from t3orch.api.runner import serve_api
+from t3orch.config import Config
+from t3orch.core import Core, open_core
+from t3orch.domain.vocab import ProviderKind
+from t3orch.state import prepare_state_dir
+from t3orch.store.errors import StateDirInvalid
+
+log = logging.getLogger("t3orch.daemon")
+
+#: Bound on stopping every runtime at shutdown (each runs the stop ladder at once).
+SHUTDOWN_GRACE_S = 12.0
+
+
+@attrs.define
+class Daemon:
+    core: Core
+    manager: SessionManager
+    state_dir: Path
+    port: int | None
+    reconciled: dict[str, int]
+
+    def status_line(self) -> str:
+        return (
+            f"{len(self.manager.runners)} live sessions, "
+            f"{self.core.writer.stats.events} events written"
+        )
+
+
+def provider_settings(config: Config) -> dict[str, ProviderSettings]:
+    p = config.providers
+    out: dict[str, ProviderSettings] = {}
+    if p.codex.command:
+        out["codex"] = ProviderSettings(
+            command=p.codex.command,
+            env=p.codex.env,
+            home=str(p.codex.home) if p.codex.home else None,
+            model=p.codex.model,
+        )
+    if p.claude.command:
+        out["claude"] = ProviderSettings(
+            command=p.claude.command, env=p.claude.env, model=p.claude.model
+        )
+    transcript = str(p.standin.transcript or STANDIN_TRANSCRIPT)
+    out["standin"] = ProviderSettings(
+        command=[*p.standin.command, transcript, "--loop-turns"], model="standin"
+    )
+    return out
+
+
+@contextmanager
+def exclusive_state_dir(state_dir: Path) -> Iterator[None]:
+    """One daemon per store: a second one would fight over the runtimes and the log."""
+    lock_path = state_dir / "daemon.lock"
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StateDirInvalid(
+                f"another t3orch daemon is running on {state_dir} (lock {lock_path} is held)"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _write_status_file(state_dir: Path, data: dict[str, Any]) -> None:
+    path = state_dir / "daemon.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
+
+
+async def run_daemon(
+    config: Config,
+    state_dir: Path,
+    *,
+    notifier: Notifier | None = None,
+    task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run until cancelled; teardown stops every runtime (bounded) before the store closes."""
+    # Everything the daemon writes (store, raw frames, token) is the user's alone.
+    os.umask(0o077)
+    db = prepare_state_dir(state_dir, create=True)
+    notifier = notifier or Notifier()
+    d = config.daemon
+
+    def raw_sink(kind: ProviderKind, session_id: str) -> RawFrameSink:
+        return RotatingRawLog(state_dir / "raw", kind, session_id)
+
+    with exclusive_state_dir(state_dir):
+        notifier.status("opening the store")
+        async with open_core(db, synchronous=d.synchronous) as core:
+            notifier.status("settling the previous run")
+            reconciled = await settle_previous_run(core.service, core.reader)
+            manager = SessionManager(
+                core=core.service,
+                reader=core.reader,
+                providers=provider_settings(config),
+                raw_factory=raw_sink,
+                restart=RestartPolicy(
+                    intensity=d.restart_intensity,
+                    window_s=d.restart_period_s,
+                    backoff_initial_s=d.backoff_initial_s,
+                    backoff_max_s=d.backoff_max_s,
+                ),
+                reaper=ReaperPolicy(idle_timeout_s=d.idle_timeout_s),
+            )
+            async with trio.open_nursery() as nursery:
+                await nursery.start(manager.run)
+                try:
+                    endpoints = await nursery.start(serve_api, core, manager, d)
+                    port = endpoints.port
+                    daemon = Daemon(core, manager, state_dir, port, reconciled)
+                    _write_status_file(
+                        state_dir, {"pid": os.getpid(), "port": port, "reconciled": reconciled}
+                    )
+                    notifier.ready(f"ready: {daemon.status_line()}")
+                    nursery.start_soon(notifier.watchdog, _writer_probe(core), daemon.status_line)
+                    task_status.started(daemon)
+                    await trio.sleep_forever()
+                finally:
+                    with trio.CancelScope(shield=True):
+                        notifier.stopping()
+                        manager.stop_all("shutdown")
+                        with trio.move_on_after(SHUTDOWN_GRACE_S):
+                            while manager.runners:  # noqa: ASYNC110 - runners leave by themselves
+                                await trio.sleep(0.02)
+                        if manager.runners:
+                            log.error(
+                                "%d runtimes did not stop in %.0fs",
+                                len(manager.runners),
+                                SHUTDOWN_GRACE_S,
+                            )
+                    nursery.cancel_scope.cancel()
+
+
+def _writer_probe(core: Core):  # type: ignore[no-untyped-def]
+    from t3orch.store.interface import Decision
+
+    async def alive() -> bool:
+        # A transaction that writes nothing still proves the writer thread turns over.
+        await core.writer.submit(lambda view: Decision([]))
+        return True
+
+    return alive
+
+
+async def serve_until_signalled(config: Config, state_dir: Path) -> None:
+    """``t3orch serve``: run the daemon; SIGTERM or SIGINT is a graceful stop."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            daemon: Daemon = await nursery.start(run_daemon, config, state_dir)
+            print(
+                f"t3orch: serving {state_dir} (api port {daemon.port}, pid {os.getpid()}); "
+                f"settled at start: {daemon.reconciled}",
+                file=sys.stderr,
+                flush=True,
+            )
+            async for signum in signals:
+                print(
+                    f"t3orch: {signal.Signals(signum).name}: stopping", file=sys.stderr, flush=True
+                )
+                nursery.cancel_scope.cancel()
+                break
