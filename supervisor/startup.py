@@ -8,6 +8,7 @@ with its process start time: a pid reused by an unrelated process is left alone.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -64,12 +65,12 @@ async def sweep_orphans(reader: SQLiteStore, *, grace_s: float = 2.0) -> SweepRe
         victims.append(proc)
         killed.append(s.pid)
     if victims:
-        _, alive = await trio.to_thread.run_sync(lambda: psutil.wait_procs(victims, timeout=grace_s))
+        _, alive = await trio.to_thread.run_sync(
+            lambda: psutil.wait_procs(victims, timeout=grace_s)
+        )
         for proc in alive:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         log.warning("killed %d provider process group(s) left by a previous daemon", len(killed))
     return SweepResult(killed, skipped)
 
