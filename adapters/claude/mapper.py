@@ -131,12 +131,15 @@ class ClaudeMapper:
         native_thread_ref: str | None = None,
         forked_from: str | None = None,
         head: str | None = None,
+        full_access: bool = False,
     ) -> None:
         #: The session id; set from ``system/init`` (or known up front when resuming).
         self.session_id: str | None = None
         #: The uuid of the last real assistant message: the conversation head.
         self.head: str | None = head
         self._expected_session = native_thread_ref
+        #: Permission prompts the runtime answers itself open no request.
+        self._full_access = full_access
         self._forked_from = forked_from
         self._ready = False
         self._refs_sent: tuple[str, str | None] | None = None
@@ -556,6 +559,8 @@ class ClaudeMapper:
                 )
             ]
         name = body.tool_name or ""
+        if tools.auto_allowed(self._full_access, name):
+            return []
         self._requests[frame.request_id] = body.tool_use_id
         kind = tools.request_kind(name)
         is_question = kind == "user_input"

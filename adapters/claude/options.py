@@ -72,8 +72,6 @@ def build_argv(
             argv.append("--fork-session")
     if session_id is not None:
         argv += ["--session-id", session_id]
-    if config.runtime_mode == "full-access":
-        argv += ["--permission-mode", "bypassPermissions"]
     if options.mcp_servers:
         servers = {name: {"type": "sdk", "name": name} for name in options.mcp_servers}
         argv += ["--mcp-config", json.dumps({"mcpServers": servers})]

@@ -39,6 +39,7 @@ from adapters.claude.frames import (
 )
 from adapters.claude.mapper import CLAUDE_CAPABILITIES, ClaudeMapper
 from adapters.claude.options import ClaudeOptions, build_argv
+from adapters.claude.tools import auto_allowed
 from adapters.errors import (
     AdapterError,
     NotSupported,
@@ -124,7 +125,7 @@ class ClaudeRuntime:
         if resume is None:
             new_id = session_id or self._options.session_id_factory()
             argv = build_argv(self._config, self._options, session_id=new_id)
-            await self._start(argv, ClaudeMapper(native_thread_ref=new_id), None)
+            await self._start(argv, self._mapper(native_thread_ref=new_id), None)
             return new_id
         ref = resume.native_thread_ref
         argv = build_argv(
@@ -133,7 +134,7 @@ class ClaudeRuntime:
             resume=ref,
             resume_at=resume.native_conversation_head_ref,
         )
-        mapper = ClaudeMapper(native_thread_ref=ref, head=resume.native_conversation_head_ref)
+        mapper = self._mapper(native_thread_ref=ref, head=resume.native_conversation_head_ref)
         await self._start(argv, mapper, ref)
         return ref
 
@@ -152,7 +153,7 @@ class ClaudeRuntime:
             resume_at=resume.native_conversation_head_ref,
             fork=True,
         )
-        mapper = ClaudeMapper(native_thread_ref=new_id, forked_from=resume.native_thread_ref)
+        mapper = self._mapper(native_thread_ref=new_id, forked_from=resume.native_thread_ref)
         await self._start(argv, mapper, resume.native_thread_ref)
         return new_id
 
@@ -211,6 +212,20 @@ class ClaudeRuntime:
         return self._session.mapper.head if self._session is not None else None
 
     # -- process lifetime ---------------------------------------------------------
+
+    def _mapper(
+        self, *, native_thread_ref: str, forked_from: str | None = None, head: str | None = None
+    ) -> ClaudeMapper:
+        return ClaudeMapper(
+            native_thread_ref=native_thread_ref,
+            forked_from=forked_from,
+            head=head,
+            full_access=self._full_access,
+        )
+
+    @property
+    def _full_access(self) -> bool:
+        return self._config.runtime_mode == "full-access"
 
     async def _start(self, argv: list[str], mapper: ClaudeMapper, resuming: str | None) -> None:
         if self._session is not None:
@@ -405,11 +420,22 @@ class ClaudeRuntime:
             self._nursery.start_soon(self._answer_hook, session, request)
         elif subtype == "mcp_message":
             self._nursery.start_soon(self._answer_mcp, session, request)
-        elif subtype != "can_use_tool":
+        elif subtype == "can_use_tool":
+            body = request.body
+            if auto_allowed(self._full_access, body.tool_name or ""):
+                payload = allow(body.input if isinstance(body.input, dict) else {})
+                self._nursery.start_soon(self._answer, session, request, payload)
+        else:
             self._nursery.start_soon(
                 self._answer_error, session, request, f"Unsupported control request: {subtype}"
             )
-        # can_use_tool waits for respond()
+        # other can_use_tool requests wait for respond()
+
+    async def _answer(
+        self, session: _Session, request: IncomingRequest, payload: dict[str, Any]
+    ) -> None:
+        with contextlib.suppress(StaleRequest, ProviderGone):
+            await session.control.answer(request.request_id, payload)
 
     async def _answer_hook(self, session: _Session, request: IncomingRequest) -> None:
         body = request.body

@@ -146,6 +146,17 @@ def request_kind(name: str) -> RuntimeRequestKind:
     return "dynamic_tool_call"
 
 
+def auto_allowed(full_access: bool, name: str) -> bool:
+    """Whether a ``can_use_tool`` is answered by the adapter itself, with no request.
+
+    ``full-access`` is implemented here rather than with ``--permission-mode
+    bypassPermissions``: the CLI refuses that mode when run as root ("cannot be used
+    with root/sudo privileges"), which is how a system service often runs. A question
+    to the user is never auto-answered: only a person can answer it.
+    """
+    return full_access and name != QUESTION_TOOL
+
+
 def request_summary(name: str, tool_input: Any, description: str | None) -> str:
     """One line for a person deciding on the request."""
     args = _args(tool_input)

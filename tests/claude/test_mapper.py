@@ -524,3 +524,13 @@ def test_same_frames_give_the_same_events() -> None:
 
     assert run() == run()
     assert any(isinstance(e, TurnStarted) for e in run())
+
+
+def test_full_access_opens_no_request_except_questions() -> None:
+    mapper = ClaudeMapper(full_access=True)
+    mapper.user_sent()
+    assert feed(mapper, can_use_tool("r1", "Bash", {"command": "touch x"}, "t1")) == []
+    asked = feed(mapper, can_use_tool("r2", "AskUserQuestion", {"questions": []}, "t2"))
+    assert isinstance(asked[0], RequestOpened) and asked[0].kind == "user_input"
+    # The auto-answered request is not left open at the end of the turn.
+    assert [type(e) for e in feed(mapper, result())].count(RequestCancelled) == 1

@@ -30,6 +30,7 @@ from fixtures.fakes.claude_env import (
     find_claude_binary,
 )
 from fixtures.fakes.messages_api import FakeMessagesServer, user_texts
+from t3orch.domain.vocab import RuntimeMode
 from t3orch.provider_events import (
     CommandRun,
     ItemCompleted,
@@ -72,27 +73,30 @@ def dirs() -> Iterator[ClaudeDirs]:
         yield made
 
 
-def config(fake: FakeMessagesServer, dirs: ClaudeDirs) -> RuntimeConfig:
+def config(fake: FakeMessagesServer, dirs: ClaudeDirs, mode: RuntimeMode) -> RuntimeConfig:
     assert BINARY is not None
     return RuntimeConfig(
         command=[str(BINARY)],
         env=claude_env(dirs, fake.base_url),
         cwd=str(dirs.cwd),
         model=FAKE_MODEL,
+        runtime_mode=mode,
         request_timeout_s=WAIT_S,
     )
 
 
 @asynccontextmanager
 async def claude(
-    fake: FakeMessagesServer, dirs: ClaudeDirs
+    fake: FakeMessagesServer, dirs: ClaudeDirs, mode: RuntimeMode = "approval-required"
 ) -> AsyncIterator[tuple[ClaudeRuntime, Events]]:
     """A runtime over real processes; leaving kills and reaps them."""
     send, receive = trio.open_memory_channel[ProviderEvent](math.inf)
     async with trio.open_nursery() as nursery:
         launcher = TrioProcessLauncher(nursery)
         adapter = ClaudeAdapter()
-        async with adapter.open_runtime(config(fake, dirs), launcher, send, NullRawSink()) as rt:
+        async with adapter.open_runtime(
+            config(fake, dirs, mode), launcher, send, NullRawSink()
+        ) as rt:
             yield rt, Events(receive, wait_s=WAIT_S)
 
 
@@ -243,6 +247,25 @@ async def test_backend_error_is_a_failed_turn(fake: FakeMessagesServer, dirs: Cl
         done = await events.until(TurnCompleted)
         assert done.status == "failed"
         assert done.error is not None and "500" in done.error
+
+
+async def test_full_access_runs_commands_without_asking(
+    fake: FakeMessagesServer, dirs: ClaudeDirs
+) -> None:
+    """Even as root, where the CLI refuses its own bypassPermissions mode."""
+    async with claude(fake, dirs, "full-access") as (runtime, events):
+        await runtime.open_thread(None)
+        await runtime.start_turn("RUN_BASH: touch unasked && echo hi")
+        done = await events.until(TurnCompleted)
+        assert done.status == "completed"
+        assert (dirs.cwd / "unasked").exists()
+        assert not any(isinstance(e, RequestOpened) for e in events.seen)
+        run = next(
+            e
+            for e in events.seen
+            if isinstance(e, ItemCompleted) and isinstance(e.content, CommandRun)
+        )
+        assert run.status == "completed"
 
 
 def test_binary_path_is_a_file() -> None:
