@@ -64,6 +64,18 @@ class Notification(msgspec.Struct, frozen=True):
     params: msgspec.Raw
 
 
+class DeltaParams(msgspec.Struct, frozen=True, rename="camel"):
+    item_id: str
+    delta: str
+
+
+class Delta(msgspec.Struct, frozen=True):
+    """A streaming delta notification decoded in one typed pass (the hot path, see below)."""
+
+    method: str
+    params: DeltaParams
+
+
 class Malformed(msgspec.Struct, frozen=True):
     """A line that is not a frame: ``code`` is ``malformed_frame`` or ``oversized_frame``."""
 
@@ -73,14 +85,44 @@ class Malformed(msgspec.Struct, frozen=True):
     length: int
 
 
-Frame = Response | ServerRequest | Notification | Malformed
+Frame = Response | ServerRequest | Notification | Delta | Malformed
 
 _envelope = msgspec.json.Decoder(_Envelope)
 _NULL = msgspec.Raw(b"null")
 
+#: Notifications that are mostly what a busy turn sends: one ``{itemId, delta}``
+#: each. They are recognised by the line's first bytes (Codex writes ``method``
+#: first) and decoded in a single typed pass; anything unexpected falls back to
+#: the general two-pass path, so the shortcut never changes the result.
+DELTA_METHODS = frozenset(
+    {
+        "item/agentMessage/delta",
+        "item/commandExecution/outputDelta",
+        "item/reasoning/textDelta",
+        "item/plan/delta",
+    }
+)
+_DELTA_METHOD_BYTES = frozenset(method.encode() for method in DELTA_METHODS)
+_HOT_PREFIX = b'{"method":"item/'
+_METHOD_START = len(b'{"method":"')
+_delta = msgspec.json.Decoder(Delta)
+
+
+def _fast_delta(line: bytes) -> Delta | None:
+    if line[_METHOD_START : line.find(b'"', _METHOD_START)] not in _DELTA_METHOD_BYTES:
+        return None
+    try:
+        return _delta.decode(line)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
 
 def decode_frame(line: bytes | OversizedLine) -> Frame:
     """Classify one stdout line; never raises."""
+    if not isinstance(line, OversizedLine) and line.startswith(_HOT_PREFIX):
+        fast = _fast_delta(line)
+        if fast is not None:
+            return fast
     if isinstance(line, OversizedLine):
         return Malformed(
             code="oversized_frame",

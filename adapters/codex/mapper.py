@@ -372,15 +372,18 @@ class CodexMapper:
         ]
 
     def _on_text_delta(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
-        # The hot path: agent message, plan, command output and reasoning text deltas.
         try:
             delta = _delta_decoder.decode(params)
         except msgspec.DecodeError:
             return [self._bad_params("delta", params, raw_id)]
-        item = self._items.get(delta.item_id)
+        return [self.delta(delta.item_id, delta.delta, raw_id)]
+
+    def delta(self, item_id: str, text: str, raw_id: str | None) -> ItemDelta:
+        """The hot path: agent message, plan, command output and reasoning text deltas."""
+        item = self._items.get(item_id)
         if item is not None:
-            item.text.append(delta.delta)
-        return [ItemDelta(raw_event_id=raw_id, native_item_ref=delta.item_id, text=delta.delta)]
+            item.text.append(text)
+        return ItemDelta(raw_event_id=raw_id, native_item_ref=item_id, text=text)
 
     def _on_summary_delta(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
         try:

@@ -15,7 +15,7 @@ import attrs
 import trio
 
 from adapters.codex.client import Call, CodexClient
-from adapters.codex.frames import Frame, Malformed, Notification, Response, ServerRequest
+from adapters.codex.frames import Delta, Frame, Malformed, Notification, Response, ServerRequest
 from adapters.codex.frames import decode_params as _decode
 from adapters.codex.mapper import CODEX_CAPABILITIES, CodexMapper, resume_failure_reason
 from adapters.codex.server_requests import ATTESTATION, AnswerRefused, answer_result
@@ -250,6 +250,10 @@ class CodexRuntime:
         self.exited.set()
 
     async def _on_frame(self, frame: Frame, raw_id: str, call: Call | None) -> None:
+        if isinstance(frame, Delta):
+            params = frame.params
+            await self._emit(self.mapper.delta(params.item_id, params.delta, raw_id))
+            return
         if isinstance(frame, Notification):
             events = self.mapper.notification(frame.method, frame.params, raw_id)
         elif isinstance(frame, ServerRequest):
@@ -272,7 +276,12 @@ class CodexRuntime:
 
     async def _emit(self, event: ProviderEvent) -> None:
         try:
-            await self._events.send(event)
+            # A checkpoint per event would dominate the cost of a delta; block (and
+            # so apply backpressure) only when the channel is full.
+            try:
+                self._events.send_nowait(event)
+            except trio.WouldBlock:
+                await self._events.send(event)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             # Nobody listens any more (the session is being torn down): the raw
             # frame log still has the frame.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from adapters.codex.frames import (
+    Delta,
     Malformed,
     Notification,
     Response,
@@ -93,3 +94,25 @@ def test_bad_utf8_is_malformed_not_a_crash() -> None:
     frame = decode_frame(b'{"method":"\xff\xfe"}')
     assert isinstance(frame, Malformed | Notification)
     assert msgspec.json.encode(frame)  # whatever it is, it stays encodable
+
+
+def test_hot_deltas_take_the_one_pass_path() -> None:
+    line = (
+        b'{"method":"item/agentMessage/delta",'
+        b'"params":{"threadId":"t","turnId":"u","itemId":"m","delta":"hi"},"emittedAtMs":1}'
+    )
+    frame = decode_frame(line)
+    assert isinstance(frame, Delta)
+    assert (frame.method, frame.params.item_id, frame.params.delta) == (
+        "item/agentMessage/delta",
+        "m",
+        "hi",
+    )
+
+
+def test_unusual_deltas_fall_back_to_the_general_path() -> None:
+    spaced = b'{"method": "item/agentMessage/delta", "params": {"itemId": "m", "delta": "hi"}}'
+    wrong = b'{"method":"item/agentMessage/delta","params":{"itemId":"m","delta":5}}'
+    other = b'{"method":"item/started","params":{"item":{}}}'
+    for line in (spaced, wrong, other):
+        assert isinstance(decode_frame(line), Notification), line
