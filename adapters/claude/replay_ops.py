@@ -10,8 +10,9 @@ Each ``expect_outbound`` becomes the runtime call that sends it:
   that produces the recorded one (allow → accept, allow with
   ``updatedPermissions`` → acceptForSession, deny → decline, deny with
   ``interrupt`` → cancel, allow with ``answers`` → accept with those answers);
-* answers to ``hook_callback`` and ``mcp_message`` are the runtime's own
-  handlers' business: the player matches responses by request id, not content.
+* answers to ``hook_callback`` and ``mcp_message`` come from the runtime's
+  handlers, which a first operation (``use_recorded_answers``) sets to reply
+  what the recording replied (and ``initialize`` carries the recorded hooks).
 
 Guards: the plan runs a :class:`~adapters.claude.mapper.ClaudeMapper` over the
 segment offline and guards every operation with the number of canonical events
@@ -26,13 +27,16 @@ operation opens the thread expecting the ResumeError. The recorder keeps no
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
 import msgspec
 
 from adapters.claude.adapter import ClaudeAdapter
+from adapters.claude.control import HookCall, McpCall, no_mcp_server
 from adapters.claude.frames import ControlResponseFrame, ResultFrame, decode_line
 from adapters.claude.mapper import ClaudeMapper
 from adapters.claude.runtime import ClaudeRuntime
@@ -63,7 +67,37 @@ from t3orch.provider_events import ProviderEvent, ResumeFailed
 
 
 class ReplayClaudeRuntime(ClaudeRuntime):
-    """The runtime plus the one operation only a transcript needs."""
+    """The runtime plus the operations only a transcript needs."""
+
+    async def use_recorded_answers(
+        self,
+        hooks: dict[str, Any] | None,
+        mcp_servers: list[str],
+        answers: dict[str, dict[str, Any]],
+    ) -> None:
+        """Send the recorded ``initialize`` hooks; answer hooks and MCP as recorded.
+
+        ``answers`` maps the CLI's request id to the recorded response payload.
+        """
+        recorded = dict(answers)
+
+        async def hook(call: HookCall) -> Mapping[str, Any]:
+            return recorded.get(call.request_id, {"continue": True})
+
+        async def mcp(call: McpCall) -> Mapping[str, Any] | None:
+            answer = recorded.get(call.request_id)
+            if answer is None:
+                return await no_mcp_server(call)
+            reply = answer.get("mcp_response")
+            return reply if isinstance(reply, dict) else None
+
+        self._options = attrs.evolve(
+            self._options,
+            hooks=hooks,
+            hook_handler=hook,
+            mcp_servers=tuple(mcp_servers),
+            mcp_handler=mcp,
+        )
 
     async def open_thread_expecting_failure(self, native_thread_ref: str) -> None:
         """Resume a thread the recording shows the CLI refusing; the refusal is the point."""
@@ -185,6 +219,35 @@ def _refused_resume(segment: Segment) -> str | None:
     return None
 
 
+def _recorded_answers(segment: Segment) -> Call:
+    """What the recording's client told initialize, and answered to hooks and MCP."""
+    hooks: dict[str, Any] | None = None
+    answers: dict[str, dict[str, Any]] = {}
+    for step in segment.steps:
+        if not isinstance(step, ExpectOutbound):
+            continue
+        frame = step.frame
+        request = frame.get("request") or {}
+        if frame.get("type") == "control_request" and request.get("subtype") == "initialize":
+            found = request.get("hooks")
+            hooks = found if isinstance(found, dict) else None
+        elif frame.get("type") == "control_response":
+            response = frame.get("response") or {}
+            payload = response.get("response")
+            if isinstance(payload, dict):
+                answers[str(response.get("request_id"))] = payload
+    servers: list[str] = []
+    config = _flag(segment.argv, "--mcp-config")
+    if config is not None:
+        try:
+            servers = list((json.loads(config).get("mcpServers") or {}).keys())
+        except (ValueError, AttributeError):
+            servers = []
+    return Call(
+        "use_recorded_answers", {"hooks": hooks, "mcp_servers": servers, "answers": answers}
+    )
+
+
 def _segment_plan(segment: Segment) -> SegmentPlan:
     refused = _refused_resume(segment)
     if refused is not None:
@@ -192,7 +255,7 @@ def _segment_plan(segment: Segment) -> SegmentPlan:
             (Step(Call("open_thread_expecting_failure", {"native_thread_ref": refused})),)
         )
     sim = _Simulation(resuming=_flag(segment.argv, "--resume") is not None)
-    steps: list[Step] = []
+    steps: list[Step] = [Step(_recorded_answers(segment))]
     for step in segment.steps:
         if isinstance(step, EmitInbound):
             sim.inbound(msgspec.json.encode(step.frame))

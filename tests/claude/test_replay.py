@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -242,3 +243,48 @@ async def test_mcp_tool_is_a_dynamic_tool_with_its_output() -> None:
     )
     assert tool.content.tool_name == "mcp__t3__echo"
     assert tool.content.output == [{"type": "text", "text": "echo: from the fake model"}]
+
+
+class CapturingSink:
+    """A raw sink keeping what the adapter wrote, decoded."""
+
+    def __init__(self) -> None:
+        self.outgoing: list[dict[str, object]] = []
+        self._n = 0
+
+    def record(self, direction: str, line: bytes) -> str:
+        self._n += 1
+        if direction == "outgoing":
+            self.outgoing.append(json.loads(line))
+        return f"raw_{self._n}"
+
+
+async def test_hooks_replay_sends_the_recorded_hooks_and_answers() -> None:
+    sink = CapturingSink()
+    await replay_events("claude", FIXTURES / "hooks.ndjson", raw=sink)
+    init = sink.outgoing[0]
+    assert init["request"] == {
+        "subtype": "initialize",
+        "hooks": {
+            "PreToolUse": [{"matcher": "Bash", "hookCallbackIds": ["hook_0"]}],
+            "PostToolUse": [{"matcher": "Bash", "hookCallbackIds": ["hook_1"]}],
+        },
+    }
+    answers = [
+        f["response"]["response"]  # type: ignore[index]
+        for f in sink.outgoing
+        if f["type"] == "control_response"
+    ]
+    assert answers[0] == {"continue": True} and answers[-1] == {"continue": True}
+
+
+async def test_mcp_replay_answers_as_the_recording_did() -> None:
+    sink = CapturingSink()
+    await replay_events("claude", FIXTURES / "mcp_tool.ndjson", raw=sink)
+    replies = [
+        f["response"]["response"]["mcp_response"]  # type: ignore[index]
+        for f in sink.outgoing
+        if f["type"] == "control_response" and "mcp_response" in f["response"]["response"]  # type: ignore[index,operator]
+    ]
+    assert replies[0]["result"]["serverInfo"]["name"] == "t3"
+    assert {"type": "text", "text": "echo: from the fake model"} in replies[-1]["result"]["content"]
