@@ -27,6 +27,11 @@ class Core:
     broadcast: Broadcast
 
 
+async def _run_shielded(writer: EventWriter, *, task_status: trio.TaskStatus[None]) -> None:
+    with trio.CancelScope(shield=True):
+        await writer.run(task_status=task_status)
+
+
 @asynccontextmanager
 async def open_core(
     db_path: str | Path,
@@ -47,9 +52,13 @@ async def open_core(
     writer = EventWriter(store, broadcast, max_batch=max_batch)
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(writer.run)
-            yield Core(store, reader, writer, CoreService(writer, ids), broadcast)
-            nursery.cancel_scope.cancel()
+            await nursery.start(_run_shielded, writer)
+            try:
+                yield Core(store, reader, writer, CoreService(writer, ids), broadcast)
+            finally:
+                # The writer outlives everything nested in the block (a runtime recording
+                # its release during shutdown): it stops only once the block has ended.
+                writer.close()
     finally:
         broadcast.close()
         reader.close()

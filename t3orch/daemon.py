@@ -49,6 +49,18 @@ class Daemon:
     port: int | None
     reconciled: dict[str, int]
 
+    async def shutdown(self, reason: str = "shutdown") -> None:
+        """Stop every runtime through its stop ladder, bounded; the store stays open."""
+        with trio.CancelScope(shield=True):
+            self.manager.stop_all(reason)
+            with trio.move_on_after(SHUTDOWN_GRACE_S):
+                while self.manager.runners:  # noqa: ASYNC110 - runners leave by themselves
+                    await trio.sleep(0.02)
+            if self.manager.runners:
+                log.error(
+                    "%d runtimes did not stop in %.0fs", len(self.manager.runners), SHUTDOWN_GRACE_S
+                )
+
     def status_line(self) -> str:
         return (
             f"{len(self.manager.runners)} live sessions, "
@@ -150,18 +162,8 @@ async def run_daemon(
                     task_status.started(daemon)
                     await trio.sleep_forever()
                 finally:
-                    with trio.CancelScope(shield=True):
-                        notifier.stopping()
-                        manager.stop_all("shutdown")
-                        with trio.move_on_after(SHUTDOWN_GRACE_S):
-                            while manager.runners:  # noqa: ASYNC110 - runners leave by themselves
-                                await trio.sleep(0.02)
-                        if manager.runners:
-                            log.error(
-                                "%d runtimes did not stop in %.0fs",
-                                len(manager.runners),
-                                SHUTDOWN_GRACE_S,
-                            )
+                    notifier.stopping()
+                    await Daemon(core, manager, state_dir, None, reconciled).shutdown()
                     nursery.cancel_scope.cancel()
 
 
@@ -191,5 +193,6 @@ async def serve_until_signalled(config: Config, state_dir: Path) -> None:
                 print(
                     f"t3orch: {signal.Signals(signum).name}: stopping", file=sys.stderr, flush=True
                 )
+                await daemon.shutdown()
                 nursery.cancel_scope.cancel()
                 break

@@ -78,6 +78,10 @@ class TurnItemDelta(Payload, tag="turn_item.delta"):
     item_id: TurnItemId
     thread_id: ThreadId
     text: str
+    #: The item field the text goes to (snake_case); ``None`` is the variant's main text.
+    field: str | None = None
+    #: True when ``text`` is a whole new value (a diff snapshot), not an extension.
+    replace: bool = False
 
 
 class PlanUpserted(Payload, tag="plan.upserted"):

@@ -14,7 +14,13 @@ from t3orch.api.auth import TOKEN_FILE, load_or_create_token
 from t3orch.api.operations import Operations
 from t3orch.api.reads import ApiReader
 from t3orch.api.server import ApiLimits, ApiServer
-from t3orch.api.transport import serve_unix, serve_websocket
+from t3orch.api.transport import (
+    bound_port,
+    open_unix_listener,
+    open_websocket_listeners,
+    serve_unix,
+    serve_websocket,
+)
 from t3orch.config import DaemonConfig
 from t3orch.core import Core
 
@@ -69,30 +75,48 @@ async def serve_api(
         )
     state_dir = Path(core.store.path).parent
     token = load_or_create_token(state_dir)
-    reader = ApiReader(core.store.path)
+    sock_path = state_dir / SOCKET_FILE
     port_file = state_dir / PORT_FILE
+    # Bind both before serving either: a setup error is raised as itself.
+    unix = await open_unix_listener(sock_path)
+    try:
+        tcp = await open_websocket_listeners(config.api_host, config.api_port)
+    except BaseException:
+        await _close_unix(unix, sock_path)
+        raise
+    reader = ApiReader(core.store.path)
     limits = ApiLimits(
         max_frame_bytes=config.max_frame_bytes,
         subscription_buffer=config.subscription_buffer,
     )
     server = ApiServer(core, operations, token, reader, limits)
+    port = bound_port(tcp)
     try:
         async with trio.open_nursery() as nursery:
-            port = await nursery.start(
-                serve_websocket,
-                server.handle_websocket,
-                config.api_host,
-                config.api_port,
-                config.max_frame_bytes,
+            await nursery.start(
+                serve_websocket, server.handle_websocket, tcp, limits.max_frame_bytes
             )
-            sock = await nursery.start(serve_unix, server.handle_unix, state_dir / SOCKET_FILE)
+            await nursery.start(serve_unix, server.handle_unix, unix)
             _write_port(port_file, port)
             server.endpoints = {
                 "websocket": {"host": config.api_host, "port": port},
-                "socket": str(sock),
+                "socket": str(sock_path),
             }
-            task_status.started(ApiEndpoints(config.api_host, port, sock, state_dir / TOKEN_FILE))
+            task_status.started(
+                ApiEndpoints(config.api_host, port, sock_path, state_dir / TOKEN_FILE)
+            )
     finally:
         with contextlib.suppress(FileNotFoundError):
             port_file.unlink()
+        with trio.CancelScope(shield=True):
+            for listener in tcp:
+                await listener.aclose()
+            await _close_unix(unix, sock_path)
         reader.close()
+
+
+async def _close_unix(listener: trio.SocketListener, path: Path) -> None:
+    await listener.aclose()
+    # Gone with the daemon: a client then says "not running" instead of "refused".
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()

@@ -117,18 +117,25 @@ class LineChannel:
 
 
 # -- listeners --------------------------------------------------------------------
+# Listeners are opened before anything is served, so a setup failure (port in use,
+# another daemon on the socket) surfaces as itself, not inside a nursery's group.
+
+
+async def open_websocket_listeners(host: str, port: int) -> list[trio.SocketListener]:
+    return await trio.open_tcp_listeners(port, host=host)
+
+
+def bound_port(listeners: list[trio.SocketListener]) -> int:
+    return int(listeners[0].socket.getsockname()[1])
 
 
 async def serve_websocket(
     handler: Callable[[trio_websocket.WebSocketRequest], Awaitable[None]],
-    host: str,
-    port: int,
+    listeners: list[trio.SocketListener],
     max_frame_bytes: int,
     *,
-    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serves WebSocket connections on ``host:port``; reports the bound port."""
-    listeners = await trio.open_tcp_listeners(port, host=host)
     server = trio_websocket.WebSocketServer(
         handler,
         listeners,
@@ -137,10 +144,7 @@ async def serve_websocket(
         connect_timeout=10,
         disconnect_timeout=5,
     )
-    bound = listeners[0].socket.getsockname()[1]
-    async with trio.open_nursery() as nursery:
-        await nursery.start(server.run)
-        task_status.started(int(bound))
+    await server.run(task_status=task_status)  # type: ignore[arg-type]
 
 
 class SocketPathError(Exception):
@@ -167,13 +171,8 @@ async def _clear_stale(path: Path) -> None:
     raise SocketPathError(f"{path}: another t3orch daemon is serving this state dir")
 
 
-async def serve_unix(
-    handler: Callable[[trio.SocketStream], Awaitable[None]],
-    path: Path,
-    *,
-    task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Serves a 0600 Unix socket at ``path`` (its permission is the auth); removes it on exit."""
+async def open_unix_listener(path: Path) -> trio.SocketListener:
+    """A listening 0600 Unix socket at ``path``: its file mode is the auth."""
     if len(os.fsencode(path)) > UNIX_PATH_MAX:
         raise SocketPathError(
             f"{path}: a Unix socket path may have at most {UNIX_PATH_MAX} bytes; "
@@ -181,19 +180,21 @@ async def serve_unix(
         )
     await _clear_stale(path)
     sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    bound = False
     try:
         await sock.bind(str(path))
-        bound = True
         # connect(2) needs write permission on the socket file: 0600 = this user only.
         os.chmod(path, 0o600)
         sock.listen(128)
-        listener = trio.SocketListener(sock)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(trio.serve_listeners, handler, [listener])
-            task_status.started(path)
-    finally:
+    except OSError as exc:
         sock.close()
-        if bound:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+        raise SocketPathError(f"{path}: {exc.strerror}") from None
+    return trio.SocketListener(sock)
+
+
+async def serve_unix(
+    handler: Callable[[trio.SocketStream], Awaitable[None]],
+    listener: trio.SocketListener,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    await trio.serve_listeners(handler, [listener], task_status=task_status)  # type: ignore[arg-type]

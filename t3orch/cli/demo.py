@@ -1,176 +1,308 @@
-"""``t3orch demo``: a scripted conversation driven through the real core.
+"""``t3orch demo``: the daemon, end to end, on a fresh state dir.
 
-Until the supervisor lands this plays canonical provider events (what an
-adapter would yield) through ingest, the coalescer, the writer and the
-projections, answers an approval like a user would, and proves the result with
-the same check ``t3orch check`` runs.
+It runs the real daemon in-process (store, reconciliation, session manager,
+API) with the real provider binaries when they are installed, each talking to
+a small fake model server on 127.0.0.1 (nothing leaves the machine), and the
+stand-in provider otherwise. Per provider it holds a conversation with an
+approval the demo answers, then SIGKILLs the provider mid-turn and shows the
+recovery: the failure is recorded at once, and the next message reopens a
+runtime that resumes the same provider thread with its history.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
+import attrs
 import msgspec
+import psutil
 import trio
 
 from t3orch.commands.specs import CreateThread
-from t3orch.core import open_core
-from t3orch.domain.provider import ProviderCapabilities
-from t3orch.ingest.coalesce import DeltaCoalescer
-from t3orch.projections.check import compare, rebuild
-from t3orch.projections.views import thread_detail
-from t3orch.provider_events import (
-    AssistantText,
-    CommandRun,
-    ItemCompleted,
-    ItemDelta,
-    ItemStarted,
-    ProviderEvent,
-    RequestOpened,
-    RequestResolved,
-    SessionReady,
-    ThreadRefsLearned,
-    TurnCompleted,
-    TurnStarted,
+from t3orch.config import (
+    ClaudeConfig,
+    CodexConfig,
+    Config,
+    DaemonConfig,
+    ProvidersConfig,
+    discover_claude,
+    discover_codex,
 )
-from t3orch.state import prepare_state_dir, resolve_state_dir
+from t3orch.daemon import Daemon, run_daemon
+from t3orch.events import TurnItemUpserted
 
-REPLY = (
-    "Here is the plan: I will create hello.txt, then list the directory to show it exists. "
-) * 4
-
-
-def _script(turn: str) -> list[tuple[float, ProviderEvent]]:
-    words = REPLY.split(" ")
-    steps: list[tuple[float, ProviderEvent]] = [
-        (
-            0.0,
-            SessionReady(
-                provider_version="scripted",
-                capabilities=ProviderCapabilities(native_turn_ids=True),
-                model="scripted-model",
-            ),
-        ),
-        (0.0, ThreadRefsLearned(native_thread_ref="native-thread-1")),
-        (0.01, TurnStarted(native_turn_ref=turn)),
-        (0.0, ItemStarted(native_item_ref="msg-1", content=AssistantText())),
-    ]
-    steps += [(0.004, ItemDelta(native_item_ref="msg-1", text=w + " ")) for w in words]
-    steps += [
-        (0.0, ItemCompleted(native_item_ref="msg-1", content=AssistantText(text=REPLY + " "))),
-        (0.01, ItemStarted(native_item_ref="cmd-1", content=CommandRun(input="touch hello.txt"))),
-        (
-            0.0,
-            RequestOpened(
-                native_request_ref="0",
-                kind="command",
-                native_item_ref="cmd-1",
-                summary="touch hello.txt",
-                detail={"command": "touch hello.txt"},
-                available_decisions=["accept", "decline", "cancel"],
-            ),
-        ),
-    ]
-    return steps
+DEADLINE_S = 50.0
 
 
-def _after_approval(turn: str) -> list[tuple[float, ProviderEvent]]:
-    return [
-        (0.0, RequestResolved(native_request_ref="0", decision="accept")),
-        (0.01, ItemDelta(native_item_ref="cmd-1", text="created hello.txt\n")),
-        (
-            0.0,
-            ItemCompleted(
-                native_item_ref="cmd-1",
-                content=CommandRun(
-                    input="touch hello.txt", output="created hello.txt\n", exit_code=0
-                ),
-            ),
-        ),
-        (
-            0.01,
-            TurnCompleted(
-                native_turn_ref=turn,
-                status="completed",
-                usage={"inputTokens": 120, "outputTokens": 48},
-            ),
-        ),
-    ]
+@attrs.define
+class ProviderPlan:
+    kind: str
+    hello: str
+    approval: str | None
+    slow: str
+    recall: str
+    created_file: str | None
 
 
-async def _play(core, binding, steps, coalescer: DeltaCoalescer) -> int:  # type: ignore[no-untyped-def]
-    seq = 0
-    for delay, event in steps:
-        if delay:
-            await trio.sleep(delay)
-        ready = coalescer.push(event, trio.current_time())
-        if ready:
-            seq = await core.service.ingest(binding, ready)
-    tail = coalescer.flush_all()
-    if tail:
-        seq = await core.service.ingest(binding, tail)
-    return seq
+PLANS = {
+    "codex": ProviderPlan(
+        "codex",
+        "hello from the demo",
+        "RUN_SHELL: touch demo-codex.txt ESCALATE",
+        "SLOW",
+        "RECALL",
+        "demo-codex.txt",
+    ),
+    "claude": ProviderPlan(
+        "claude",
+        "hello from the demo",
+        "RUN_BASH: touch demo-claude.txt && echo created",
+        "SLOW",
+        "RECALL",
+        "demo-claude.txt",
+    ),
+    "standin": ProviderPlan(
+        "standin", "hello from the demo", None, "a turn to interrupt", "and after recovery", None
+    ),
+}
 
 
-async def _demo(db: Path) -> int:
-    started = time.perf_counter()
-    async with open_core(db) as core:
-        svc = core.service
-        created = await svc.create_thread(
-            CreateThread(provider="standin", cwd=str(db.parent), title="Demo thread"),
-            command_id="demo-create",
+@attrs.define
+class Outcome:
+    provider: str
+    runs: dict[str, int] = attrs.field(factory=dict)
+    items: int = 0
+    requests: int = 0
+    detect_s: float | None = None
+    recovery_s: float | None = None
+    resumed_history: bool | None = None
+    notes: list[str] = attrs.field(factory=list)
+
+
+@contextmanager
+def _environment(work: Path, tmp: Path) -> Iterator[tuple[Config, list[str]]]:
+    """Providers wired to loopback fakes when their binaries exist; the stand-in always."""
+    kinds: list[str] = []
+    codex_cfg = CodexConfig(command=None)
+    claude_cfg = ClaudeConfig(command=None)
+    with ExitStack() as stack:
+        codex = discover_codex()
+        claude = discover_claude()
+        if codex:
+            from fixtures.fakes.codex_home import make_codex_home
+            from fixtures.fakes.responses_api import FakeResponsesServer
+
+            fake = stack.enter_context(FakeResponsesServer())
+            env = make_codex_home(tmp, fake.base_url, work)
+            codex_cfg = CodexConfig(command=codex, env=env, model="mock-model")
+            kinds.append("codex")
+        if claude:
+            from fixtures.fakes.claude_env import claude_dirs, claude_env
+            from fixtures.fakes.messages_api import FakeMessagesServer
+
+            cfake = stack.enter_context(FakeMessagesServer())
+            dirs = stack.enter_context(claude_dirs("demo"))
+            claude_cfg = ClaudeConfig(
+                command=claude, env=claude_env(dirs, cfake.base_url), model="claude-sonnet-4-5"
+            )
+            kinds.append("claude")
+        if not kinds:
+            kinds.append("standin")
+        config = Config(
+            daemon=DaemonConfig(synchronous="FULL"),
+            providers=ProvidersConfig(codex=codex_cfg, claude=claude_cfg),
         )
-        thread_id = created.result["threadId"]
-        print(f"thread {thread_id} created at sequence {created.sequence}")
-        sent = await svc.send_message(
-            thread_id, "Create hello.txt and show it.", command_id="demo-send"
-        )
-        again = await svc.send_message(
-            thread_id, "Create hello.txt and show it.", command_id="demo-send"
-        )
-        print(
-            f"run {sent.result['runId']} queued; a repeated command id returned the same run "
-            f"(duplicate={again.duplicate}, same={again.result == sent.result})"
-        )
-        session = await svc.open_session(thread_id)
-        assert session.provider_thread_id is not None
-        turn = await svc.begin_attempt(sent.result["runId"], session.provider_thread_id)
-        binding = session.with_turn(turn)
-        coalescer = DeltaCoalescer()
-        await _play(core, binding, _script("turn-1"), coalescer)
-        with core.reader.snapshot():
-            pending = core.reader.rows_by_status("runtime_request", ("pending",))
-        request_id = pending[0].id
-        print(f"approval requested: {request_id} — answering accept")
-        await svc.claim_request(request_id, "accept", command_id="demo-approve")
-        last = await _play(core, binding, _after_approval("turn-1"), coalescer)
-        with core.reader.snapshot():
-            detail = thread_detail(core.reader, thread_id)
-            rebuilt, count, gaps = rebuild(core.reader.iter_events())
-            diffs = gaps + compare(core.reader.all_rows(), rebuilt)
-            deltas = sum(1 for e in core.reader.iter_events() if e.type == "turn_item.delta")
-    print("\nturn items:")
-    for raw in detail.visible_turn_items:
-        item = msgspec.json.decode(raw)
-        text = item.get("text") or item.get("input") or item.get("summary") or ""
-        print(f"  [{item['status']:>9}] {item['type']:<18} {text.strip()[:70]}")
-    runs = [msgspec.json.decode(r) for r in detail.runs]
-    print(
-        f"\nsummary: {len(runs)} run ({runs[0]['status']}), {len(detail.turn_items)} items, "
-        f"{count} events up to sequence {last}, {deltas} stored delta rows for "
-        f"{len(REPLY.split(' '))} streamed deltas, check: "
-        f"{'ok' if not diffs else diffs[0]}; {time.perf_counter() - started:.2f}s"
+        yield config, kinds
+
+
+def _row(daemon: Daemon, kind: str, id: str) -> Any:
+    with daemon.core.reader.snapshot():
+        row = daemon.core.reader.row(kind, id)
+    return None if row is None else row.decode()
+
+
+async def _until(predicate: Any, within: float = 30.0) -> Any:
+    with trio.fail_after(within):
+        while True:
+            value = predicate()
+            if value:
+                return value
+            await trio.sleep(0.01)
+
+
+async def _send(daemon: Daemon, thread_id: str, text: str) -> str:
+    res = await daemon.manager.send_message(thread_id, text, command_id=None)
+    return str(res.result["runId"])
+
+
+async def _wait_run(daemon: Daemon, run_id: str, within: float = 30.0) -> Any:
+    return await _until(
+        lambda: (
+            (r := _row(daemon, "run", run_id)) is not None
+            and r.status in ("completed", "failed", "interrupted", "cancelled")
+            and r
+        ),
+        within,
     )
-    return 0 if not diffs and runs[0]["status"] == "completed" else 1
+
+
+async def _print_items(daemon: Daemon) -> None:
+    """Live turn items, as a terminal view would render them (completed ones)."""
+    sub = daemon.core.broadcast.subscribe(capacity=65536)
+    try:
+        async for env in sub:
+            p = env.payload
+            if isinstance(p, TurnItemUpserted) and p.item.status != "running" and not p.item.hidden:
+                item = msgspec.to_builtins(p.item)
+                text = item.get("text") or item.get("input") or item.get("summary") or ""
+                text = " ".join(str(text).split())[:72]
+                print(f"    · {item['type']:<18} {item['status']:<11} {text}", flush=True)
+    finally:
+        sub.close()
+
+
+async def _conversation(daemon: Daemon, work: Path, plan: ProviderPlan) -> Outcome:
+    out = Outcome(plan.kind)
+    created = await daemon.core.service.create_thread(
+        CreateThread(provider=plan.kind, cwd=str(work), title=f"{plan.kind} demo"),  # type: ignore[arg-type]
+        command_id=f"demo-{plan.kind}",
+    )
+    tid = created.result["threadId"]
+    print(f"\n== {plan.kind}: thread {tid}")
+    run = await _wait_run(daemon, await _send(daemon, tid, plan.hello))
+    print(f"  run 1 {run.status}")
+    if plan.approval:
+        run_id = await _send(daemon, tid, plan.approval)
+        req = await _until(lambda: _pending(daemon, tid))
+        print(f"  approval requested ({req.kind}): answering accept")
+        await daemon.manager.respond(req.id, "accept", command_id=f"demo-approve-{plan.kind}")
+        out.requests += 1
+        run = await _wait_run(daemon, run_id)
+        made = plan.created_file and (work / plan.created_file).exists()
+        print(f"  run 2 {run.status}; {plan.created_file} {'exists' if made else 'MISSING'}")
+        if not made:
+            out.notes.append(f"{plan.created_file} was not created")
+    # Kill the provider mid-turn and recover.
+    run_id = await _send(daemon, tid, plan.slow)
+    runner = await _until(lambda: daemon.manager.runners.get(tid))
+    await _until(lambda: (r := _row(daemon, "run", run_id)) is not None and r.status == "running")
+    session_id = runner.session_id
+    pid = runner.runtime.pid if runner.runtime else None
+    if pid is None:
+        out.notes.append("no provider pid to kill")
+        return out
+    killed_at = time.monotonic()
+    os.killpg(os.getpgid(pid), signal.SIGKILL)
+    await _until(
+        lambda: (
+            (s := _row(daemon, "provider_session", session_id)) is not None and s.status == "error"
+        )
+    )
+    out.detect_s = time.monotonic() - killed_at
+    run = _row(daemon, "run", run_id)
+    print(
+        f"  provider SIGKILLed mid-turn: run {run.status} ({run.last_error}); "
+        f"detected in {out.detect_s * 1000:.0f} ms"
+    )
+    recall_run = await _send(daemon, tid, plan.recall)
+    run = await _wait_run(daemon, recall_run, within=40)
+    out.recovery_s = time.monotonic() - killed_at
+    reply = _last_assistant_text(daemon, tid)
+    out.resumed_history = plan.hello in reply if plan.kind != "standin" else None
+    print(
+        f"  next message on a new runtime: run {run.status} in {out.recovery_s:.2f}s after the kill"
+        + (
+            ""
+            if out.resumed_history is None
+            else f"; the model saw the earlier history: {out.resumed_history}"
+        )
+    )
+    with daemon.core.reader.snapshot():
+        runs = [r.decode() for r in daemon.core.reader.rows("run", thread_id=tid)]
+        out.items = len(daemon.core.reader.rows("turn_item", thread_id=tid))
+    for r in runs:
+        out.runs[r.status] = out.runs.get(r.status, 0) + 1
+    return out
+
+
+def _pending(daemon: Daemon, thread_id: str) -> Any:
+    with daemon.core.reader.snapshot():
+        rows = daemon.core.reader.rows_by_status("runtime_request", ("pending",))
+    return next((r.decode() for r in rows if r.thread_id == thread_id), None)
+
+
+def _last_assistant_text(daemon: Daemon, thread_id: str) -> str:
+    with daemon.core.reader.snapshot():
+        msgs = [m.decode() for m in daemon.core.reader.rows("message", thread_id=thread_id)]
+    texts = [m.text for m in msgs if m.role == "assistant"]
+    return texts[-1] if texts else ""
+
+
+async def _demo(state_dir: Path, work: Path, tmp: Path) -> int:
+    started = time.monotonic()
+    with _environment(work, tmp) as (config, kinds):
+        if kinds == ["standin"]:
+            print(
+                "no provider binary found: running the stand-in provider "
+                "(./scripts/test installs the pinned codex and claude)"
+            )
+        outcomes: list[Outcome] = []
+        with trio.fail_after(DEADLINE_S):
+            async with trio.open_nursery() as nursery:
+                daemon: Daemon = await nursery.start(run_daemon, config, state_dir)
+                print(
+                    f"daemon up on {state_dir} (api port {daemon.port}); "
+                    f"providers: {', '.join(kinds)}"
+                )
+                nursery.start_soon(_print_items, daemon)
+                for kind in kinds:
+                    outcomes.append(await _conversation(daemon, work, PLANS[kind]))
+                await daemon.shutdown()
+                nursery.cancel_scope.cancel()
+    leftovers = [p.pid for p in psutil.Process().children(recursive=True)]
+    print("\nsummary")
+    ok = not leftovers
+    for o in outcomes:
+        good = (
+            o.runs.get("completed", 0) >= 2
+            and o.runs.get("failed", 0) == 1
+            and not o.notes
+            and o.resumed_history is not False
+        )
+        ok = ok and good
+        print(
+            f"  {o.provider:<8} runs {o.runs}, items {o.items}, approvals answered {o.requests}, "
+            f"detection {o.detect_s * 1000 if o.detect_s else float('nan'):.0f} ms, "
+            f"recovery {o.recovery_s or float('nan'):.2f} s"
+            + (f", notes: {'; '.join(o.notes)}" if o.notes else "")
+        )
+    print(
+        f"  processes left behind: {len(leftovers)}; total {time.monotonic() - started:.1f} s; "
+        f"{'OK' if ok else 'FAILED'}"
+    )
+    return 0 if ok else 1
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    if args.state_dir:
-        db = prepare_state_dir(resolve_state_dir(args.state_dir), create=True)
-        return trio.run(_demo, db)
     with tempfile.TemporaryDirectory(prefix="t3orch-demo-") as tmp:
-        db = prepare_state_dir(Path(tmp) / "state", create=True)
-        return trio.run(_demo, db)
+        root = Path(tmp)
+        state_dir = Path(args.state_dir) if args.state_dir else root / "state"
+        work = root / "work"
+        work.mkdir()
+        # Codex trusts (and checkpoints will need) a git work tree.
+        subprocess.run(["git", "init", "-q", str(work)], check=False)
+        try:
+            return trio.run(_demo, state_dir, work, root)
+        except trio.TooSlowError:
+            print(f"t3orch demo: did not finish within {DEADLINE_S:.0f} s", file=sys.stderr)
+            return 1

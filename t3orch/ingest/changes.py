@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
-from t3orch.domain.turn_items import DELTA_FIELD
+from t3orch.domain.turn_items import apply_delta
 from t3orch.events import (
     Correlation,
     EventDraft,
@@ -68,17 +66,21 @@ class Changes:
         self._overlay[(kind, value.id)] = value
         self.emit(_WRAP[kind](value))
 
-    def delta(self, item_id: str, thread_id: str, text: str) -> None:
-        """Append streamed text, keeping this decision's own view of the item current."""
+    def delta(
+        self, item_id: str, thread_id: str, text: str, field: str | None, replace: bool
+    ) -> None:
+        """Stream text into an item, keeping this decision's own view of it current."""
         item = self.get("turn_item", item_id)
-        field = DELTA_FIELD.get(item.__struct_config__.tag) if item is not None else None
-        if item is not None and field is not None:
-            current = getattr(item, field) or ""
-            self._overlay[("turn_item", item_id)] = msgspec.structs.replace(
-                item, **{field: current + text}
-            )
+        if item is not None:
+            self._overlay[("turn_item", item_id)] = apply_delta(item, text, field, replace)
         self.emit(
-            TurnItemDelta(item_id=TurnItemId(item_id), thread_id=ThreadId(thread_id), text=text)
+            TurnItemDelta(
+                item_id=TurnItemId(item_id),
+                thread_id=ThreadId(thread_id),
+                text=text,
+                field=field,
+                replace=replace,
+            )
         )
 
     def emit(self, payload: EventPayload) -> None:

@@ -26,21 +26,27 @@ class _Buffer:
     first_at: float
     parts: list[str]
     raw_event_id: str | None
+    channel: str | None
+
+
+#: Channels whose deltas are whole snapshots: only the last one matters.
+REPLACING_CHANNELS = frozenset({"patch"})
 
 
 class DeltaCoalescer:
     def __init__(self, window_s: float = DEFAULT_WINDOW_S) -> None:
         self.window_s = window_s
-        self._buffers: dict[str, _Buffer] = {}
+        self._buffers: dict[tuple[str, str | None], _Buffer] = {}
 
     def push(self, event: ProviderEvent, now: float) -> list[ProviderEvent]:
         """Feed one event; returns the events ready to ingest, in order."""
         if isinstance(event, ItemDelta):
-            buf = self._buffers.get(event.native_item_ref)
+            key = (event.native_item_ref, event.channel)
+            buf = self._buffers.get(key)
             if buf is None:
-                self._buffers[event.native_item_ref] = _Buffer(
-                    now, [event.text], event.raw_event_id
-                )
+                self._buffers[key] = _Buffer(now, [event.text], event.raw_event_id, event.channel)
+            elif event.channel in REPLACING_CHANNELS:
+                buf.parts = [event.text]
             else:
                 buf.parts.append(event.text)
             return self.flush_due(now)
@@ -53,7 +59,7 @@ class DeltaCoalescer:
         return out
 
     def flush_due(self, now: float) -> list[ProviderEvent]:
-        due = [ref for ref, b in self._buffers.items() if now - b.first_at >= self.window_s]
+        due = {key[0] for key, b in self._buffers.items() if now - b.first_at >= self.window_s}
         out: list[ProviderEvent] = []
         for ref in due:
             out.extend(self._take(ref))
@@ -61,7 +67,7 @@ class DeltaCoalescer:
 
     def flush_all(self) -> list[ProviderEvent]:
         out: list[ProviderEvent] = []
-        for ref in list(self._buffers):
+        for ref in {key[0] for key in self._buffers}:
             out.extend(self._take(ref))
         return out
 
@@ -71,9 +77,15 @@ class DeltaCoalescer:
         return min(b.first_at for b in self._buffers.values()) + self.window_s
 
     def _take(self, ref: str) -> list[ProviderEvent]:
-        buf = self._buffers.pop(ref, None)
-        if buf is None:
-            return []
-        return [
-            ItemDelta(native_item_ref=ref, text="".join(buf.parts), raw_event_id=buf.raw_event_id)
-        ]
+        out: list[ProviderEvent] = []
+        for key in [k for k in self._buffers if k[0] == ref]:
+            buf = self._buffers.pop(key)
+            out.append(
+                ItemDelta(
+                    native_item_ref=ref,
+                    text="".join(buf.parts),
+                    raw_event_id=buf.raw_event_id,
+                    channel=buf.channel,
+                )
+            )
+        return out

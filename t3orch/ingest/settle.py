@@ -177,9 +177,8 @@ def release_session(
 ) -> None:
     """The live handle is gone: settle its turn, keep every resume ref."""
     if b.turn is not None:
-        close_turn(
-            ch, b, b.turn, "failed" if status == "error" else "interrupted", last_error or reason
-        )
+        # The run says what happened; the session keeps the diagnostic detail (stderr).
+        close_turn(ch, b, b.turn, "failed" if status == "error" else "interrupted", reason)
     if b.thread_id is not None:
         expire_requests(ch, b.thread_id, None, "expired", reason)
     if b.provider_thread_id is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -53,6 +54,15 @@ _NODE_KIND: dict[str, NodeKind] = {
     "compaction": "system",
 }
 _turn_item_from_builtins = msgspec.convert
+#: Delta channel → (item field, replaces rather than extends). Unknown channels
+#: extend the item's main text; fields an item lacks are kept in the log only.
+_CHANNELS: dict[str | None, tuple[str | None, bool]] = {
+    None: (None, False),
+    "summary": ("summary", False),
+    "progress": (None, False),
+    "stdin": (None, False),
+    "patch": ("diff_str", True),
+}
 
 
 def item_ids(turn: TurnBinding, native_item_ref: str) -> tuple[TurnItemId, NodeId]:
@@ -150,11 +160,11 @@ def _dispatch(ch: Changes, b: SessionBinding, event: ProviderEvent) -> None:
                 if event.signal is not None
                 else f"exited with code {event.code}"
             )
-            tail = event.stderr_tail.strip()[-500:]
+            tail = _last_lines(event.stderr_tail)
             error = (
                 None
                 if status == "stopped"
-                else (f"provider {desc}" + (f": {tail}" if tail else ""))
+                else (f"provider {desc}" + (f"; stderr: {tail}" if tail else ""))
             )
             release_session(
                 ch,
@@ -164,6 +174,15 @@ def _dispatch(ch: Changes, b: SessionBinding, event: ProviderEvent) -> None:
                 last_error=error,
                 exit_description=desc,
             )
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _last_lines(stderr: str, lines: int = 3, limit: int = 500) -> str:
+    """The end of a provider's stderr, without terminal colours, for a readable lastError."""
+    clean = [ln.strip() for ln in _ANSI.sub("", stderr).splitlines() if ln.strip()]
+    return " | ".join(clean[-lines:])[-limit:]
 
 
 def _session_ready(ch: Changes, b: SessionBinding, ev: SessionReady) -> None:
@@ -347,7 +366,8 @@ def _item_delta(ch: Changes, b: SessionBinding, ev: ItemDelta) -> None:
             {"text": ev.text[:4096]},
         )
         return
-    ch.delta(item_id, b.thread_id, ev.text)
+    field, replace = _CHANNELS.get(ev.channel, (None, False))
+    ch.delta(item_id, b.thread_id, ev.text, field, replace)
 
 
 def _item_completed(ch: Changes, b: SessionBinding, ev: ItemCompleted) -> None:

@@ -14,7 +14,7 @@ import attrs
 import msgspec
 
 from t3orch.domain.message import ConversationMessage
-from t3orch.domain.turn_items import DELTA_FIELD, AssistantMessage, TurnItem, UserMessage
+from t3orch.domain.turn_items import AssistantMessage, TurnItem, UserMessage, apply_delta
 from t3orch.domain.vocab import MessageRole
 from t3orch.events import (
     CheckpointScopeUpserted,
@@ -153,18 +153,16 @@ def apply(env: EventEnvelope, sink: RowSink) -> None:
         case TurnItemUpserted(item=i):
             _upsert(sink, seq, "turn_item", i.id, i.thread_id, i.status, i)
             _project_message(sink, seq, i)
-        case TurnItemDelta(item_id=item_id, text=text):
+        case TurnItemDelta(item_id=item_id, text=text, field=field, replace=replace):
             row = sink.get_row("turn_item", item_id)
             if row is None:
                 # A delta for an item never started is kept in the log but has nothing
                 # to extend; the adapter contract starts items before streaming them.
                 return
             item = KINDS["turn_item"].decoder.decode(row.body)
-            field = DELTA_FIELD.get(item.__struct_config__.tag)
-            if field is None:
+            updated = apply_delta(item, text, field, replace)
+            if updated is item:
                 return
-            current = getattr(item, field) or ""
-            updated = msgspec.structs.replace(item, **{field: current + text})
             _upsert(sink, seq, "turn_item", item.id, item.thread_id, item.status, updated)
             _project_message(sink, seq, updated)
         case PlanUpserted(plan=p):

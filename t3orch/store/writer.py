@@ -76,11 +76,19 @@ class EventWriter:
         assert pending.outcome is not None
         return pending.outcome
 
+    def close(self) -> None:
+        """No new submissions; ``run`` commits what is queued, then returns."""
+        self._closed = True
+        self._send.close()
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         try:
             while True:
-                first = await self._receive.receive()
+                try:
+                    first = await self._receive.receive()
+                except trio.EndOfChannel:
+                    return
                 batch = [first]
                 while len(batch) < self._max_batch:
                     try:

@@ -12,6 +12,7 @@ import trio.testing
 from t3orch.core import open_core
 from t3orch.domain.request import LiveCapability, NotResumableCapability
 from t3orch.ingest.coalesce import DeltaCoalescer
+from t3orch.projections.check import compare, rebuild
 from t3orch.projections.views import pending_requests, thread_detail
 from t3orch.provider_events import (
     AssistantText,
@@ -203,3 +204,36 @@ async def test_coalescing_bounds_stored_deltas(tmp_path: Path) -> None:
         assert len(stored) <= 4 * 20 + 1, len(stored)
         assert "".join(e.payload.text for e in stored) == text  # type: ignore[union-attr]
         assert _items(core, tid)[1]["text"] == text
+
+
+async def test_delta_channels_go_to_their_fields(tmp_path: Path) -> None:
+    """Reasoning summaries do not mix into the text; a patch snapshot replaces the diff."""
+    from t3orch.provider_events import FileEdit, ReasoningText
+
+    async with open_core(tmp_path / "e.db") as core:
+        tid = await new_thread(core.service)
+        b = await started_turn(core.service, tid)
+        coalescer = DeltaCoalescer()
+        events: list[ProviderEvent] = [
+            TurnStarted(native_turn_ref="t"),
+            ItemStarted(native_item_ref="r", content=ReasoningText()),
+            ItemDelta(native_item_ref="r", text="think "),
+            ItemDelta(native_item_ref="r", text="sum ", channel="summary"),
+            ItemDelta(native_item_ref="r", text="more"),
+            ItemDelta(native_item_ref="r", text="mary", channel="summary"),
+            ItemStarted(native_item_ref="f", content=FileEdit(file_name="a.txt")),
+            ItemDelta(native_item_ref="f", text="diff v1", channel="patch"),
+            ItemDelta(native_item_ref="f", text="diff v2", channel="patch"),
+        ]
+        ready: list[ProviderEvent] = []
+        for event in events:
+            ready += coalescer.push(event, 0.0)
+        ready += coalescer.flush_all()
+        await core.service.ingest(b, ready)
+        items = {i["type"]: i for i in _items(core, tid)}
+        assert items["reasoning"]["text"] == "think more"
+        assert items["reasoning"]["summary"] == "sum mary"
+        assert items["file_change"]["diffStr"] == "diff v2"
+        with core.reader.snapshot():
+            rebuilt, _, _ = rebuild(core.reader.iter_events())
+            assert compare(core.reader.all_rows(), rebuilt) == []
