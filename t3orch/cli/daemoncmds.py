@@ -21,3 +21,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     trio.run(serve_until_signalled, config, state_dir)
     return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Run an adapter over a recorded transcript; print its canonical events as JSON lines."""
+    import sys
+
+    from adapters.replay import event_json, replay_events
+    from adapters.transcript import TranscriptError
+
+    try:
+        events = trio.run(replay_events, args.provider, args.transcript)
+    except (TranscriptError, ValueError, OSError) as exc:
+        print(f"t3orch replay: {exc}", file=sys.stderr)
+        return 2
+    out = sys.stdout.buffer
+    for event in events:
+        out.write(event_json(event) + b"\n")
+    out.flush()
+    return 0

@@ -47,6 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(handler=daemoncmds.cmd_serve)
 
+    p = sub.add_parser("replay", help="run an adapter over a transcript; canonical events as JSONL")
+    _common(p)
+    p.add_argument("--provider", required=True, choices=["codex", "claude"])
+    p.add_argument("transcript", help="an NDJSON transcript (fixtures/codex/*.ndjson, …)")
+    p.set_defaults(handler=daemoncmds.cmd_replay)
+
     p = sub.add_parser("demo", help="run a scripted conversation on a fresh state dir")
     _common(p)
     p.set_defaults(handler=demo.cmd_demo)

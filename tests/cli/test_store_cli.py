@@ -1,0 +1,73 @@
+"""The read-only CLI over a real store: events, check, replay."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from t3orch.core import open_core
+from tests.store.support import new_thread, reply_events, started_turn
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "t3orch.cli.main", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def _populate(db: Path) -> None:
+    async with open_core(db) as core:
+        tid = await new_thread(core.service)
+        b = await started_turn(core.service, tid, "hello")
+        await core.service.ingest(b, reply_events("t", "an answer"))
+
+
+def test_events_prints_every_committed_event_as_json_lines(state_dir: Path) -> None:
+    trio.run(_populate, state_dir / "events.sqlite3")
+    out = _cli("events", "--state-dir", str(state_dir))
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [e["sequence"] for e in lines] == list(range(1, len(lines) + 1))
+    for e in lines:
+        assert {"sequence", "type", "occurredAt", "threadId", "runId", "payload"} <= e.keys()
+        assert e["payload"]["type"] == e["type"]
+    since = _cli("events", "--state-dir", str(state_dir), "--since", str(len(lines) - 2))
+    assert [json.loads(x)["sequence"] for x in since.stdout.splitlines()] == [
+        len(lines) - 1,
+        len(lines),
+    ]
+
+
+def test_check_passes_then_names_a_tampered_row(state_dir: Path) -> None:
+    import sqlite3
+
+    trio.run(_populate, state_dir / "events.sqlite3")
+    ok = _cli("check", "--state-dir", str(state_dir))
+    assert ok.returncode == 0 and ok.stdout.startswith("ok:"), ok.stderr
+    conn = sqlite3.connect(state_dir / "events.sqlite3")
+    (kind, id) = conn.execute("SELECT kind, id FROM rows WHERE kind = 'run'").fetchone()
+    conn.execute("UPDATE rows SET status = 'queued' WHERE kind = ? AND id = ?", (kind, id))
+    conn.commit()
+    conn.close()
+    bad = _cli("check", "--state-dir", str(state_dir))
+    assert bad.returncode == 1
+    assert f"run {id}: differs from the rebuild in status" in bad.stderr
+
+
+def test_replay_prints_canonical_events() -> None:
+    out = _cli("replay", "--provider", "codex", str(REPO / "fixtures/codex/approval_accept.ndjson"))
+    assert out.returncode == 0, out.stderr
+    types = [json.loads(line)["type"] for line in out.stdout.splitlines()]
+    assert "request.opened" in types and types.count("turn.completed") == 1
+    wrong = _cli("replay", "--provider", "claude", str(REPO / "fixtures/codex/plain_turn.ndjson"))
+    assert wrong.returncode == 2 and "a codex transcript" in wrong.stderr
