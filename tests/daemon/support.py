@@ -1,0 +1,99 @@
+"""A `t3orch serve` child process with a real NOTIFY_SOCKET listener, and a socket client."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@attrs.define
+class Served:
+    proc: subprocess.Popen[bytes]
+    state_dir: Path
+    notify: socket.socket
+    messages: list[str] = attrs.field(factory=list)
+
+    def wait_notify(self, needle: str, within: float = 30.0) -> str:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            for m in self.messages:
+                if needle in m:
+                    return m
+            self.notify.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                self.messages.append(self.notify.recv(4096).decode())
+            except TimeoutError:
+                break
+            if self.proc.poll() is not None and not any(needle in m for m in self.messages):
+                raise AssertionError(f"daemon exited {self.proc.returncode} before {needle!r}")
+        raise AssertionError(f"no {needle!r} from the daemon within {within}s: {self.messages}")
+
+
+_ids = itertools.count(1)
+
+
+def rpc(state_dir: Path, method: str, params: dict[str, Any] | None = None) -> Any:
+    """One JSON-RPC call over the daemon's Unix socket."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(str(state_dir / "api.sock"))
+        req = {"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params or {}}
+        s.sendall(json.dumps(req).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    reply = json.loads(buf)
+    if "error" in reply:
+        raise RuntimeError(reply["error"])
+    return reply["result"]
+
+
+def config_file(tmp: Path, *standin_args: str) -> Path:
+    cmd = [sys.executable, "-m", "adapters.standin", *standin_args]
+    path = tmp / "t3orch.toml"
+    path.write_text(f"[providers.standin]\ncommand = {json.dumps(cmd)}\n")
+    return path
+
+
+@contextmanager
+def serve(
+    state_dir: Path, config: Path | None = None, watchdog_usec: int | None = None
+) -> Iterator[Served]:
+    sock_path = state_dir.parent / f"notify-{os.getpid()}-{time.monotonic_ns()}.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(sock_path))
+    env = {**os.environ, "NOTIFY_SOCKET": str(sock_path), "PYTHONPATH": str(REPO)}
+    if watchdog_usec:
+        env["WATCHDOG_USEC"] = str(watchdog_usec)
+    args = [sys.executable, "-m", "t3orch.cli.main", "serve", "--state-dir", str(state_dir)]
+    if config is not None:
+        args += ["--config", str(config)]
+    proc = subprocess.Popen(
+        args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        yield Served(proc, state_dir, listener)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+        if proc.stderr:
+            proc.stderr.close()
+        listener.close()
+        sock_path.unlink(missing_ok=True)
