@@ -60,7 +60,7 @@ def test_daemon_sigkill_leaves_no_provider_and_restart_settles_before_ready(tmp_
         d.proc.send_signal(signal.SIGKILL)
         d.proc.wait(timeout=10)
         killed_at = time.monotonic()
-        gone, alive = psutil.wait_procs([provider], timeout=5)
+        _, alive = psutil.wait_procs([provider], timeout=5)
         assert not alive, f"provider {session.pid} outlived the daemon by more than 5 s"
         print(f"provider gone {time.monotonic() - killed_at:.3f}s after the daemon's SIGKILL")
     with serve(state, config) as d2:
