@@ -119,4 +119,4 @@ async def _close_unix(listener: trio.SocketListener, path: Path) -> None:
     await listener.aclose()
     # Gone with the daemon: a client then says "not running" instead of "refused".
     with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+        os.unlink(path)

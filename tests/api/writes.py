@@ -1,0 +1,87 @@
+"""Writes through the real core for API tests: runs, streamed replies, pending requests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from t3orch.core import Core
+from t3orch.provider_events import (
+    AssistantText,
+    CommandRun,
+    ItemCompleted,
+    ItemDelta,
+    ItemStarted,
+    RequestOpened,
+    TurnCompleted,
+    TurnStarted,
+)
+from tests.store.support import new_thread, started_turn
+
+__all__ = ["new_thread", "open_request", "streamed_turn", "write_op"]
+
+
+async def streamed_turn(core: Core, thread_id: str, text: str = "the answer") -> str:
+    """A run that streams ``text`` in deltas and completes; returns the run id."""
+    b = await started_turn(core.service, thread_id)
+    assert b.turn is not None
+    await core.service.ingest(
+        b,
+        [
+            TurnStarted(native_turn_ref="t1"),
+            ItemStarted(native_item_ref="m1", content=AssistantText()),
+        ],
+    )
+    for i in range(0, len(text), 3):
+        await core.service.ingest(b, [ItemDelta(native_item_ref="m1", text=text[i : i + 3])])
+    await core.service.ingest(
+        b,
+        [
+            ItemCompleted(native_item_ref="m1", content=AssistantText(text=text)),
+            TurnCompleted(native_turn_ref="t1", status="completed"),
+        ],
+    )
+    return b.turn.run_id
+
+
+async def open_request(core: Core, thread_id: str) -> dict[str, Any]:
+    """A run waiting on a command approval; returns the pending request's row."""
+    b = await started_turn(core.service, thread_id)
+    await core.service.ingest(
+        b,
+        [
+            TurnStarted(native_turn_ref="t1"),
+            ItemStarted(native_item_ref="c1", content=CommandRun(input="touch x")),
+            RequestOpened(
+                native_request_ref="0",
+                kind="command",
+                native_item_ref="c1",
+                summary="touch x",
+                available_decisions=["accept", "decline"],
+            ),
+        ],
+    )
+    assert b.turn is not None
+    with core.reader.snapshot():
+        rows = core.reader.rows("runtime_request", thread_id=thread_id)
+    (req,) = [
+        r
+        for r in (row.decode() for row in rows)
+        if r.status == "pending" and r.provider_turn_id == b.turn.provider_turn_id
+    ]
+    return {"id": req.id, "runId": b.turn.run_id}
+
+
+async def write_op(core: Core, op: str, thread_id: str, other_id: str) -> None:
+    match op:
+        case "send":
+            await core.service.send_message(thread_id, "hello")
+        case "turn":
+            await streamed_turn(core, thread_id, "abcdefghij")
+        case "request":
+            await open_request(core, thread_id)
+        case "other":
+            await core.service.send_message(other_id, "elsewhere")
+        case "thread":
+            await new_thread(core.service)
+        case _:
+            raise AssertionError(op)
