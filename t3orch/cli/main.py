@@ -56,6 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="run a scripted conversation on a fresh state dir")
     _common(p)
     p.set_defaults(handler=demo.cmd_demo)
+
+    # The client commands (status, threads, thread new, send, …) talk to a running daemon.
+    from t3orch.cli import clientcmds
+
+    clientcmds.register(sub, _common)
     return parser
 
 

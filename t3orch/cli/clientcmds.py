@@ -1,0 +1,533 @@
+"""The CLI's client commands: they talk to a running daemon over its Unix socket.
+
+``status``, ``threads``, ``thread new``, ``send``, ``requests``, ``approve`` /
+``deny``, ``interrupt``, ``show``, ``watch``, ``sessions``. Every one takes
+``--state-dir`` and ``--config`` (to find the daemon) and ``--json``. Exit codes:
+0 ok, 1 a run that did not complete (``send --wait``) or an API error, 2 no
+daemon (or a bad config), 3 the daemon refused the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import msgspec
+import trio
+
+from t3orch.cli.client import ApiClient, ApiError, DaemonNotRunning, ThreadView, connect
+from t3orch.config import load_config
+from t3orch.domain.vocab import RUN_TERMINAL, TURN_ITEM_TERMINAL
+from t3orch.state import resolve_state_dir
+
+Command = Callable[[ApiClient, argparse.Namespace], Awaitable[int]]
+SOCKET_FILE = "api.sock"
+
+
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    """Adds the client subcommands to the ``t3orch`` parser."""
+
+    def add(name: str, help: str, fn: Command) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help)
+        common(p)
+        p.set_defaults(handler=lambda args: run_client(args, fn))
+        return p
+
+    add("status", "the daemon's status: pid, uptime, sessions, writer, API", cmd_status)
+    add("threads", "list threads", cmd_threads)
+    # Only the leaf takes the common options: argparse lets a subparser's defaults
+    # overwrite what its parent parsed, so ``--state-dir`` lives in one place.
+    p = sub.add_parser("thread", help="thread commands (thread new …)")
+    tsub = p.add_subparsers(dest="thread_command", required=True)
+    new = tsub.add_parser("new", help="create a thread; prints its id")
+    common(new)
+    new.add_argument("--provider", required=True, choices=["codex", "claude", "standin"])
+    new.add_argument(
+        "--cwd", required=True, type=os.path.abspath, help="the agent's working directory"
+    )
+    new.add_argument("--model", default=None)
+    new.add_argument("--title", default=None)
+    new.set_defaults(handler=lambda args: run_client(args, cmd_thread_new))
+    p = add("send", "send a message (starts a run); prints the run id", cmd_send)
+    p.add_argument("thread")
+    p.add_argument("text")
+    p.add_argument("--wait", action="store_true", help="return when the run ends (1 if failed)")
+    p.add_argument("--steer", action="store_true", help="steer the active run, not queue")
+    p.add_argument("--timeout", type=float, default=None, help="give up --wait after S seconds")
+    add("requests", "list pending runtime requests (approvals, questions)", cmd_requests)
+    for name, verb in (("approve", "accept"), ("deny", "decline")):
+        p = add(name, f"answer a pending request: {verb}", _respond(verb))
+        p.add_argument("request")
+        p.add_argument("--message", default=None, help="a note sent with the answer")
+    p = add("interrupt", "interrupt a run", cmd_interrupt)
+    p.add_argument("run")
+    p = add("show", "a thread's runs and turn items", cmd_show)
+    p.add_argument("thread")
+    p = add("watch", "live turn items of a thread (Ctrl-C to stop)", cmd_watch)
+    p.add_argument("thread")
+    p.add_argument("--until-idle", action="store_true", help="exit once no run is working")
+    add("sessions", "list provider sessions", cmd_sessions)
+
+
+# -- running -----------------------------------------------------------------------
+
+
+def socket_path(args: argparse.Namespace) -> Path:
+    """``--state-dir``, ``$T3ORCH_STATE_DIR``, the config's ``daemon.state_dir``, XDG."""
+    chosen = args.state_dir or os.environ.get("T3ORCH_STATE_DIR")
+    if not chosen and args.config:
+        configured = load_config(args.config).daemon.state_dir
+        chosen = str(configured) if configured else None
+    return resolve_state_dir(chosen) / SOCKET_FILE
+
+
+def run_client(args: argparse.Namespace, fn: Command) -> int:
+    name = _name(args)
+    path = socket_path(args)
+
+    async def main() -> int:
+        async with connect(path) as client:
+            return await fn(client, args)
+
+    try:
+        return trio.run(main)
+    except BaseException as exc:  # unwrapped below; re-raised when not ours
+        leaf = _known(exc)
+        if isinstance(leaf, DaemonNotRunning):
+            print(f"t3orch {name}: {leaf}", file=sys.stderr)
+            return 2
+        if isinstance(leaf, ApiError):
+            kind = "rejected" if leaf.rejected else "error"
+            print(f"t3orch {name}: {kind}: {leaf.message}", file=sys.stderr)
+            return 3 if leaf.rejected else 1
+        if isinstance(leaf, KeyboardInterrupt):
+            return 130
+        raise
+
+
+def _name(args: argparse.Namespace) -> str:
+    sub = getattr(args, "thread_command", None)
+    return f"{args.command} {sub}" if sub else str(args.command)
+
+
+def _known(exc: BaseException) -> BaseException | None:
+    """The failure worth one line, out of trio's exception groups."""
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            found = _known(sub)
+            if found is not None:
+                return found
+        return None
+    return exc if isinstance(exc, DaemonNotRunning | ApiError | KeyboardInterrupt) else None
+
+
+def command_id() -> str:
+    # Fresh per invocation: a retry of the same invocation would reuse it.
+    return f"cli-{uuid.uuid4().hex}"
+
+
+def _json(doc: Any, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    out.write(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n")
+    out.flush()
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> None:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    for line in [headers, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+
+
+def _short(text: str | None, width: int = 60) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# -- commands ----------------------------------------------------------------------
+
+
+async def cmd_status(client: ApiClient, args: argparse.Namespace) -> int:
+    st = await client.call("daemon.status")
+    if args.json:
+        _json(st)
+        return 0
+    api = st.get("api", {})
+    ws = api.get("websocket", {})
+    sessions = ", ".join(f"{k} {v}" for k, v in sorted(st.get("sessions", {}).items())) or "none"
+    writer = st.get("writer", {})
+    print(f"pid        {st.get('pid')}")
+    print(f"uptime     {st.get('uptimeS', 0):.0f} s")
+    print(f"sessions   {sessions}")
+    print(f"sequence   {st.get('headSequence', '?')}")
+    print(f"writer     {writer.get('events', 0)} events in {writer.get('batches', 0)} commits")
+    print(f"api        ws://{ws.get('host')}:{ws.get('port')}  {api.get('socket')}")
+    conns, subs = api.get("connections", 0), api.get("subscriptions", 0)
+    print(f"clients    {conns} connected, {subs} subscriptions")
+    return 0
+
+
+async def cmd_threads(client: ApiClient, args: argparse.Namespace) -> int:
+    view = await client.call("view.read", {"topic": "threadShell"})
+    if args.json:
+        _json(view["data"])
+        return 0
+    rows = []
+    for e in view["data"]["threads"]:
+        t = e["thread"]
+        title = t["title"] + (" (archived)" if t.get("archivedAt") else "")
+        rows.append(
+            [
+                t["id"],
+                _short(title, 40),
+                t["defaultProvider"],
+                str(e["runCount"]),
+                e["latestRunStatus"] or "-",
+                str(e["pendingRequests"]),
+            ]
+        )
+    _table(["THREAD", "TITLE", "PROVIDER", "RUNS", "LAST RUN", "PENDING"], rows)
+    return 0
+
+
+async def cmd_thread_new(client: ApiClient, args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {
+        "commandId": command_id(),
+        "provider": args.provider,
+        "cwd": args.cwd,
+    }
+    if args.model:
+        params["model"] = args.model
+    if args.title:
+        params["title"] = args.title
+    res = await client.call("thread.create", params)
+    if args.json:
+        _json(res)
+    else:
+        print(res["result"]["threadId"])
+    return 0
+
+
+async def cmd_send(client: ApiClient, args: argparse.Namespace) -> int:
+    view: ThreadView | None = None
+    if args.wait:
+        # Subscribe before sending, so the run's end cannot slip past unseen.
+        _, snap = await client.subscribe("threadDetail", args.thread)
+        view = ThreadView(snap)
+    res = await client.call(
+        "run.send",
+        {
+            "commandId": command_id(),
+            "threadId": args.thread,
+            "text": args.text,
+            "mode": "steer" if args.steer else "queue",
+        },
+    )
+    run_id = res["result"]["runId"]
+    if args.json:
+        _json(res)
+    else:
+        print(run_id, flush=True)
+    if view is None:
+        return 0
+    with trio.move_on_after(args.timeout if args.timeout is not None else float("inf")) as scope:
+        status = await _run_end(client, args.thread, view, run_id)
+    if scope.cancelled_caught:
+        print(f"t3orch send: run {run_id} still working after {args.timeout} s", file=sys.stderr)
+        return 1
+    run = view.runs.get(run_id, {})
+    if args.json:
+        _json({"runId": run_id, "status": status, "lastError": run.get("lastError")})
+    else:
+        error = f": {run['lastError']}" if run.get("lastError") else ""
+        print(f"run {run_id} {status}{error}", file=sys.stderr)
+    return 0 if status == "completed" else 1
+
+
+async def _run_end(client: ApiClient, thread_id: str, view: ThreadView, run_id: str) -> str:
+    while True:
+        run = view.runs.get(run_id)
+        if run is not None and run["status"] in RUN_TERMINAL:
+            return str(run["status"])
+        note = await client.notification()
+        if note["method"] == "event":
+            view.apply(note["params"]["event"])
+        elif note["method"] == "resync":
+            # Too slow to keep up: a fresh snapshot has the run's current state.
+            _, snap = await client.subscribe("threadDetail", thread_id)
+            view.reset(snap)
+
+
+async def cmd_requests(client: ApiClient, args: argparse.Namespace) -> int:
+    view = await client.call("view.read", {"topic": "pendingRequests"})
+    if args.json:
+        _json(view["data"])
+        return 0
+    rows = [
+        [
+            q["id"],
+            q["threadId"],
+            q["kind"],
+            _short(q.get("detail", {}).get("summary") or _summary(q), 50),
+            "/".join(q.get("availableDecisions") or []) or "-",
+        ]
+        for q in view["data"]["requests"]
+    ]
+    _table(["REQUEST", "THREAD", "KIND", "WHAT", "DECISIONS"], rows)
+    return 0
+
+
+def _summary(req: dict[str, Any]) -> str:
+    detail = req.get("detail") or {}
+    for key in ("command", "summary", "reason", "path"):
+        if detail.get(key):
+            return str(detail[key])
+    return ""
+
+
+def _respond(decision: str) -> Command:
+    async def cmd(client: ApiClient, args: argparse.Namespace) -> int:
+        params: dict[str, Any] = {
+            "commandId": command_id(),
+            "requestId": args.request,
+            "decision": decision,
+        }
+        if args.message:
+            params["message"] = args.message
+        res = await client.call("request.respond", params)
+        if args.json:
+            _json(res)
+        else:
+            print(f"{args.request}: {decision}")
+        return 0
+
+    return cmd
+
+
+async def cmd_interrupt(client: ApiClient, args: argparse.Namespace) -> int:
+    res = await client.call("run.interrupt", {"commandId": command_id(), "runId": args.run})
+    if args.json:
+        _json(res)
+    else:
+        print(f"{args.run}: interrupt requested")
+    return 0
+
+
+async def cmd_show(client: ApiClient, args: argparse.Namespace) -> int:
+    view = await client.call("view.read", {"topic": "threadDetail", "threadId": args.thread})
+    data = view["data"]
+    if args.json:
+        _json(data)
+        return 0
+    t = data["thread"]
+    print(f"{t['title']}  ({t['id']}, {t['defaultProvider']}, {t['cwd']})")
+    runs = {r["id"]: r for r in data["runs"]}
+    current = None
+    for item in data["visibleTurnItems"]:
+        run_id = item.get("runId")
+        if run_id != current and run_id in runs:
+            current = run_id
+            r = runs[run_id]
+            print(f"\n── run {r['ordinal']} · {r['status']} · {r['provider']} ({r['id']})")
+        print(render_item(item))
+    return 0
+
+
+async def cmd_sessions(client: ApiClient, args: argparse.Namespace) -> int:
+    view = await client.call("view.read", {"topic": "providerSessions"})
+    if args.json:
+        _json(view["data"])
+        return 0
+    rows = [
+        [
+            s["id"],
+            s["provider"],
+            s["status"],
+            str(s.get("pid") or "-"),
+            _short(s.get("cwd"), 30),
+            s.get("lastActivityAt") or s["updatedAt"],
+        ]
+        for s in view["data"]["sessions"]
+    ]
+    _table(["SESSION", "PROVIDER", "STATUS", "PID", "CWD", "LAST ACTIVITY"], rows)
+    return 0
+
+
+# -- rendering turn items ----------------------------------------------------------
+
+_MARK = {
+    "user_message": "›",
+    "assistant_message": "●",
+    "reasoning": "∴",
+    "plan": "☰",
+    "command_execution": "$",
+    "file_change": "✎",
+    "file_search": "⌕",
+    "web_search": "⌕",
+    "approval_request": "?",
+    "checkpoint": "◆",
+    "compaction": "⋯",
+    "handoff": "⇄",
+    "fork": "⑂",
+    "dynamic_tool": "⚙",
+}
+
+
+def render_item(item: dict[str, Any]) -> str:
+    kind = item["type"]
+    mark = _MARK.get(kind, "·")
+    status = item.get("status", "")
+    suffix = "" if status == "completed" else f"  [{status}]"
+    match kind:
+        case "user_message":
+            body = f"you: {item['text']}"
+        case "assistant_message":
+            body = item.get("text") or ""
+        case "reasoning":
+            body = f"thinking: {_short(item.get('summary') or item.get('text'), 100)}"
+        case "plan":
+            body = f"plan:\n{_indent(item.get('markdown') or '')}"
+        case "command_execution":
+            out = _tail(item.get("output") or "", 8)
+            code = item.get("exitCode")
+            body = item["input"] + (f"\n{_indent(out)}" if out else "")
+            if code is not None:
+                body += f"\n  exit {code}"
+        case "file_change":
+            delta = ""
+            if item.get("additions") is not None or item.get("deletions") is not None:
+                delta = f" (+{item.get('additions') or 0} -{item.get('deletions') or 0})"
+            body = f"{item['fileName']}{delta}"
+        case "approval_request":
+            decision = item.get("decision") or "waiting for an answer"
+            body = f"approval ({item['requestKind']}): {item['summary']} → {decision}"
+            body += f"  [{item['requestId']}]"
+        case "file_search" | "web_search":
+            body = f"search: {item['query']}"
+        case "dynamic_tool":
+            body = f"tool {item.get('toolName') or '?'}"
+        case _:
+            body = item.get("title") or kind
+    return f"{mark} {body}{suffix}"
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.rstrip("\n").splitlines())
+
+
+def _tail(text: str, lines: int) -> str:
+    kept = text.rstrip("\n").splitlines()
+    return "\n".join((["…"] if len(kept) > lines else []) + kept[-lines:])
+
+
+# -- watch -------------------------------------------------------------------------
+
+_SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+
+class _Screen:
+    """Prints finished items once; on a terminal, one rewritten progress line meanwhile."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.printed: set[str] = set()
+        self.frames = itertools.cycle(_SPINNER)
+        self.progress = ""
+
+    def item(self, item: dict[str, Any]) -> None:
+        if item["id"] in self.printed or item.get("status") not in TURN_ITEM_TERMINAL:
+            return
+        self.printed.add(item["id"])
+        self.clear()
+        print(render_item(item), file=self.out, flush=True)
+
+    def line(self, text: str) -> None:
+        self.clear()
+        print(text, file=self.out, flush=True)
+
+    def spin(self, view: ThreadView) -> None:
+        if not self.tty:
+            return
+        live = view.live_runs()
+        if not live:
+            self.clear()
+            return
+        run = live[-1]
+        working = [i for i in view.items.values() if i.get("status") not in TURN_ITEM_TERMINAL]
+        what = ""
+        if working:
+            w = working[-1]
+            size = len(w.get("text") or w.get("output") or "")
+            what = f" · {w['type'].replace('_', ' ')}" + (f" {size} chars" if size else "")
+        self.progress = f"{next(self.frames)} run {run['ordinal']} {run['status']}{what}"
+        self.out.write("\r\033[K" + self.progress)
+        self.out.flush()
+
+    def clear(self) -> None:
+        if self.tty and self.progress:
+            self.out.write("\r\033[K")
+            self.out.flush()
+            self.progress = ""
+
+
+async def cmd_watch(client: ApiClient, args: argparse.Namespace) -> int:
+    screen = _Screen(sys.stdout)
+    _, snap = await client.subscribe("threadDetail", args.thread)
+    view = ThreadView(snap)
+    if args.json:
+        _json({"snapshotSequence": view.sequence, "thread": view.thread})
+    statuses = {r["id"]: r["status"] for r in view.runs.values()}
+    for item in view.items.values():
+        if args.json:
+            print(msgspec.json.encode(item).decode(), flush=True)
+        else:
+            screen.item(item)
+    if args.until_idle and not view.live_runs():
+        return 0
+    async with trio.open_nursery() as nursery:
+
+        async def tick() -> None:
+            while True:
+                screen.spin(view)
+                await trio.sleep(0.1)
+
+        if not args.json:
+            nursery.start_soon(tick)
+        while True:
+            note = await client.notification()
+            changed: list[dict[str, Any]]
+            if note["method"] == "resync":
+                _, snap = await client.subscribe("threadDetail", args.thread)
+                view.reset(snap)
+                changed = list(view.items.values())
+            elif note["method"] == "event":
+                touched = view.apply(note["params"]["event"])
+                changed = [touched] if touched else []
+            else:
+                continue
+            for item in changed:
+                if args.json:
+                    print(msgspec.json.encode(item).decode(), flush=True)
+                else:
+                    screen.item(item)
+            for run in view.runs.values():
+                if statuses.get(run["id"]) != run["status"]:
+                    statuses[run["id"]] = run["status"]
+                    if not args.json and run["status"] in RUN_TERMINAL | {"running"}:
+                        screen.line(f"── run {run['ordinal']} {run['status']}")
+            if args.until_idle and not view.live_runs():
+                screen.clear()
+                nursery.cancel_scope.cancel()
+                return 0
+    return 0
