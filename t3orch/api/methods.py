@@ -7,6 +7,7 @@ command receipts make that a lookup), so a client may retry after any failure.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from t3orch.api import params as P
+from t3orch.api.operations import store_facts, writer_facts
 from t3orch.api.protocol import METHOD_NOT_FOUND, RpcError, decode_params
 from t3orch.api.topics import TopicFilter, check_topic, open_filter, read_view
 from t3orch.commands.specs import CreateThread
@@ -80,7 +82,11 @@ async def thread_switch_provider(conn: Connection, p: P.ThreadSwitchProvider) ->
 
 
 async def daemon_status(conn: Connection, p: P.DaemonStatus) -> Any:
-    return {**conn.ops.status(), "api": conn.server.status()}
+    # The documented keys come from the core whatever implements Operations; the
+    # operations' own status (the supervisor's runners, say) is laid over them.
+    facts = await conn.reader.snapshot(store_facts)
+    base = {"pid": os.getpid(), **facts, "writer": writer_facts(conn.core)}
+    return {**base, **conn.ops.status(), "api": conn.server.status()}
 
 
 def _events_page(after: int, limit: int, store: SQLiteStore) -> dict[str, Any]:

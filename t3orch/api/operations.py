@@ -21,6 +21,7 @@ from t3orch.domain.vocab import RUN_TERMINAL, ProviderKind
 from t3orch.ids import CommandId
 from t3orch.service import CommandResult
 from t3orch.store.errors import CommandRejected
+from t3orch.store.sqlite.backend import SQLiteStore
 
 SendMode = Literal["queue", "steer"]
 
@@ -111,22 +112,25 @@ class CoreOperations:
 
     def status(self) -> dict[str, Any]:
         with self.core.reader.snapshot():
-            sessions = self.core.reader.rows("provider_session")
-            head = self.core.reader.last_sequence()
-        by_status: dict[str, int] = {}
-        for s in sessions:
-            key = s.status or "unknown"
-            by_status[key] = by_status.get(key, 0) + 1
-        stats = self.core.writer.stats
+            facts = store_facts(self.core.reader)
         return {
             "pid": os.getpid(),
             "uptimeS": round(time.monotonic() - self.started_monotonic, 3),
             "supervisor": False,
-            "sessions": by_status,
-            "headSequence": head,
-            "writer": {
-                "batches": stats.batches,
-                "submissions": stats.submissions,
-                "events": stats.events,
-            },
+            **facts,
+            "writer": writer_facts(self.core),
         }
+
+
+def store_facts(store: SQLiteStore) -> dict[str, Any]:
+    """Provider sessions by status and the log's head; call inside a read snapshot."""
+    by_status: dict[str, int] = {}
+    for s in store.rows("provider_session"):
+        key = s.status or "unknown"
+        by_status[key] = by_status.get(key, 0) + 1
+    return {"sessions": by_status, "headSequence": store.last_sequence()}
+
+
+def writer_facts(core: Core) -> dict[str, int]:
+    stats = core.writer.stats
+    return {"batches": stats.batches, "submissions": stats.submissions, "events": stats.events}
