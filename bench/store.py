@@ -1,0 +1,518 @@
+"""Store benchmark: the durable event log end to end against SQLite's own limit.
+
+Prints figures; it is not a timed test. Three measurements, each with its target
+(issue 2, section Benchmark):
+
+1. **Append**: ``--events`` realistic events through the real core (``open_core`` →
+   ``CoreService.ingest`` → ``EventWriter`` group commit → ``SQLiteStore`` with
+   projections on), fed by ``--sessions`` concurrent trio tasks that each play a
+   coding-agent session through the real ``DeltaCoalescer``: per item an
+   ``ItemStarted``, streamed deltas (coalesced to ~110 characters, a ~280 B
+   ``turn_item.delta`` event with its correlation) and an ``ItemCompleted``
+   carrying the whole ~4 KB text (half ``AssistantText``, half ``CommandRun``
+   output). About 86% of the stored events are deltas; the rest are item, node,
+   run and session upserts.
+2. **Bare limit**: the same rows (copied from the benchmarked log) inserted with a
+   bare ``executemany`` into a fresh file with the same pragmas and the same
+   schema, in transactions of the size the writer achieved (and, for reference,
+   of 256 rows). Target: the core reaches >= 40% of that rate.
+3. **Thread detail**: a 10,000-item thread built through the real core, then the
+   time to read ``thread_detail`` inside ``reader.snapshot()`` and encode it to
+   JSON (median of several runs). Target: < 50 ms.
+
+Peak RSS of the process during the core phases is printed too (target < 150 MB).
+
+Run: ``python bench/store.py [--events N] [--sync FULL|NORMAL] [--dir D] [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import psutil
+import trio
+
+from t3orch.commands.specs import CreateThread
+from t3orch.core import Core, open_core
+from t3orch.domain.provider import ProviderCapabilities
+from t3orch.ingest.binding import SessionBinding
+from t3orch.ingest.coalesce import DEFAULT_WINDOW_S, DeltaCoalescer
+from t3orch.projections.views import thread_detail
+from t3orch.provider_events import (
+    AssistantText,
+    CommandRun,
+    ItemCompleted,
+    ItemContent,
+    ItemDelta,
+    ItemStarted,
+    ProviderEvent,
+    SessionReady,
+    ThreadRefsLearned,
+    TurnCompleted,
+    TurnStarted,
+)
+from t3orch.store.sqlite.schema import migrate
+
+Sync = Literal["FULL", "NORMAL"]
+
+#: Targets of issue 2.
+TARGET_RATIO = 0.40
+TARGET_RSS_MB = 150.0
+TARGET_DETAIL_MS = 50.0
+
+#: A raw provider delta (what an adapter yields) and how often it arrives. The
+#: coalescer merges ``window / RAW_DELTA_EVERY_S + 1`` of them into one stored delta.
+RAW_DELTA_CHARS = 18
+RAW_DELTA_EVERY_S = DEFAULT_WINDOW_S / 4.9
+#: Stored deltas per item: 36 x ~110 characters = a ~4 KB completed item.
+RAW_DELTAS_PER_ITEM = 36 * 6
+ITEMS_PER_TURN = 10
+
+_VOCABULARY = """
+the file module function returns value error test passes build config path import class
+method update change line diff output result check run command src tests README lock cache
+index query schema commit branch merge patch
+"""
+_WORDS = tuple(_VOCABULARY.split())
+_EVENT_INSERT = (
+    "INSERT INTO events (event_id, type, occurred_at, thread_id, run_id, node_id, "
+    "provider_session_id, command_id, correlation, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_EVENT_SELECT = (
+    "SELECT event_id, type, occurred_at, thread_id, run_id, node_id, provider_session_id, "
+    "command_id, correlation, payload FROM events ORDER BY sequence"
+)
+
+
+# -- helpers ----------------------------------------------------------------------
+
+
+def peak_rss_mb() -> float:
+    """The process's high-water resident set (Linux reports ru_maxrss in KiB)."""
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kib / 1024 if sys.platform != "darwin" else kib / (1024 * 1024)
+
+
+def text_of(rng: random.Random, chars: int) -> str:
+    words: list[str] = []
+    n = 0
+    while n < chars:
+        w = rng.choice(_WORDS)
+        words.append(w)
+        n += len(w) + 1
+    return " ".join(words)[:chars]
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def written_bytes() -> int:
+    """Bytes this process has sent to the storage layer (Linux; 0 where unsupported)."""
+    try:
+        return int(psutil.Process().io_counters().write_bytes)
+    except (AttributeError, psutil.Error):
+        return 0
+
+
+# -- 1. append through the real core -------------------------------------------------
+
+
+class Budget:
+    """Stops every session once the log holds the requested number of events."""
+
+    def __init__(self, core: Core, events: int) -> None:
+        self._core = core
+        self._events = events
+
+    def done(self) -> bool:
+        return self._core.writer.stats.events >= self._events
+
+
+class SessionPlayer:
+    """One provider session: pushes canonical events through a coalescer into ingest."""
+
+    def __init__(self, core: Core, binding: SessionBinding, seed: int) -> None:
+        self.core = core
+        self.binding = binding
+        self.rng = random.Random(seed)
+        self.coalescer = DeltaCoalescer()
+        #: Virtual provider time: the coalescer's window is driven without sleeping.
+        self.now = 0.0
+
+    async def push(self, event: ProviderEvent, advance: float = 0.0) -> None:
+        self.now += advance
+        ready = self.coalescer.push(event, self.now)
+        if ready:
+            await self.core.service.ingest(self.binding, ready)
+
+    async def flush(self) -> None:
+        tail = self.coalescer.flush_all()
+        if tail:
+            await self.core.service.ingest(self.binding, tail)
+
+    async def item(self, ref: str, command: bool) -> None:
+        started: ItemContent = CommandRun(input="pytest -q") if command else AssistantText()
+        await self.push(ItemStarted(native_item_ref=ref, content=started))
+        parts: list[str] = []
+        for _ in range(RAW_DELTAS_PER_ITEM):
+            piece = text_of(self.rng, RAW_DELTA_CHARS - 1) + " "
+            parts.append(piece)
+            await self.push(ItemDelta(native_item_ref=ref, text=piece), RAW_DELTA_EVERY_S)
+        full = "".join(parts)
+        done: ItemContent = (
+            CommandRun(input="pytest -q", output=full, exit_code=0)
+            if command
+            else AssistantText(text=full)
+        )
+        await self.push(ItemCompleted(native_item_ref=ref, content=done), RAW_DELTA_EVERY_S)
+
+
+async def play_session(core: Core, index: int, budget: Budget) -> None:
+    svc = core.service
+    created = await svc.create_thread(
+        CreateThread(provider="standin", cwd="/tmp", title=f"bench session {index}")
+    )
+    thread_id = created.result["threadId"]
+    session = await svc.open_session(thread_id)
+    assert session.provider_thread_id is not None
+    turn_no = 0
+    while not budget.done():
+        turn_no += 1
+        sent = await svc.send_message(thread_id, f"step {turn_no}: fix the failing test")
+        turn = await svc.begin_attempt(sent.result["runId"], session.provider_thread_id)
+        player = SessionPlayer(core, session.with_turn(turn), seed=index * 7919 + turn_no)
+        if turn_no == 1:
+            await player.push(
+                SessionReady(
+                    provider_version="bench",
+                    capabilities=ProviderCapabilities(native_turn_ids=True),
+                    model="bench-model",
+                )
+            )
+            await player.push(ThreadRefsLearned(native_thread_ref=f"native-{index}"))
+        await player.push(TurnStarted(native_turn_ref=f"turn-{turn_no}"))
+        for n in range(ITEMS_PER_TURN):
+            if budget.done():
+                break
+            await player.item(f"item-{turn_no}-{n}", command=n % 2 == 1)
+        await player.flush()
+        await player.push(
+            TurnCompleted(
+                native_turn_ref=f"turn-{turn_no}",
+                status="completed",
+                usage={"inputTokens": 1200, "outputTokens": 480},
+            )
+        )
+        await player.flush()
+
+
+async def append_phase(db: Path, events: int, sessions: int, sync: Sync) -> dict[str, Any]:
+    async with open_core(db, synchronous=sync) as core:
+        budget = Budget(core, events)
+        written = written_bytes()
+        started = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for i in range(sessions):
+                nursery.start_soon(play_session, core, i, budget)
+        elapsed = time.perf_counter() - started
+        written = written_bytes() - written
+        stats = core.writer.stats
+        with core.reader.snapshot():
+            head = core.reader.last_sequence()
+    return {
+        "events": head,
+        "seconds": elapsed,
+        "events_per_s": head / elapsed,
+        "commits": stats.batches,
+        "submissions": stats.submissions,
+        "events_per_commit": stats.events / max(stats.batches, 1),
+        "submissions_per_commit": stats.submissions / max(stats.batches, 1),
+        "written_mb": written / 1e6,
+    }
+
+
+def event_mix(db: Path) -> dict[str, Any]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT type, count(*), avg(length(payload) + length(correlation)) FROM events "
+            "GROUP BY type ORDER BY count(*) DESC"
+        ).fetchall()
+        total = sum(r[1] for r in rows)
+        (row_bytes,) = conn.execute(
+            "SELECT sum(length(payload) + length(correlation) + length(event_id) "
+            "+ length(occurred_at) + coalesce(length(thread_id), 0) + coalesce(length(run_id), 0)"
+            " + coalesce(length(node_id), 0)) FROM events"
+        ).fetchone()
+    finally:
+        conn.close()
+    return {
+        "by_type": {
+            t: {"share": n / total, "avg_bytes": round(b)} for t, n, b in rows if n / total > 0.001
+        },
+        "avg_row_bytes": row_bytes / total,
+        "log_mb": row_bytes / 1e6,
+    }
+
+
+# -- 2. the physical limit: bare executemany ----------------------------------------------
+
+
+def bare_phase(source: Path, target: Path, batch: int, sync: Sync) -> dict[str, Any]:
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    try:
+        rows = src.execute(_EVENT_SELECT).fetchall()
+    finally:
+        src.close()
+    conn = sqlite3.connect(target, isolation_level=None)
+    try:
+        # The pragmas SQLiteStore sets, and the very same schema (events + its indexes).
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {sync}")
+        conn.execute("PRAGMA journal_size_limit = 33554432")
+        migrate(conn)
+        written = written_bytes()
+        started = time.perf_counter()
+        for i in range(0, len(rows), batch):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(_EVENT_INSERT, rows[i : i + batch])
+            conn.execute("COMMIT")
+        elapsed = time.perf_counter() - started
+        written = written_bytes() - written
+    finally:
+        conn.close()
+    return {
+        "written_mb": written / 1e6,
+        "events": len(rows),
+        "batch": batch,
+        "seconds": elapsed,
+        "events_per_s": len(rows) / elapsed,
+    }
+
+
+# -- 3. thread-detail snapshot of a 10,000-item thread -------------------------------------
+
+
+async def build_detail_thread(
+    db: Path, items: int, item_bytes: int, per_turn: int, sync: Sync
+) -> tuple[str, float]:
+    rng = random.Random(42)
+    started = time.perf_counter()
+    async with open_core(db, synchronous=sync) as core:
+        svc = core.service
+        created = await svc.create_thread(
+            CreateThread(provider="standin", cwd="/tmp", title="long thread")
+        )
+        thread_id = created.result["threadId"]
+        session = await svc.open_session(thread_id)
+        assert session.provider_thread_id is not None
+        made = 0
+        turn_no = 0
+        while made < items:
+            turn_no += 1
+            # The user's message is a turn item too.
+            sent = await svc.send_message(thread_id, f"request {turn_no}")
+            made += 1
+            turn = await svc.begin_attempt(sent.result["runId"], session.provider_thread_id)
+            binding = session.with_turn(turn)
+            await svc.ingest(binding, [TurnStarted(native_turn_ref=f"t{turn_no}")])
+            in_turn = min(per_turn, items - made)
+            chunk: list[ProviderEvent] = []
+            for n in range(in_turn):
+                text = text_of(rng, item_bytes)
+                content: ItemContent = (
+                    CommandRun(input="make test", output=text, exit_code=0)
+                    if n % 2
+                    else AssistantText(text=text)
+                )
+                chunk.append(ItemCompleted(native_item_ref=f"i{turn_no}-{n}", content=content))
+                if len(chunk) == 50:
+                    await svc.ingest(binding, chunk)
+                    chunk = []
+            if chunk:
+                await svc.ingest(binding, chunk)
+            made += in_turn
+            await svc.ingest(
+                binding, [TurnCompleted(native_turn_ref=f"t{turn_no}", status="completed")]
+            )
+    return thread_id, time.perf_counter() - started
+
+
+@contextmanager
+def opened_reader(db: Path) -> Iterator[Any]:
+    from t3orch.store.sqlite.backend import SQLiteStore
+
+    reader = SQLiteStore(db, readonly=True)
+    try:
+        yield reader
+    finally:
+        reader.close()
+
+
+def detail_phase(db: Path, thread_id: str, runs: int) -> dict[str, Any]:
+    timings: list[float] = []
+    read_only: list[float] = []
+    size = 0
+    count = 0
+    with opened_reader(db) as reader:
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            with reader.snapshot():
+                detail = thread_detail(reader, thread_id)
+            t1 = time.perf_counter()
+            body = msgspec.json.encode(detail)
+            t2 = time.perf_counter()
+            timings.append(t2 - t0)
+            read_only.append(t1 - t0)
+            size = len(body)
+            count = len(detail.turn_items)
+            del detail, body
+    return {
+        "turn_items": count,
+        "json_mb": size / 1e6,
+        "median_ms": statistics.median(timings) * 1e3,
+        "read_median_ms": statistics.median(read_only) * 1e3,
+        "min_ms": min(timings) * 1e3,
+        "runs": runs,
+    }
+
+
+# -- driver ---------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    sync: Sync = args.sync
+    proc = psutil.Process()
+    report: dict[str, Any] = {
+        "sqlite": sqlite3.sqlite_version,
+        "python": sys.version.split()[0],
+        "cpus": psutil.cpu_count(),
+        "sync": sync,
+        "sessions": args.sessions,
+        "loadavg_start": list(os.getloadavg()),
+    }
+
+    core_db = root / "core.db"
+    append = trio.run(append_phase, core_db, args.events, args.sessions, sync)
+    append["peak_rss_mb"] = peak_rss_mb()
+    report["append"] = append
+    report["mix"] = event_mix(core_db)
+
+    detail_db = root / "detail.db"
+    thread_id, build_s = trio.run(
+        build_detail_thread,
+        detail_db,
+        args.detail_items,
+        args.detail_item_bytes,
+        args.detail_per_turn,
+        sync,
+    )
+    detail = detail_phase(detail_db, thread_id, args.detail_runs)
+    detail["build_seconds"] = build_s
+    detail["item_bytes"] = args.detail_item_bytes
+    report["detail"] = detail
+    # Everything the core did is behind us: the high-water mark covers it all.
+    report["peak_rss_mb"] = peak_rss_mb()
+    report["rss_now_mb"] = proc.memory_info().rss / 2**20
+
+    achieved = max(1, round(append["events_per_commit"]))
+    bare = bare_phase(core_db, root / "bare.db", achieved, sync)
+    bare256 = bare_phase(core_db, root / "bare256.db", 256, sync)
+    report["bare"] = bare
+    report["bare_256"] = bare256
+    report["ratio"] = append["events_per_s"] / bare["events_per_s"]
+    report["ratio_256"] = append["events_per_s"] / bare256["events_per_s"]
+    report["loadavg_end"] = list(os.getloadavg())
+    report["pass"] = {
+        "ratio": report["ratio"] >= TARGET_RATIO,
+        "peak_rss": report["peak_rss_mb"] < TARGET_RSS_MB,
+        "detail": detail["median_ms"] < TARGET_DETAIL_MS,
+    }
+    return report
+
+
+def print_report(r: dict[str, Any]) -> None:
+    a, b, b256, d, ok = r["append"], r["bare"], r["bare_256"], r["detail"], r["pass"]
+    print(
+        f"store bench: SQLite {r['sqlite']}, Python {r['python']}, {r['cpus']} CPUs, "
+        f"synchronous={r['sync']}, {r['sessions']} concurrent sessions; load average "
+        f"{r['loadavg_start'][0]:.1f} -> {r['loadavg_end'][0]:.1f}"
+    )
+    print("event mix (share, avg payload+correlation bytes):")
+    for t, m in r["mix"]["by_type"].items():
+        print(f"  {t:<28} {m['share']:6.1%} {m['avg_bytes']:>6} B")
+    print(f"  avg row {r['mix']['avg_row_bytes']:.0f} B, log {r['mix']['log_mb']:.1f} MB")
+    print(
+        f"append (core, projections on): {a['events']:,} events in {a['seconds']:.1f} s = "
+        f"{a['events_per_s']:,.0f} events/s; {a['commits']:,} commits, "
+        f"{a['events_per_commit']:.1f} events and {a['submissions_per_commit']:.1f} "
+        f"submissions per commit; {a['written_mb']:.0f} MB written"
+    )
+    print(
+        f"bare executemany, {b['batch']} rows/txn (writer's batch): "
+        f"{b['events_per_s']:,.0f} events/s ({b['seconds']:.1f} s); "
+        f"{b['written_mb']:.0f} MB written"
+    )
+    print(
+        f"bare executemany, 256 rows/txn (reference): {b256['events_per_s']:,.0f} events/s "
+        f"({b256['seconds']:.1f} s)"
+    )
+    print(
+        f"ratio core/bare: {r['ratio']:.0%} (target >= {TARGET_RATIO:.0%}) "
+        f"{verdict(ok['ratio'])}; vs 256-row bare: {r['ratio_256']:.0%}"
+    )
+    print(
+        f"peak RSS: {r['peak_rss_mb']:.0f} MB (target < {TARGET_RSS_MB:.0f} MB) "
+        f"{verdict(ok['peak_rss'])}; during append {a['peak_rss_mb']:.0f} MB"
+    )
+    print(
+        f"thread detail, {d['turn_items']:,} items of ~{d['item_bytes']} B "
+        f"({d['json_mb']:.1f} MB JSON): median {d['median_ms']:.1f} ms over {d['runs']} runs "
+        f"(read {d['read_median_ms']:.1f} ms + encode; target < {TARGET_DETAIL_MS:.0f} ms) "
+        f"{verdict(ok['detail'])}; built in {d['build_seconds']:.1f} s"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--events", type=int, default=100_000, help="events to append (100000)")
+    p.add_argument("--sync", choices=("FULL", "NORMAL"), default="FULL")
+    p.add_argument("--dir", type=Path, default=None, help="work dir (default: a temp dir)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead")
+    p.add_argument("--sessions", type=int, default=8, help="concurrent sessions (8)")
+    p.add_argument("--detail-items", type=int, default=10_000)
+    p.add_argument("--detail-item-bytes", type=int, default=1024)
+    p.add_argument("--detail-per-turn", type=int, default=1000)
+    p.add_argument("--detail-runs", type=int, default=7)
+    args = p.parse_args(argv)
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
+        root = Path(tempfile.mkdtemp(prefix="store-bench-", dir=args.dir))
+        report = run(args, root)
+    else:
+        with tempfile.TemporaryDirectory(prefix="store-bench-") as tmp:
+            report = run(args, Path(tmp))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_report(report)
+    return 0 if all(report["pass"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
