@@ -35,6 +35,9 @@ class RuntimeConfig:
     extra_args: Sequence[str] = ()
     #: Bound on how long a request to the provider may take before ProviderTimeout.
     request_timeout_s: float = 30.0
+    #: The runtime is opened to resume a thread; a provider that picks its mode when
+    #: it is spawned (the stand-in plays a different transcript segment) needs it.
+    resuming: bool = False
 
 
 @attrs.frozen

@@ -32,6 +32,13 @@ from t3orch.store.sqlite.backend import SQLiteStore
 log = logging.getLogger(__name__)
 
 
+def _session_failed(exc: BaseException) -> SessionFailed | None:
+    """The SessionFailed behind ``exc``, through the single-exception groups nurseries add."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, SessionFailed) else None
+
+
 @attrs.frozen
 class RestartPolicy:
     intensity: int = 3
@@ -67,6 +74,10 @@ class SessionManager:
     raw_factory: RawSinkFactory | None = None
     restart: RestartPolicy = RestartPolicy()
     reaper: ReaperPolicy = ReaperPolicy()
+    #: A turn silent this long is reported as stalled (G3); killed only when
+    #: ``kill_stalled_after_s`` is set (a long silent command is not a hang).
+    stall_after_s: float = 60.0
+    kill_stalled_after_s: float | None = None
     started_at: float = 0.0
     runners: dict[str, SessionRunner] = attrs.field(factory=dict)
     crashes: dict[str, _Crashes] = attrs.field(factory=dict)
@@ -74,6 +85,8 @@ class SessionManager:
     _nursery: trio.Nursery | None = None
     _wake: dict[str, trio.Event] = attrs.field(factory=dict)
     _dispatching: set[str] = attrs.field(factory=set)
+    #: Set once a runner's supervisor has finished releasing it (crash counted).
+    _release_done: dict[SessionRunner, trio.Event] = attrs.field(factory=dict)
     on_release: Callable[[SessionRunner, str], None] | None = None
 
     async def run(
@@ -214,6 +227,13 @@ class SessionManager:
         return next((r for r in runs if r.status == "queued"), None)
 
     async def _dispatch(self, thread_id: str, run: Any) -> None:
+        runner = self.runners.get(thread_id)
+        if runner is not None and runner.exited.is_set():
+            # Its exit ends the turn before its supervisor has counted the crash:
+            # wait for the release, or this decision reads a stale crash count.
+            released = self._release_done.get(runner)
+            if released is not None:
+                await released.wait()
         crashes = self.crashes.setdefault(thread_id, _Crashes())
         if crashes.held:
             await self.core.note(
@@ -238,7 +258,12 @@ class SessionManager:
                 await self._fail_run(thread_id, run, str(exc))
                 return
         text = self._user_text(run)
-        await runner.start_turn(run.id, text)
+        try:
+            await runner.start_turn(run.id, text)
+        except SessionFailed as exc:
+            # It died between opening and this turn; its exit is recorded already.
+            await self._fail_run(thread_id, run, str(exc))
+            return
         await runner.wait_turn()
 
     def _user_text(self, run: Any) -> str:
@@ -278,11 +303,15 @@ class SessionManager:
         )
         if self.raw_factory is not None:
             runner.raw_factory = self.raw_factory
+        runner.stall_after_s = self.stall_after_s
+        runner.kill_stalled_after_s = self.kill_stalled_after_s
         self.runners[thread_id] = runner
+        self._release_done[runner] = trio.Event()
         try:
             await self._nursery.start(self._supervise, runner)
         except BaseException:
             self.runners.pop(thread_id, None)
+            self._release_done.pop(runner, None)
             raise
         return runner
 
@@ -292,13 +321,17 @@ class SessionManager:
         async def started_run(*, task_status: trio.TaskStatus[SessionRunner]) -> None:
             await runner.run(task_status=task_status)
 
+        started = False
         try:
             async with trio.open_nursery() as inner:
                 await inner.start(started_run)
                 task_status.started()
-        except SessionFailed:
-            raise
+                started = True
         except Exception as exc:  # a runner's bug must not take the daemon down
+            failed = _session_failed(exc)
+            if failed is not None and not started:
+                # The runner's own nurseries wrap it: re-raise it bare for ``_dispatch``.
+                raise failed from None
             log.exception("session runner for %s failed", runner.thread_id)
             await self.core.note(
                 runner.session_id, "error", "runner_failed", f"{type(exc).__name__}: {exc}"
@@ -308,14 +341,19 @@ class SessionManager:
                 del self.runners[runner.thread_id]
             reason = runner.stop_reason
             exit_event = runner.exit_event
+            # A runtime that never started is counted once, by ``_dispatch``.
             crashed = (
-                reason is None
+                started
+                and reason is None
                 and exit_event is not None
                 and (exit_event.signal is not None or exit_event.code not in (0, None))
             )
             if crashed:
                 self._record_crash(runner.thread_id)
             self.released += 1
+            released = self._release_done.pop(runner, None)
+            if released is not None:
+                released.set()
             if self.on_release is not None:
                 self.on_release(runner, reason or ("crash" if crashed else "exit"))
             # Work queued while it was dying is picked up by a new runtime.
@@ -347,9 +385,10 @@ class SessionManager:
     # -- the idle reaper --------------------------------------------------------
 
     async def _reap_loop(self) -> None:
-        interval = min(self.reaper.sweep_interval_s, max(0.05, self.reaper.idle_timeout_s / 6))
         while True:
-            await trio.sleep(interval)
+            # Read each time: the policy may be tuned while running (drills, tests).
+            r = self.reaper
+            await trio.sleep(min(r.sweep_interval_s, max(0.05, r.idle_timeout_s / 6)))
             self.reap_idle()
 
     def reap_idle(self) -> list[str]:

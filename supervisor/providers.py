@@ -30,8 +30,9 @@ SCRUBBED_ENV = frozenset(
     }
 )
 
+#: Segment 0 starts a thread, segment 1 resumes it; both loop the echo turn.
 STANDIN_TRANSCRIPT = (
-    Path(__file__).resolve().parents[1] / "fixtures" / "standin" / "codex_echo.ndjson"
+    Path(__file__).resolve().parents[1] / "fixtures" / "standin" / "codex_echo_resume.ndjson"
 )
 
 
@@ -43,6 +44,8 @@ class ProviderSettings:
     home: str | None = None
     model: str | None = None
     extra_args: Sequence[str] = ()
+    #: Bound on each request to the provider (initialize, thread/start, ...).
+    request_timeout_s: float = 30.0
 
 
 def standin_settings(transcript: str | Path = STANDIN_TRANSCRIPT, *extra: str) -> ProviderSettings:
@@ -72,7 +75,12 @@ class StandinAdapter(CodexAdapter):
 
     def launch_spec(self, config: RuntimeConfig) -> LaunchSpec:
         return LaunchSpec(
-            argv=[*config.command, *config.extra_args],
+            # The stand-in's transcript holds a resuming process as segment 1.
+            argv=[
+                *config.command,
+                *config.extra_args,
+                *(["--segment", "1"] if config.resuming else []),
+            ],
             env=dict(config.env),
             cwd=config.cwd,
             max_line_bytes=self.options.max_line_bytes,
@@ -102,4 +110,5 @@ def runtime_config(
         model=model or settings.model,
         runtime_mode=runtime_mode,
         extra_args=list(settings.extra_args),
+        request_timeout_s=settings.request_timeout_s,
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -88,6 +89,12 @@ class SessionRunner:
     exit_seen_at: float | None = None
     exit_committed_at: float | None = None
     stop_reason: str | None = None
+    #: No frame for this long during a turn is a stall: reported (G3), and killed
+    #: after ``kill_stalled_after_s`` more when that is set.
+    stall_after_s: float = 60.0
+    kill_stalled_after_s: float | None = None
+    last_event_at: float = -math.inf
+    stalls: int = 0
     _stop: trio.Event = attrs.field(factory=trio.Event)
     _turn_done: trio.Event = attrs.field(factory=trio.Event)
     _pump_done: trio.Event = attrs.field(factory=trio.Event)
@@ -103,8 +110,13 @@ class SessionRunner:
     async def run(
         self, *, task_status: trio.TaskStatus[SessionRunner] = trio.TASK_STATUS_IGNORED
     ) -> None:
+        # Never idle while starting (bounded by the request timeouts): a sweep that
+        # lands during a slow start must not reap it. Set for real once the thread is open.
+        self.last_activity = math.inf
         binding = await self.core.open_session(self.thread_id, provider=self.provider)
         self.binding = binding
+        if self._resume_refs() is not None:
+            self.config = attrs.evolve(self.config, resuming=True)
         send, receive = trio.open_memory_channel[ProviderEvent](1024)
         raw = self.raw_factory(self.provider, binding.provider_session_id)
         started = False
@@ -126,6 +138,7 @@ class SessionRunner:
                         task_status.started(self)
                         with trio.CancelScope() as watch:
                             nursery.start_soon(self._cancel_on_exit, watch)
+                            nursery.start_soon(self._stall_watch)
                             await self._stop.wait()
                         if not self.exited.is_set():
                             await self._graceful_close(rt)
@@ -159,21 +172,59 @@ class SessionRunner:
                     )
             self.exited.set()
 
+    async def _stall_watch(self) -> None:
+        """A turn with no frames for ``stall_after_s`` is reported; optionally killed."""
+        reported_for: float | None = None
+        while not self.exited.is_set():
+            quiet_since = max(self.last_event_at, self.last_activity)
+            await trio.sleep_until(quiet_since + self.stall_after_s)
+            now = trio.current_time()
+            quiet_since = max(self.last_event_at, self.last_activity)
+            if self.active_turn is None or now - quiet_since < self.stall_after_s:
+                continue
+            if reported_for != quiet_since:
+                reported_for = quiet_since
+                self.stalls += 1
+                await self.core.note(
+                    self.session_id,
+                    "warning",
+                    "turn_stalled",
+                    f"no frame from {self.provider} for {now - quiet_since:.1f}s during a turn",
+                )
+            if self.kill_stalled_after_s is None:
+                await trio.sleep(self.stall_after_s)
+                continue
+            await trio.sleep(self.kill_stalled_after_s)
+            if (
+                self.active_turn is not None
+                and max(self.last_event_at, self.last_activity) == quiet_since
+            ):
+                child = self.launcher.current if self.launcher else None
+                self.stop_reason = self.stop_reason or "stalled"
+                if child is not None:
+                    # A hung process may not read stdin or handle SIGTERM: kill the group.
+                    child.signal_group(signal.SIGKILL)
+                return
+
     async def _cancel_on_exit(self, scope: trio.CancelScope) -> None:
         await self.exited.wait()
         self._stop.set()
         scope.cancel()
 
-    async def _open_thread(self, rt: ProviderRuntime) -> None:
+    def _resume_refs(self) -> ResumeRefs | None:
         assert self.binding is not None and self.binding.provider_thread_id is not None
         with self.reader.snapshot():
             row = self.reader.row("provider_thread", self.binding.provider_thread_id)
         pt = None if row is None else row.decode()
-        resume = None
         # A ref is trusted only once a turn completed with it (lessons §8 rule 2).
         if pt is not None and pt.native_thread_ref and pt.resume_ref_confirmed:
             head = pt.native_conversation_head_ref
-            resume = ResumeRefs(pt.native_thread_ref, head.value if head else None)
+            return ResumeRefs(pt.native_thread_ref, head.value if head else None)
+        return None
+
+    async def _open_thread(self, rt: ProviderRuntime) -> None:
+        assert self.binding is not None
+        resume = self._resume_refs()
         try:
             await rt.open_thread(resume)
         except ResumeError as exc:
@@ -276,6 +327,8 @@ class SessionRunner:
                         except (trio.WouldBlock, trio.EndOfChannel):
                             break
                     now = trio.current_time()
+                    if batch:
+                        self.last_event_at = now
                     ready: list[ProviderEvent] = []
                     for event in batch:
                         ready.extend(coalescer.push(event, now))

@@ -28,7 +28,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from t3orch.cli import daemoncmds, demo, storecmds
+    from t3orch.cli import daemoncmds, demo, drill, storecmds
 
     parser = argparse.ArgumentParser(prog="t3orch", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -52,6 +52,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--provider", required=True, choices=["codex", "claude"])
     p.add_argument("transcript", help="an NDJSON transcript (fixtures/codex/*.ndjson, …)")
     p.set_defaults(handler=daemoncmds.cmd_replay)
+
+    p = sub.add_parser("drill", help="run a crash-recovery drill and print a verdict")
+    _common(p)
+    p.add_argument("name", choices=drill.DRILLS)
+    p.add_argument(
+        "--provider",
+        choices=["codex", "claude", "standin"],
+        default=None,
+        help="default: codex if installed, else claude, else the stand-in",
+    )
+    p.set_defaults(handler=drill.cmd_drill)
 
     p = sub.add_parser("demo", help="run a scripted conversation on a fresh state dir")
     _common(p)
