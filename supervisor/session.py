@@ -14,6 +14,7 @@ import contextlib
 import logging
 import math
 import signal
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,7 @@ from t3orch.provider_events import (
 )
 from t3orch.service import CoreService
 from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.store.writer import Ticket
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +51,10 @@ RawSinkFactory = Callable[[ProviderKind, str], RawFrameSink]
 #: Bound on the graceful part of a stop (protocol close) before signals.
 CLOSE_GRACE_S = 5.0
 TERM_GRACE_S = 3.0
-#: The pump ingests at most this many events per transaction.
-MAX_INGEST_BATCH = 256
+#: The pump ingests at most this many events per submission.
+MAX_INGEST_BATCH = 1024
+#: Queued, not yet committed submissions a session may have before it waits.
+MAX_INFLIGHT = 32
 
 
 class SessionFailed(Exception):
@@ -98,6 +102,7 @@ class SessionRunner:
     _stop: trio.Event = attrs.field(factory=trio.Event)
     _turn_done: trio.Event = attrs.field(factory=trio.Event)
     _pump_done: trio.Event = attrs.field(factory=trio.Event)
+    _inflight: deque[Ticket] = attrs.field(factory=deque)
 
     @property
     def session_id(self) -> str | None:
@@ -181,6 +186,10 @@ class SessionRunner:
             now = trio.current_time()
             quiet_since = max(self.last_event_at, self.last_activity)
             if self.active_turn is None or now - quiet_since < self.stall_after_s:
+                if now - quiet_since >= self.stall_after_s:
+                    # Idle past the window: sleep_until above would return at once and
+                    # spin. A turn starting during this sleep is still checked in time.
+                    await trio.sleep(self.stall_after_s)
                 continue
             if reported_for != quiet_since:
                 reported_for = quiet_since
@@ -335,6 +344,7 @@ class SessionRunner:
                     ready.extend(coalescer.flush_due(now))
                     await self._deliver(ready)
                 await self._deliver(coalescer.flush_all())
+                await self._drain_inflight()
         finally:
             self._pump_done.set()
 
@@ -359,14 +369,29 @@ class SessionRunner:
                     self._turn_done.set()
                     self.exited.set()
         if chunk:
-            await self._ingest(chunk)
+            # Mid-turn events are queued, not awaited: the writer merges the queued
+            # batches of every session into few transactions (one fsync each).
+            if self.binding is not None:
+                binding = self.binding.with_turn(self.active_turn)
+                self._inflight.append(await self.core.ingest_queued(binding, chunk))
+                while len(self._inflight) > MAX_INFLIGHT or (
+                    self._inflight and self._inflight[0].done
+                ):
+                    await self._inflight.popleft().outcome()
             self.last_activity = trio.current_time()
 
     async def _ingest(self, events: list[ProviderEvent]) -> None:
+        """Commit ``events`` after everything queued before them; wait for it."""
         if self.binding is None:
             return
         binding = self.binding.with_turn(self.active_turn)
-        await self.core.ingest(binding, events)
+        ticket = await self.core.ingest_queued(binding, events)
+        await self._drain_inflight()
+        await ticket.outcome()
+
+    async def _drain_inflight(self) -> None:
+        while self._inflight:
+            await self._inflight.popleft().outcome()
 
     async def _wait_pump(self) -> None:
         with trio.move_on_after(10):
