@@ -37,9 +37,20 @@ def _matches(pid: int, started_at: float | None) -> psutil.Process | None:
         proc = psutil.Process(pid)
         if started_at is not None and abs(proc.create_time() - started_at) > START_TIME_TOLERANCE_S:
             return None
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            # Dead already, only not reaped yet (by init): nothing to kill, and
+            # waiting for it would stall startup until init gets round to it.
+            return None
         return proc
     except psutil.Error:
         return None
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 async def sweep_orphans(reader: SQLiteStore, *, grace_s: float = 2.0) -> SweepResult:
@@ -54,7 +65,7 @@ async def sweep_orphans(reader: SQLiteStore, *, grace_s: float = 2.0) -> SweepRe
             continue
         proc = _matches(s.pid, s.process_started_at)
         if proc is None:
-            if psutil.pid_exists(s.pid):
+            if _running(s.pid):
                 skipped.append(s.pid)
             continue
         try:
