@@ -91,11 +91,20 @@ class ApiServer:
             ws = await request.accept()
         except trio_websocket.ConnectionClosed:
             return
-        await Connection(self, WebSocketChannel(ws, self.limits.max_frame_bytes), authorized).run()
+        await self._serve(
+            Connection(self, WebSocketChannel(ws, self.limits.max_frame_bytes), authorized)
+        )
 
     async def handle_unix(self, stream: trio.SocketStream) -> None:
         # The socket file is 0600 in a 0700 directory: reaching it is the auth.
-        await Connection(self, LineChannel(stream, self.limits.max_frame_bytes), True).run()
+        await self._serve(Connection(self, LineChannel(stream, self.limits.max_frame_bytes), True))
+
+    async def _serve(self, conn: Connection) -> None:
+        try:
+            await conn.run()
+        except Exception:
+            # One connection's failure must never take the listener (or the daemon) down.
+            log.exception("API connection failed")
 
 
 class Connection:

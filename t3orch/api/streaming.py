@@ -10,6 +10,7 @@ re-subscribes for a fresh snapshot, and the server never buffers without bound.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
@@ -24,6 +25,7 @@ from t3orch.store.broadcast import Subscription
 from t3orch.store.sqlite.backend import SQLiteStore
 
 Send = Callable[[bytes], Awaitable[None]]
+log = logging.getLogger(__name__)
 REPLAY_PAGE = 500
 
 
@@ -44,46 +46,66 @@ def _page(after: int, store: SQLiteStore) -> list[EventEnvelope]:
 
 async def pump(plan: StreamPlan, reader: ApiReader, send: Send) -> None:
     """Runs until the client unsubscribes (cancel), the daemon stops, or a resync."""
-    sub = plan.subscription
-    last = plan.cursor
-    live = plan.live
+    cursor = _Cursor(plan.cursor)
+    reason = "slow_consumer"
     try:
-        if plan.snapshot is not None:
-            await send(
-                notification(
-                    "snapshot",
-                    {"subscription": sub, "snapshotSequence": last, "data": plan.snapshot},
-                )
-            )
+        try:
+            await _stream(plan, reader, send, cursor)
+        except Exception as exc:
+            # A failed read (a store error, say) ends this subscription, not the
+            # connection: the client re-subscribes, as after any resync.
+            log.exception("subscription %s failed", plan.subscription)
+            reason = f"server_error: {type(exc).__name__}"
         else:
-            # Replay the stored gap page by page; live events queue meanwhile.
-            while not live.overflowed:
-                page = await reader.snapshot(partial(_page, last))
-                if not page:
-                    break
-                for env in page:
-                    if plan.filter.concerns(env):
-                        await send(_event(sub, env))
-                    last = env.sequence
-            if not live.overflowed:
-                await send(notification("synchronized", {"subscription": sub, "sequence": last}))
-        async for env in live:
-            if live.overflowed:
-                break
-            if env.sequence <= last:
-                continue  # already in the snapshot or the replay
-            last = env.sequence
-            if plan.filter.concerns(env):
-                await send(_event(sub, env))
-        if live.overflowed:
-            await send(
-                notification(
-                    "resync",
-                    {"subscription": sub, "sequence": last, "reason": "slow_consumer"},
-                )
+            if not plan.live.overflowed:
+                return  # the broadcast closed: the daemon is stopping
+        await send(
+            notification(
+                "resync",
+                {"subscription": plan.subscription, "sequence": cursor.last, "reason": reason},
             )
+        )
     finally:
-        live.close()
+        plan.live.close()
+
+
+@attrs.define
+class _Cursor:
+    #: The last sequence delivered (or skipped as not concerning the topic).
+    last: int
+
+
+async def _stream(plan: StreamPlan, reader: ApiReader, send: Send, cursor: _Cursor) -> None:
+    sub = plan.subscription
+    live = plan.live
+    if plan.snapshot is not None:
+        await send(
+            notification(
+                "snapshot",
+                {"subscription": sub, "snapshotSequence": cursor.last, "data": plan.snapshot},
+            )
+        )
+    else:
+        # Replay the stored gap page by page; live events queue meanwhile.
+        while not live.overflowed:
+            page = await reader.snapshot(partial(_page, cursor.last))
+            if not page:
+                break
+            for env in page:
+                if plan.filter.concerns(env):
+                    await send(_event(sub, env))
+                cursor.last = env.sequence
+        if live.overflowed:
+            return
+        await send(notification("synchronized", {"subscription": sub, "sequence": cursor.last}))
+    async for env in live:
+        if live.overflowed:
+            return
+        if env.sequence <= cursor.last:
+            continue  # already in the snapshot or the replay
+        cursor.last = env.sequence
+        if plan.filter.concerns(env):
+            await send(_event(sub, env))
 
 
 def _event(sub: str, env: EventEnvelope) -> bytes:

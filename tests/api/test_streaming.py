@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 import trio.lowlevel
 from hypothesis import HealthCheck, given, settings
@@ -206,3 +207,28 @@ async def test_unsubscribe_stops_the_stream() -> None:
             await quiet(client, sub["subscription"])
             doc = await client.request("unsubscribe", {"subscription": sub["subscription"]})
             assert doc["error"]["data"]["code"] == "unknown_subscription"
+
+
+async def test_a_failing_read_ends_that_subscription_with_resync(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from t3orch.api import streaming
+    from t3orch.store.errors import StoreError
+
+    def broken(after: int, store: object) -> list[object]:
+        raise StoreError("events.sqlite3: disk I/O error")
+
+    async with running_api() as api:
+        await new_thread(api.core.service)
+        monkeypatch.setattr(streaming, "_page", broken)
+        async with ws_client(api) as client:
+            sub = await client.call("subscribe", {"topic": "threadShell", "afterSequence": 0})
+            note = await client.note()
+            assert note["method"] == "resync"
+            assert note["params"] == {
+                "subscription": sub["subscription"],
+                "sequence": 0,
+                "reason": "server_error: StoreError",
+            }
+            status = await client.call("daemon.status")  # the connection carries on
+            assert status["api"]["subscriptions"] == 0
