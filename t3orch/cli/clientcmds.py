@@ -278,7 +278,7 @@ async def cmd_requests(client: ApiClient, args: argparse.Namespace) -> int:
             q["id"],
             q["threadId"],
             q["kind"],
-            _short(q.get("detail", {}).get("summary") or _summary(q), 50),
+            _short(_summary(q), 50) or "-",
             "/".join(q.get("availableDecisions") or []) or "-",
         ]
         for q in view["data"]["requests"]
@@ -289,7 +289,7 @@ async def cmd_requests(client: ApiClient, args: argparse.Namespace) -> int:
 
 def _summary(req: dict[str, Any]) -> str:
     detail = req.get("detail") or {}
-    for key in ("command", "summary", "reason", "path"):
+    for key in ("summary", "command", "reason", "path", "message"):
         if detail.get(key):
             return str(detail[key])
     return ""
