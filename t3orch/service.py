@@ -24,7 +24,7 @@ from t3orch.ingest.translate import ingest_many
 from t3orch.provider_events import ProviderEvent
 from t3orch.store.errors import CommandRejected
 from t3orch.store.interface import Decide, Outcome
-from t3orch.store.writer import EventWriter
+from t3orch.store.writer import EventWriter, Ticket
 
 
 @attrs.frozen
@@ -134,6 +134,15 @@ class CoreService:
         batch = list(events)
         result = await self._run(lambda view: ingest_many(view, binding, batch), None, "ingest")
         return result.sequence
+
+    async def ingest_queued(
+        self, binding: SessionBinding, events: Sequence[ProviderEvent]
+    ) -> Ticket:
+        """Queue what a batch of adapter events means; the ticket says when it committed."""
+        batch = list(events)
+        return await self.writer.enqueue(
+            lambda view: ingest_many(view, binding, batch), command_type="ingest"
+        )
 
     async def reconcile(self, reason: str = "daemon_restart") -> dict[str, int]:
         result = await self._run(reconcile_mod.reconcile(reason), None, "runtime.reconcile")

@@ -18,8 +18,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +26,8 @@ import msgspec
 import psutil
 import trio
 
+from t3orch.cli.environment import provider_environment
 from t3orch.commands.specs import CreateThread
-from t3orch.config import (
-    ClaudeConfig,
-    CodexConfig,
-    Config,
-    DaemonConfig,
-    ProvidersConfig,
-    discover_claude,
-    discover_codex,
-)
 from t3orch.daemon import Daemon, run_daemon
 from t3orch.events import TurnItemUpserted
 
@@ -87,42 +77,6 @@ class Outcome:
     recovery_s: float | None = None
     resumed_history: bool | None = None
     notes: list[str] = attrs.field(factory=list)
-
-
-@contextmanager
-def _environment(work: Path, tmp: Path) -> Iterator[tuple[Config, list[str]]]:
-    """Providers wired to loopback fakes when their binaries exist; the stand-in always."""
-    kinds: list[str] = []
-    codex_cfg = CodexConfig(command=None)
-    claude_cfg = ClaudeConfig(command=None)
-    with ExitStack() as stack:
-        codex = discover_codex()
-        claude = discover_claude()
-        if codex:
-            from fixtures.fakes.codex_home import make_codex_home
-            from fixtures.fakes.responses_api import FakeResponsesServer
-
-            fake = stack.enter_context(FakeResponsesServer())
-            env = make_codex_home(tmp, fake.base_url, work)
-            codex_cfg = CodexConfig(command=codex, env=env, model="mock-model")
-            kinds.append("codex")
-        if claude:
-            from fixtures.fakes.claude_env import claude_dirs, claude_env
-            from fixtures.fakes.messages_api import FakeMessagesServer
-
-            cfake = stack.enter_context(FakeMessagesServer())
-            dirs = stack.enter_context(claude_dirs("demo"))
-            claude_cfg = ClaudeConfig(
-                command=claude, env=claude_env(dirs, cfake.base_url), model="claude-sonnet-4-5"
-            )
-            kinds.append("claude")
-        if not kinds:
-            kinds.append("standin")
-        config = Config(
-            daemon=DaemonConfig(synchronous="FULL"),
-            providers=ProvidersConfig(codex=codex_cfg, claude=claude_cfg),
-        )
-        yield config, kinds
 
 
 def _row(daemon: Daemon, kind: str, id: str) -> Any:
@@ -250,7 +204,7 @@ def _last_assistant_text(daemon: Daemon, thread_id: str) -> str:
 
 async def _demo(state_dir: Path, work: Path, tmp: Path) -> int:
     started = time.monotonic()
-    with _environment(work, tmp) as (config, kinds):
+    with provider_environment(work, tmp) as (config, kinds):
         if kinds == ["standin"]:
             print(
                 "no provider binary found: running the stand-in provider "

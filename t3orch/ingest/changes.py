@@ -43,14 +43,21 @@ class Changes:
         self.view = view
         self.correlation = correlation or Correlation()
         self._overlay: dict[tuple[str, str], Any] = {}
+        self._read: dict[tuple[str, str], Any] = {}
         self.drafts: list[EventDraft] = []
 
     def now(self) -> str:
         return self.view.now()
 
     def get(self, kind: str, id: str) -> Any | None:
-        hit = self._overlay.get((kind, id))
-        return hit if hit is not None else self.view.get(kind, id)
+        key = (kind, id)
+        hit = self._overlay.get(key)
+        if hit is not None:
+            return hit
+        # Stored state cannot change under a decision except through its own puts.
+        if key not in self._read:
+            self._read[key] = self.view.get(kind, id)
+        return self._read[key]
 
     def select(self, kind: str, *, thread_id: str) -> list[Any]:
         stored = {v.id: v for v in self.view.select(kind, thread_id=thread_id)}

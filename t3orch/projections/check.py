@@ -21,6 +21,10 @@ class MemoryRows:
         return self.rows.get((kind, id))
 
     def put_row(self, row: Row) -> None:
+        # The same contract as the store: an update keeps the first position.
+        existing = self.rows.get((row.kind, row.id))
+        if existing is not None and existing.position != row.position:
+            row = attrs.evolve(row, position=existing.position)
         self.rows[(row.kind, row.id)] = row
 
 

@@ -46,7 +46,8 @@ _encode = msgspec.json.encode
 class RowSink(Protocol):
     def get_row(self, kind: str, id: str) -> Row | None: ...
 
-    def put_row(self, row: Row) -> None: ...
+    def put_row(self, row: Row) -> None:
+        """Insert, or update everything but ``position`` (a row keeps its first one)."""
 
 
 @attrs.frozen
@@ -103,10 +104,8 @@ def concerns(payload: EventPayload) -> Concerns:
 def _upsert(
     sink: RowSink, seq: int, kind: str, id: str, thread_id: str | None, status: str | None, v: Any
 ) -> None:
-    # A row keeps the position of its first appearance, so order is creation order.
-    existing = sink.get_row(kind, id)
-    position = existing.position if existing is not None else seq
-    sink.put_row(Row(kind, id, thread_id, position, status, _encode(v)))
+    # ``seq`` is only used on first insert: the sink keeps a row's first position.
+    sink.put_row(Row(kind, id, thread_id, seq, status, _encode(v)))
 
 
 def _project_message(sink: RowSink, seq: int, item: TurnItem) -> None:

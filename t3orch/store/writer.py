@@ -30,6 +30,24 @@ class _Pending:
     failure: BaseException | None = None
 
 
+@attrs.frozen
+class Ticket:
+    """A queued submission; ``outcome()`` waits for its commit."""
+
+    _pending: _Pending
+
+    @property
+    def done(self) -> bool:
+        return self._pending.done.is_set()
+
+    async def outcome(self) -> Outcome:
+        await self._pending.done.wait()
+        if self._pending.failure is not None:
+            raise self._pending.failure
+        assert self._pending.outcome is not None
+        return self._pending.outcome
+
+
 @attrs.define
 class WriterStats:
     batches: int = 0
@@ -63,6 +81,22 @@ class EventWriter:
         command_type: str = "internal",
     ) -> Outcome:
         """Decide and commit; returns once committed (and published)."""
+        ticket = await self.enqueue(decide, command_id=command_id, command_type=command_type)
+        return await ticket.outcome()
+
+    async def enqueue(
+        self,
+        decide: Decide,
+        *,
+        command_id: CommandId | None = None,
+        command_type: str = "internal",
+    ) -> Ticket:
+        """Queue a submission without waiting for its commit (waits only for queue room).
+
+        Submissions commit in the order they were queued. A producer that streams
+        (a session's events) queues several and awaits them at its boundaries, so
+        one transaction can carry many of them instead of one fsync each.
+        """
         if self._closed:
             raise StoreClosed("the event writer has stopped")
         pending = _Pending(Submission(decide, command_id, command_type))
@@ -70,11 +104,7 @@ class EventWriter:
             await self._send.send(pending)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise StoreClosed("the event writer has stopped") from None
-        await pending.done.wait()
-        if pending.failure is not None:
-            raise pending.failure
-        assert pending.outcome is not None
-        return pending.outcome
+        return Ticket(pending)
 
     def close(self) -> None:
         """No new submissions; ``run`` commits what is queued, then returns."""

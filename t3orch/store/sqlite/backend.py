@@ -414,8 +414,11 @@ class _TxnView:
         return _row(self._conn, kind, id)
 
     def put_row(self, row: Row) -> None:
+        # An update keeps the row's first position: order is creation order.
         self._conn.execute(
-            "INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO rows (kind, id, thread_id, position, status, body) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (kind, id) DO UPDATE SET "
+            "thread_id = excluded.thread_id, status = excluded.status, body = excluded.body",
             (row.kind, row.id, row.thread_id, row.position, row.status, row.body),
         )
 
