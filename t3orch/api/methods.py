@@ -97,14 +97,14 @@ async def events_read(conn: Connection, p: P.EventsRead) -> Any:
     return await conn.reader.snapshot(partial(_events_page, p.after_sequence, p.limit))
 
 
-def _view(topic: str, thread_id: str | None, store: SQLiteStore) -> dict[str, Any]:
-    view = read_view(store, topic, thread_id)
+def _view(p: P.ViewRead, store: SQLiteStore) -> dict[str, Any]:
+    view = read_view(store, p.topic, p.thread_id, limit=p.limit, before_position=p.before_position)
     return {"snapshotSequence": view.snapshot_sequence, "data": view}
 
 
 async def view_read(conn: Connection, p: P.ViewRead) -> Any:
     check_topic(p.topic, p.thread_id)
-    return await conn.reader.snapshot(partial(_view, p.topic, p.thread_id))
+    return await conn.reader.snapshot(partial(_view, p))
 
 
 def _with_snapshot(

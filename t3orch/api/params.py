@@ -75,6 +75,9 @@ class EventsRead(Params):
 class ViewRead(Params):
     topic: Topic
     thread_id: str | None = None
+    #: threadDetail pages: the window of turn items before this position.
+    before_position: int | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 200
 
 
 class Subscribe(Params):

@@ -58,7 +58,14 @@ def check_topic(topic: str, thread_id: str | None) -> None:
         raise CommandRejected("thread_not_allowed", f"topic {topic} takes no threadId")
 
 
-def read_view(store: SQLiteStore, topic: str, thread_id: str | None) -> Any:
+def read_view(
+    store: SQLiteStore,
+    topic: str,
+    thread_id: str | None,
+    *,
+    limit: int = views.DETAIL_WINDOW,
+    before_position: int | None = None,
+) -> Any:
     """The topic's read model; call inside ``store.snapshot()``."""
     try:
         match topic:
@@ -70,7 +77,9 @@ def read_view(store: SQLiteStore, topic: str, thread_id: str | None) -> Any:
                 return views.pending_requests(store)
             case "threadDetail":
                 assert thread_id is not None
-                return views.thread_detail(store, thread_id)
+                return views.thread_detail(
+                    store, thread_id, limit=limit, before_position=before_position
+                )
             case "executionGraph":
                 assert thread_id is not None
                 return views.execution_graph(store, thread_id)

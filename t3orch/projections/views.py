@@ -26,6 +26,10 @@ class ProjectionReader(Protocol):
 
     def rows_by_status(self, kind: str, statuses: Sequence[str]) -> list[Row]: ...
 
+    def rows_window(
+        self, kind: str, thread_id: str, *, limit: int, before_position: int | None = None
+    ) -> tuple[list[Row], int]: ...
+
 
 class _Hidden(msgspec.Struct):
     hidden: bool = False
@@ -52,6 +56,11 @@ class ThreadShell(msgspec.Struct, rename="camel"):
     threads: list[ThreadShellEntry]
 
 
+#: A thread detail carries the newest items only; older ones are paged with
+#: ``beforePosition``. A full 10,000-item thread is tens of MB: never one frame.
+DETAIL_WINDOW = 200
+
+
 class ThreadDetail(msgspec.Struct, rename="camel"):
     snapshot_sequence: int
     thread: msgspec.Raw
@@ -59,6 +68,10 @@ class ThreadDetail(msgspec.Struct, rename="camel"):
     messages: list[msgspec.Raw]
     turn_items: list[msgspec.Raw]
     visible_turn_items: list[msgspec.Raw]
+    #: How many turn items the thread has; the window holds the newest of them.
+    total_turn_items: int
+    #: Pass as ``beforePosition`` for the page before this window; None at the start.
+    older_before_position: int | None
     plans: list[msgspec.Raw]
     checkpoints: list[msgspec.Raw]
     pending_requests: list[msgspec.Raw]
@@ -112,18 +125,37 @@ def thread_shell(r: ProjectionReader) -> ThreadShell:
     return ThreadShell(snapshot_sequence=r.projection_sequence(), threads=entries)
 
 
-def thread_detail(r: ProjectionReader, thread_id: str) -> ThreadDetail:
+def thread_detail(
+    r: ProjectionReader,
+    thread_id: str,
+    *,
+    limit: int = DETAIL_WINDOW,
+    before_position: int | None = None,
+) -> ThreadDetail:
     thread = r.row("thread", thread_id)
     if thread is None:
         raise UnknownThread(f"no thread {thread_id!r}")
-    items = r.rows("turn_item", thread_id=thread_id)
+    items, total = r.rows_window(
+        "turn_item", thread_id, limit=limit, before_position=before_position
+    )
+    first = items[0].position if items else None
+    older = (
+        first
+        if first is not None and total > len(items) and _has_older(r, thread_id, first)
+        else None
+    )
+    messages, _ = r.rows_window("message", thread_id, limit=limit, before_position=before_position)
+    # Messages share their item's position: keep exactly the window's span.
+    messages = [m for m in messages if first is None or m.position >= first]
     return ThreadDetail(
         snapshot_sequence=r.projection_sequence(),
         thread=msgspec.Raw(thread.body),
         runs=_raw(r.rows("run", thread_id=thread_id)),
-        messages=_raw(r.rows("message", thread_id=thread_id)),
+        messages=_raw(messages),
         turn_items=_raw(items),
-        visible_turn_items=visible_turn_items(r, thread_id, items),
+        visible_turn_items=visible_turn_items(r, thread_id, items, at_start=older is None),
+        total_turn_items=total,
+        older_before_position=older,
         plans=_raw(r.rows("plan", thread_id=thread_id)),
         checkpoints=_raw(r.rows("checkpoint", thread_id=thread_id)),
         pending_requests=_raw(
@@ -133,8 +165,17 @@ def thread_detail(r: ProjectionReader, thread_id: str) -> ThreadDetail:
     )
 
 
+def _has_older(r: ProjectionReader, thread_id: str, position: int) -> bool:
+    older, _ = r.rows_window("turn_item", thread_id, limit=1, before_position=position)
+    return bool(older)
+
+
 def visible_turn_items(
-    r: ProjectionReader, thread_id: str, items: Sequence[Row] | None = None
+    r: ProjectionReader,
+    thread_id: str,
+    items: Sequence[Row] | None = None,
+    *,
+    at_start: bool = True,
 ) -> list[msgspec.Raw]:
     """What a user sees: inherited items up to a fork's source point, then local ones.
 
@@ -144,7 +185,7 @@ def visible_turn_items(
     if items is None:
         items = r.rows("turn_item", thread_id=thread_id)
     out: list[msgspec.Raw] = []
-    transfer = _fork_transfer(r, thread_id)
+    transfer = _fork_transfer(r, thread_id) if at_start else None
     if transfer is not None:
         source = transfer["sourcePoint"]
         inherited = visible_turn_items(r, source["threadId"])

@@ -113,7 +113,11 @@ class SQLiteStore:
                 conn.execute(f"PRAGMA synchronous = {synchronous}")
                 conn.execute("PRAGMA journal_size_limit = 33554432")
                 migrate(conn)
-            elif read_version(conn) != SCHEMA_VERSION:
+            else:
+                # Snapshots of long threads read many rows: give readers room.
+                conn.execute("PRAGMA cache_size = -65536")
+                conn.execute("PRAGMA mmap_size = 268435456")
+            if self.readonly and read_version(conn) != SCHEMA_VERSION:
                 raise StoreError(
                     f"{self.path}: store schema version {read_version(conn)} needs migrating "
                     f"to {SCHEMA_VERSION}; start the daemon once (it migrates), then retry"
@@ -339,6 +343,24 @@ class SQLiteStore:
     @_guarded
     def row(self, kind: str, id: str) -> Row | None:
         return _row(self._conn, kind, id)
+
+    @_guarded
+    def rows_window(
+        self, kind: str, thread_id: str, *, limit: int, before_position: int | None = None
+    ) -> tuple[list[Row], int]:
+        """The last ``limit`` rows of a thread (before a position), and how many it has."""
+        before = before_position if before_position is not None else 2**62
+        cur = self._conn.execute(
+            f"SELECT {_ROW_COLUMNS} FROM rows WHERE kind = ? AND thread_id = ? AND position < ? "
+            "ORDER BY position DESC, id DESC LIMIT ?",
+            (kind, thread_id, before, limit),
+        )
+        rows = [Row(*r) for r in cur.fetchall()]
+        rows.reverse()
+        (total,) = self._conn.execute(
+            "SELECT count(*) FROM rows WHERE kind = ? AND thread_id = ?", (kind, thread_id)
+        ).fetchone()
+        return rows, int(total)
 
     @_guarded
     def all_rows(self) -> list[Row]:
