@@ -37,6 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -66,6 +67,7 @@ from t3orch.provider_events import (
     TurnStarted,
 )
 from t3orch.store.sqlite.schema import migrate
+from t3orch.store.writer import Ticket
 
 Sync = Literal["FULL", "NORMAL"]
 
@@ -151,6 +153,7 @@ class SessionPlayer:
         self.binding = binding
         self.rng = random.Random(seed)
         self.coalescer = DeltaCoalescer()
+        self.inflight: deque[Ticket] = deque()
         #: Virtual provider time: the coalescer's window is driven without sleeping.
         self.now = 0.0
 
@@ -158,12 +161,18 @@ class SessionPlayer:
         self.now += advance
         ready = self.coalescer.push(event, self.now)
         if ready:
-            await self.core.service.ingest(self.binding, ready)
+            # As the daemon's pump does (supervisor/session.py): queue mid-turn
+            # batches, bound what is in flight, and wait at turn boundaries.
+            self.inflight.append(await self.core.service.ingest_queued(self.binding, ready))
+            while len(self.inflight) > 32 or (self.inflight and self.inflight[0].done):
+                await self.inflight.popleft().outcome()
 
     async def flush(self) -> None:
         tail = self.coalescer.flush_all()
         if tail:
             await self.core.service.ingest(self.binding, tail)
+        while self.inflight:
+            await self.inflight.popleft().outcome()
 
     async def item(self, ref: str, command: bool) -> None:
         started: ItemContent = CommandRun(input="pytest -q") if command else AssistantText()

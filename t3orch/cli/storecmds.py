@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgspec
 
-from t3orch.projections.check import compare, rebuild
+from t3orch.projections.check import compare, compare_chunks, rebuild
 from t3orch.state import prepare_state_dir, resolve_state_dir
 from t3orch.store.sqlite.backend import SQLiteStore
 
@@ -57,6 +57,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 return 1
             rebuilt, count, gaps = rebuild(store.iter_events())
             diffs = gaps + compare(store.all_rows(), rebuilt)
+            diffs += compare_chunks(store.all_chunks(), rebuilt)
             projected = store.projection_sequence()
             last = store.last_sequence()
             if projected != last:

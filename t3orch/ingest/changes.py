@@ -44,13 +44,28 @@ class Changes:
         self.correlation = correlation or Correlation()
         self._overlay: dict[tuple[str, str], Any] = {}
         self._read: dict[tuple[str, str], Any] = {}
+        self._deltas: dict[str, list[tuple[str, str | None, bool]]] = {}
         self.drafts: list[EventDraft] = []
 
     def now(self) -> str:
         return self.view.now()
 
+    def exists(self, kind: str, id: str) -> bool:
+        key = (kind, id)
+        if key in self._overlay or self._read.get(key) is not None:
+            return True
+        return self.view.exists(kind, id)
+
     def get(self, kind: str, id: str) -> Any | None:
         key = (kind, id)
+        pending = self._deltas.pop(id, None) if kind == "turn_item" else None
+        if pending:
+            item = self.get(kind, id)
+            if item is not None:
+                for text, field, replace in pending:
+                    item = apply_delta(item, text, field, replace)
+                self._overlay[key] = item
+            return item
         hit = self._overlay.get(key)
         if hit is not None:
             return hit
@@ -60,6 +75,9 @@ class Changes:
         return self._read[key]
 
     def select(self, kind: str, *, thread_id: str) -> list[Any]:
+        if kind == "turn_item":
+            for item_id in list(self._deltas):
+                self.get(kind, item_id)
         stored = {v.id: v for v in self.view.select(kind, thread_id=thread_id)}
         for (k, id), v in self._overlay.items():
             if k == kind and getattr(v, "thread_id", None) == thread_id:
@@ -76,10 +94,12 @@ class Changes:
     def delta(
         self, item_id: str, thread_id: str, text: str, field: str | None, replace: bool
     ) -> None:
-        """Stream text into an item, keeping this decision's own view of it current."""
-        item = self.get("turn_item", item_id)
-        if item is not None:
-            self._overlay[("turn_item", item_id)] = apply_delta(item, text, field, replace)
+        """Stream text into an item, keeping this decision's own view of it current.
+
+        The item is not read for this: the text waits in ``_deltas`` until something
+        in the same decision reads the item (most deltas are never read back).
+        """
+        self._deltas.setdefault(item_id, []).append((text, field, replace))
         self.emit(
             TurnItemDelta(
                 item_id=TurnItemId(item_id),

@@ -357,7 +357,7 @@ def _item_delta(ch: Changes, b: SessionBinding, ev: ItemDelta) -> None:
         _orphan(ch, b, "delta_outside_turn", f"delta for {ev.native_item_ref} outside a turn")
         return
     item_id, _ = item_ids(t, ev.native_item_ref)
-    if ch.get("turn_item", item_id) is None:
+    if not ch.exists("turn_item", item_id):
         _orphan(
             ch,
             b,

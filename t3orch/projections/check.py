@@ -8,7 +8,7 @@ import attrs
 
 from t3orch.events import EventEnvelope
 from t3orch.projections.projector import apply
-from t3orch.store.kinds import Row
+from t3orch.store.kinds import Chunk, Row
 
 
 class MemoryRows:
@@ -16,6 +16,14 @@ class MemoryRows:
 
     def __init__(self) -> None:
         self.rows: dict[tuple[str, str], Row] = {}
+        self.chunks: dict[int, Chunk] = {}
+
+    def append_chunk(self, chunk: Chunk) -> None:
+        self.chunks[chunk.seq] = chunk
+
+    def drop_chunks(self, item_id: str) -> None:
+        for seq in [s for s, c in self.chunks.items() if c.item_id == item_id]:
+            del self.chunks[seq]
 
     def get_row(self, kind: str, id: str) -> Row | None:
         return self.rows.get((kind, id))
@@ -78,3 +86,13 @@ def compare(stored: Iterable[Row], rebuilt: MemoryRows, limit: int = 20) -> list
         if len(diffs) >= limit:
             break
     return diffs
+
+
+def compare_chunks(stored: Iterable[Chunk], rebuilt: MemoryRows, limit: int = 20) -> list[str]:
+    mine = {c.seq: c for c in stored}
+    diffs = [
+        f"streamed chunk {seq}: differs from the rebuild"
+        for seq in sorted(mine.keys() | rebuilt.chunks.keys())
+        if mine.get(seq) != rebuilt.chunks.get(seq)
+    ]
+    return diffs[:limit]

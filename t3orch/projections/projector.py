@@ -14,7 +14,7 @@ import attrs
 import msgspec
 
 from t3orch.domain.message import ConversationMessage
-from t3orch.domain.turn_items import AssistantMessage, TurnItem, UserMessage, apply_delta
+from t3orch.domain.turn_items import AssistantMessage, TurnItem, UserMessage
 from t3orch.domain.vocab import MessageRole
 from t3orch.events import (
     CheckpointScopeUpserted,
@@ -38,13 +38,17 @@ from t3orch.events import (
     TurnItemDelta,
     TurnItemUpserted,
 )
-from t3orch.store.kinds import KINDS, Row
+from t3orch.store.kinds import Chunk, Row
 
 _encode = msgspec.json.encode
 
 
 class RowSink(Protocol):
     def get_row(self, kind: str, id: str) -> Row | None: ...
+
+    def append_chunk(self, chunk: Chunk) -> None: ...
+
+    def drop_chunks(self, item_id: str) -> None: ...
 
     def put_row(self, row: Row) -> None:
         """Insert, or update everything but ``position`` (a row keeps its first one)."""
@@ -150,20 +154,14 @@ def apply(env: EventEnvelope, sink: RowSink) -> None:
         case RuntimeRequestUpserted(request=r):
             _upsert(sink, seq, "runtime_request", r.id, r.thread_id, r.status, r)
         case TurnItemUpserted(item=i):
+            # Ingest builds every upsert from the folded item: its chunks are in it.
             _upsert(sink, seq, "turn_item", i.id, i.thread_id, i.status, i)
+            sink.drop_chunks(i.id)
             _project_message(sink, seq, i)
         case TurnItemDelta(item_id=item_id, text=text, field=field, replace=replace):
-            row = sink.get_row("turn_item", item_id)
-            if row is None:
-                # A delta for an item never started is kept in the log but has nothing
-                # to extend; the adapter contract starts items before streaming them.
-                return
-            item = KINDS["turn_item"].decoder.decode(row.body)
-            updated = apply_delta(item, text, field, replace)
-            if updated is item:
-                return
-            _upsert(sink, seq, "turn_item", item.id, item.thread_id, item.status, updated)
-            _project_message(sink, seq, updated)
+            # Appended, not folded: readers fold pending chunks into the item (see
+            # store.kinds.fold_chunks); the item's next upsert carries the text.
+            sink.append_chunk(Chunk(seq, item_id, field, replace, text))
         case PlanUpserted(plan=p):
             _upsert(sink, seq, "plan", p.id, p.thread_id, p.status, p)
         case CheckpointScopeUpserted(scope=s):

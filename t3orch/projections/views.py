@@ -30,6 +30,9 @@ class ProjectionReader(Protocol):
         self, kind: str, thread_id: str, *, limit: int, before_position: int | None = None
     ) -> tuple[list[Row], int]: ...
 
+    def folded(self, row: Row) -> Row:
+        """A turn item with its pending streamed text (chunks) folded in."""
+
 
 class _Hidden(msgspec.Struct):
     hidden: bool = False
@@ -138,6 +141,7 @@ def thread_detail(
     items, total = r.rows_window(
         "turn_item", thread_id, limit=limit, before_position=before_position
     )
+    items = [r.folded(i) for i in items]
     first = items[0].position if items else None
     older = (
         first
@@ -183,7 +187,7 @@ def visible_turn_items(
     only what happened on it. Hidden (child/subagent) items are left out.
     """
     if items is None:
-        items = r.rows("turn_item", thread_id=thread_id)
+        items = [r.folded(i) for i in r.rows("turn_item", thread_id=thread_id)]
     out: list[msgspec.Raw] = []
     transfer = _fork_transfer(r, thread_id) if at_start else None
     if transfer is not None:

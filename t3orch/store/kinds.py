@@ -66,3 +66,37 @@ class Row:
 
     def decode(self) -> Any:
         return KINDS[self.kind].decoder.decode(self.body)
+
+
+@attrs.frozen
+class Chunk:
+    """Streamed text not yet folded into its item's row (``seq`` is the event's)."""
+
+    seq: int
+    item_id: str
+    field: str | None
+    replace: bool
+    text: str
+
+
+def fold_chunks(row: Row, chunks: list[Chunk]) -> Row:
+    """The row with its pending streamed text applied."""
+    if not chunks:
+        return row
+    from t3orch.domain.turn_items import delta_target
+
+    item = KINDS["turn_item"].decoder.decode(row.body)
+    # Concatenate per field first: one struct copy, not one per chunk.
+    parts: dict[str, list[str]] = {}
+    for c in chunks:
+        name = delta_target(item, c.field)
+        if name is None:
+            continue
+        if c.replace or name not in parts:
+            parts[name] = [c.text] if c.replace else [getattr(item, name) or "", c.text]
+        else:
+            parts[name].append(c.text)
+    if parts:
+        item = msgspec.structs.replace(item, **{k: "".join(v) for k, v in parts.items()})
+    folded: Row = attrs.evolve(row, body=msgspec.json.encode(item))
+    return folded

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from t3orch.core import open_core
 from t3orch.ingest.binding import SessionBinding
-from t3orch.projections.check import compare, rebuild
+from t3orch.projections.check import compare, compare_chunks, rebuild
 from t3orch.provider_events import (
     CommandRun,
     ItemStarted,
@@ -105,6 +105,7 @@ async def _run(ops: list[tuple[str, int]], db: Path) -> None:
             rebuilt, _, gaps = rebuild(events)
             assert not gaps
             assert compare(core.reader.all_rows(), rebuilt) == []
+            assert compare_chunks(core.reader.all_chunks(), rebuilt) == []
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -12,6 +12,7 @@ from typing import Any, Literal, TypeVar, cast
 import msgspec
 
 from t3orch.clock import WallClock, iso, system_clock
+from t3orch.domain.vocab import TURN_ITEM_TERMINAL
 from t3orch.events import Correlation, EventEnvelope, EventPayload, event_type
 from t3orch.ids import (
     CommandId,
@@ -31,7 +32,7 @@ from t3orch.store.errors import (
     StoreFull,
 )
 from t3orch.store.interface import CommandReceipt, Outcome, Submission
-from t3orch.store.kinds import Row
+from t3orch.store.kinds import Chunk, Row, fold_chunks
 from t3orch.store.sqlite.schema import APPLICATION_ID, SCHEMA_VERSION, migrate, read_version
 
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
@@ -345,6 +346,18 @@ class SQLiteStore:
         return _row(self._conn, kind, id)
 
     @_guarded
+    def folded(self, row: Row) -> Row:
+        """``row`` with pending streamed text folded in (turn items still streaming)."""
+        return _folded(self._conn, row)
+
+    @_guarded
+    def all_chunks(self) -> list[Chunk]:
+        cur = self._conn.execute(
+            "SELECT seq, item_id, field, replace, text FROM item_chunks ORDER BY seq"
+        )
+        return [Chunk(r[0], r[1], r[2], bool(r[3]), r[4]) for r in cur.fetchall()]
+
+    @_guarded
     def rows_window(
         self, kind: str, thread_id: str, *, limit: int, before_position: int | None = None
     ) -> tuple[list[Row], int]:
@@ -444,18 +457,51 @@ class _TxnView:
             (row.kind, row.id, row.thread_id, row.position, row.status, row.body),
         )
 
+    def append_chunk(self, chunk: Chunk) -> None:
+        self._conn.execute(
+            "INSERT INTO item_chunks (seq, item_id, field, replace, text) VALUES (?, ?, ?, ?, ?)",
+            (chunk.seq, chunk.item_id, chunk.field, int(chunk.replace), chunk.text),
+        )
+
+    def drop_chunks(self, item_id: str) -> None:
+        self._conn.execute("DELETE FROM item_chunks WHERE item_id = ?", (item_id,))
+
+    def exists(self, kind: str, id: str) -> bool:
+        hit = self._conn.execute(
+            "SELECT 1 FROM rows WHERE kind = ? AND id = ?", (kind, id)
+        ).fetchone()
+        return hit is not None
+
     def get(self, kind: str, id: str) -> Any | None:
         row = _row(self._conn, kind, id)
-        return None if row is None else row.decode()
+        return None if row is None else _folded(self._conn, row).decode()
 
     def select(self, kind: str, *, thread_id: str | None = None) -> list[Any]:
-        return [r.decode() for r in _rows(self._conn, kind, thread_id)]
+        return [_folded(self._conn, r).decode() for r in _rows(self._conn, kind, thread_id)]
 
     def select_by_status(self, kind: str, statuses: Sequence[str]) -> list[Any]:
-        return [r.decode() for r in _rows_by_status(self._conn, kind, statuses)]
+        return [
+            _folded(self._conn, r).decode() for r in _rows_by_status(self._conn, kind, statuses)
+        ]
 
 
 _ROW_COLUMNS = "kind, id, thread_id, position, status, body"
+_TERMINAL_ITEM = frozenset(TURN_ITEM_TERMINAL)
+
+
+def _chunks(conn: sqlite3.Connection, item_id: str) -> list[Chunk]:
+    cur = conn.execute(
+        "SELECT seq, item_id, field, replace, text FROM item_chunks WHERE item_id = ? ORDER BY seq",
+        (item_id,),
+    )
+    return [Chunk(r[0], r[1], r[2], bool(r[3]), r[4]) for r in cur.fetchall()]
+
+
+def _folded(conn: sqlite3.Connection, row: Row) -> Row:
+    """A turn item with the streamed text it has not folded in yet."""
+    if row.kind != "turn_item" or row.status in _TERMINAL_ITEM:
+        return row
+    return fold_chunks(row, _chunks(conn, row.id))
 
 
 def _row(conn: sqlite3.Connection, kind: str, id: str) -> Row | None:

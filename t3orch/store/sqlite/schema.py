@@ -78,7 +78,21 @@ CREATE INDEX rows_thread ON rows (kind, thread_id, position);
 CREATE INDEX rows_status ON rows (kind, status)
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+# v4: streamed text is appended as chunks instead of rewriting the item's row per
+# delta (a growing row rewritten per delta made appends quadratic in item size).
+# An item's next upsert folds its chunks into the row and drops them.
+_V4 = """
+CREATE TABLE item_chunks (
+    seq INTEGER PRIMARY KEY,
+    item_id TEXT NOT NULL,
+    field TEXT,
+    replace INTEGER NOT NULL,
+    text TEXT NOT NULL
+);
+CREATE INDEX item_chunks_item ON item_chunks (item_id, seq)
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
