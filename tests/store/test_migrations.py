@@ -5,31 +5,56 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import msgspec
 import pytest
 
+from t3orch.events import ProviderDiagnostic, ThreadUpserted
+from t3orch.projections.check import compare, rebuild
 from t3orch.store.sqlite.backend import SQLiteStore
 from t3orch.store.sqlite.schema import MIGRATIONS, SCHEMA_VERSION, migrate, read_version
-from tests.store.contract import diag, upsert
+from tests.store.contract import diag, thread
 
 
 def _store_at(path: Path, version: int) -> None:
-    """Build a store at ``version`` with data written the way that version wrote it."""
+    """A store at ``version`` holding data written the way that version wrote it.
+
+    Rows go in with plain SQL against that version's tables, so the test does not
+    depend on today's code being able to write an old schema.
+    """
     conn = sqlite3.connect(path, isolation_level=None)
     migrate(conn, target=version)
-    if version >= 1:
-        conn.close()
-        # Data is written by today's code but only through v1 tables and columns.
-        store = SQLiteStore.__new__(SQLiteStore)
-        store.path, store.readonly = str(path), False
-        from t3orch.clock import system_clock
-        from t3orch.ids import IdFactory
-
-        store._clock, store._ids = system_clock, IdFactory()
-        store._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        store.commit_batch([upsert(1), diag(3), upsert(2)])
-        store.close()
-    else:
-        conn.close()
+    seq = 0
+    for i in (1, 2):
+        t = thread(i)
+        payload = msgspec.json.encode(ThreadUpserted(thread=t))
+        seq += 1
+        conn.execute(
+            "INSERT INTO events (event_id, type, occurred_at, thread_id, correlation, payload) "
+            "VALUES (?, 'thread.upserted', ?, ?, ?, ?)",
+            (f"evt_{seq}", t.created_at, t.id, b"{}", payload),
+        )
+        conn.execute(
+            "INSERT INTO rows (kind, id, thread_id, position, status, body) "
+            "VALUES ('thread', ?, ?, ?, 'active', ?)",
+            (t.id, t.id, seq, msgspec.json.encode(t)),
+        )
+    for k in range(3):
+        seq += 1
+        conn.execute(
+            "INSERT INTO events (event_id, type, occurred_at, correlation, payload) "
+            "VALUES (?, 'provider.diagnostic', '2026-11-30T00:00:00.000Z', ?, ?)",
+            (
+                f"evt_{seq}",
+                b"{}",
+                msgspec.json.encode(
+                    ProviderDiagnostic(
+                        provider_session_id=None, level="info", code="c", message=str(k)
+                    )
+                ),
+            ),
+        )
+    conn.execute("UPDATE projection_state SET last_sequence = ?", (seq,))
+    conn.close()
 
 
 @pytest.mark.parametrize("version", range(1, SCHEMA_VERSION))
@@ -47,6 +72,8 @@ def test_migrates_from_every_earlier_version(tmp_path: Path, version: int) -> No
         assert {"rows_status", "events_run"} <= indexes
         (o,) = store.commit_batch([diag(1)])
         assert o.events[0].sequence == 6
+        rebuilt, _, gaps = rebuild(store.iter_events())
+        assert not gaps and compare(store.all_rows(), rebuilt) == []
     finally:
         store.close()
 

@@ -89,6 +89,9 @@ class SQLiteStore:
         self._clock = clock
         self._ids = ids or IdFactory()
         self._conn = self._connect(synchronous)
+        #: Row keys known to exist; see ``_TxnView.exists``. A rolled-back insert
+        #: can leave a key here, so the batch that failed clears it (commit_batch).
+        self._known: dict[tuple[str, str], None] = {}
 
     # -- opening ---------------------------------------------------------------
 
@@ -159,7 +162,7 @@ class SQLiteStore:
         if self.readonly:
             raise StoreError(f"{self.path}: opened read-only")
         conn = self._conn
-        view = _TxnView(conn, iso(self._clock()))
+        view = _TxnView(conn, iso(self._clock()), self._known)
         outcomes: list[Outcome] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -172,10 +175,12 @@ class SQLiteStore:
                 )
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
+            self._known.clear()
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             raise _translate(exc, self.path) from exc
         except BaseException:
+            self._known.clear()
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             raise
@@ -221,6 +226,7 @@ class SQLiteStore:
             # A rejected (or buggy) submission rolls back alone; the batch goes on.
             conn.execute("ROLLBACK TO sub")
             conn.execute("RELEASE sub")
+            self._known.clear()  # it may name rows this rollback removed
             view.forget()
             if not isinstance(exc, CommandRejected):
                 exc = CommandRejected("internal_error", f"{type(exc).__name__}: {exc}")
@@ -427,10 +433,17 @@ def _check_header(path: Path, *, readonly: bool) -> None:
         raise StoreCorrupt(f"{path}: not a SQLite database (bad header); refusing to touch it")
 
 
+#: How many row keys a store remembers as existing (insertion-ordered, oldest dropped).
+KNOWN_ROWS = 16_384
+
+
 class _TxnView:
     """State view and row sink over the open transaction's connection."""
 
-    def __init__(self, conn: sqlite3.Connection, now: str) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, now: str, known: dict[tuple[str, str], None]
+    ) -> None:
+        self._known = known
         self._conn = conn
         self._now = now
         self.last_sequence = 0
@@ -449,6 +462,8 @@ class _TxnView:
         return _row(self._conn, kind, id)
 
     def put_row(self, row: Row) -> None:
+        if row.kind == "turn_item":
+            self._remember(row.kind, row.id)
         # An update keeps the row's first position: order is creation order.
         self._conn.execute(
             "INSERT INTO rows (kind, id, thread_id, position, status, body) "
@@ -467,10 +482,21 @@ class _TxnView:
         self._conn.execute("DELETE FROM item_chunks WHERE item_id = ?", (item_id,))
 
     def exists(self, kind: str, id: str) -> bool:
+        # Rows are never deleted, so a row seen once exists for good: every streamed
+        # delta asks about its item, and a hit here saves a query per delta.
+        if (kind, id) in self._known:
+            return True
         hit = self._conn.execute(
             "SELECT 1 FROM rows WHERE kind = ? AND id = ?", (kind, id)
         ).fetchone()
+        if hit is not None:
+            self._remember(kind, id)
         return hit is not None
+
+    def _remember(self, kind: str, id: str) -> None:
+        if len(self._known) >= KNOWN_ROWS:
+            self._known.pop(next(iter(self._known)))
+        self._known[(kind, id)] = None
 
     def get(self, kind: str, id: str) -> Any | None:
         row = _row(self._conn, kind, id)
