@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=drill.cmd_drill)
 
-    p = sub.add_parser("demo", help="run a scripted conversation on a fresh state dir")
+    p = sub.add_parser("demo", help="run the daemon end to end on a fresh state dir (approval, crash, recovery)")
     _common(p)
     p.set_defaults(handler=demo.cmd_demo)
 
