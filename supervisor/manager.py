@@ -24,7 +24,7 @@ from adapters.protocol import RequestAnswer
 from supervisor.providers import ProviderSettings, adapter_for, runtime_config
 from supervisor.session import RawSinkFactory, SessionFailed, SessionRunner
 from t3orch.domain.vocab import ProviderKind
-from t3orch.ingest.binding import SessionBinding
+from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.service import CommandResult, CoreService
 from t3orch.store.errors import CommandRejected
 from t3orch.store.sqlite.backend import SQLiteStore
@@ -113,22 +113,48 @@ class SessionManager:
         mode: Literal["queue", "steer"] = "queue",
     ) -> CommandResult:
         runner = self.runners.get(thread_id)
-        if mode == "steer" and runner is not None and runner.busy:
-            active = runner.active_turn
-            try:
-                await runner.steer(text)
-                return CommandResult(
-                    {"runId": active.run_id if active else None, "steered": True},
-                    self.reader.last_sequence(),
-                )
-            except NotSupported:
-                # No native steering: interrupt and restart as a new attempt (below, queued).
-                await runner.interrupt()
+        if mode == "steer" and runner is not None and runner.active_turn is not None:
+            return await self._steer(runner, runner.active_turn, text, command_id)
         self._release_hold(thread_id)
         result = await self.core.send_message(thread_id, text, command_id=command_id)
         if not result.duplicate:
             self.kick(thread_id)
         return result
+
+    async def _steer(
+        self, runner: SessionRunner, active: TurnBinding, text: str, command_id: str | None
+    ) -> CommandResult:
+        """Add input to the active run: natively, or by interrupt-and-restart.
+
+        The input is recorded on the run as a user message either way. A provider
+        that cannot steer gets a new attempt of the same run (``steering_restart``)
+        whose input carries the original message and the new one; the interrupted
+        attempt ends ``superseded`` and the run goes on.
+        """
+        recorded = await self.core.add_run_input(active.run_id, text, command_id=command_id)
+        if recorded.duplicate:
+            return recorded
+        try:
+            await runner.steer(text)
+            return CommandResult({"runId": active.run_id, "steered": "native"}, recorded.sequence)
+        except NotSupported:
+            pass
+        assert runner.binding is not None and runner.binding.provider_thread_id is not None
+        with self.reader.snapshot():
+            run = self.reader.row("run", active.run_id)
+        original = self._user_text(run.decode()) if run is not None else ""
+        restart = await self.core.begin_attempt(
+            active.run_id, runner.binding.provider_thread_id, "steering_restart"
+        )
+        runner.restart = (restart, f"{original}\n\n{text}")
+        try:
+            await runner.interrupt()
+        except (AdapterError, SessionFailed) as exc:
+            raise CommandRejected("steer_failed", f"could not interrupt to steer: {exc}") from exc
+        return CommandResult(
+            {"runId": active.run_id, "steered": "restart", "attemptId": restart.attempt_id},
+            self.reader.last_sequence(),
+        )
 
     async def interrupt_run(self, run_id: str, *, command_id: str | None = None) -> CommandResult:
         with self.reader.snapshot():
@@ -265,6 +291,12 @@ class SessionManager:
             await self._fail_run(thread_id, run, str(exc))
             return
         await runner.wait_turn()
+        # A steer without native support asked for the run to go on as a new attempt.
+        while runner.restart is not None and not runner.exited.is_set():
+            turn, combined = runner.restart
+            runner.restart = None
+            await runner.start_turn(run.id, combined, turn=turn)
+            await runner.wait_turn()
 
     def _user_text(self, run: Any) -> str:
         with self.reader.snapshot():

@@ -93,6 +93,8 @@ class SessionRunner:
     exit_seen_at: float | None = None
     exit_committed_at: float | None = None
     stop_reason: str | None = None
+    #: A steering restart waiting for the interrupted turn to end: (attempt, input).
+    restart: tuple[TurnBinding, str] | None = None
     #: No frame for this long during a turn is a stall: reported (G3), and killed
     #: after ``kill_stalled_after_s`` more when that is set.
     stall_after_s: float = 60.0
@@ -268,13 +270,16 @@ class SessionRunner:
 
     # -- work ------------------------------------------------------------------
 
-    async def start_turn(self, run_id: str, text: str) -> TurnBinding:
-        """Begin an attempt of ``run_id`` and send its input; returns at once."""
+    async def start_turn(
+        self, run_id: str, text: str, *, turn: TurnBinding | None = None
+    ) -> TurnBinding:
+        """Begin an attempt of ``run_id`` (or use ``turn``, already begun) and send its input."""
         rt = self.runtime
         if rt is None or self.exited.is_set() or self.binding is None:
             raise SessionFailed(f"the {self.provider} runtime is not running")
         assert self.binding.provider_thread_id is not None
-        turn = await self.core.begin_attempt(run_id, self.binding.provider_thread_id)
+        if turn is None:
+            turn = await self.core.begin_attempt(run_id, self.binding.provider_thread_id)
         self.active_turn = turn
         self._turn_done = trio.Event()
         self.last_activity = trio.current_time()

@@ -18,6 +18,7 @@ from t3orch.ids import (
     ProviderThreadId,
     RunId,
     ThreadId,
+    TurnItemId,
 )
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.translate import ingest_many
@@ -64,6 +65,12 @@ class CoreService:
     ) -> CommandResult:
         decide = runs.send_message(thread_id, text, self.ids.new(RunId))
         return await self._run(decide, command_id, "run.send")
+
+    async def add_run_input(
+        self, run_id: str, text: str, *, command_id: str | None = None
+    ) -> CommandResult:
+        decide = runs.add_run_input(run_id, text, self.ids.new(TurnItemId))
+        return await self._run(decide, command_id, "run.steer")
 
     async def fail_queued_run(self, run_id: str, reason: str) -> None:
         await self._run(runs.fail_queued_run(run_id, reason), None, "run.fail")

@@ -64,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=drill.cmd_drill)
 
-    p = sub.add_parser("demo", help="run the daemon end to end on a fresh state dir (approval, crash, recovery)")
+    p = sub.add_parser(
+        "demo", help="run the daemon end to end on a fresh state dir (approval, crash, recovery)"
+    )
     _common(p)
     p.set_defaults(handler=demo.cmd_demo)
 

@@ -203,3 +203,37 @@ def fail_queued_run(run_id: str, reason: str) -> Decide:
         return Decision(ch.drafts)
 
     return decide
+
+
+def add_run_input(run_id: str, text: str, item_id: TurnItemId) -> Decide:
+    """More user input for an active run (steering): a user message on that run."""
+    if not text.strip():
+        raise CommandRejected("empty_message", "a message needs some text")
+
+    def decide(view: StateView) -> Decision:
+        run = view.get("run", run_id)
+        if run is None:
+            raise CommandRejected("unknown_run", f"no run {run_id!r}")
+        if run.status in RUN_TERMINAL:
+            raise CommandRejected("run_finished", f"run {run_id} already ended {run.status}")
+        ch = Changes(view)
+        now = view.now()
+        ch.put(
+            "turn_item",
+            UserMessage(
+                id=item_id,
+                thread_id=run.thread_id,
+                run_id=run.id,
+                node_id=run.root_node_id,
+                provider_turn_id=None,
+                native_item_ref=None,
+                status="completed",
+                created_at=now,
+                updated_at=now,
+                message_id=derived_id(MessageId, item_id),
+                text=text,
+            ),
+        )
+        return Decision(ch.drafts, {"runId": run.id, "itemId": item_id})
+
+    return decide

@@ -63,13 +63,20 @@ def close_turn(
                 native_turn_ref=native_turn_ref or turn.native_turn_ref,
             ),
         )
+    run = ch.get("run", t.run_id)
+    selected = run is not None and run.active_attempt_id == t.attempt_id
     att = ch.get("run_attempt", t.attempt_id)
     if att is not None and att.status not in ATTEMPT_TERMINAL:
-        ch.put("run_attempt", msgspec.structs.replace(att, status=status, completed_at=now))
+        # An attempt the run has moved past (a steering restart) is superseded.
+        ch.put(
+            "run_attempt",
+            msgspec.structs.replace(
+                att, status=status if selected else "superseded", completed_at=now
+            ),
+        )
     node = ch.get("node", t.root_node_id)
-    if node is not None and node.status not in NODE_TERMINAL:
+    if selected and node is not None and node.status not in NODE_TERMINAL:
         ch.put("node", msgspec.structs.replace(node, status=status, completed_at=now))
-    run = ch.get("run", t.run_id)
     # Only the root node completes a run, and only the attempt the run selected.
     if run is not None and run.status not in RUN_TERMINAL and run.active_attempt_id == t.attempt_id:
         ch.put(
