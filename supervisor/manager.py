@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from adapters.errors import AdapterError, NotSupported, StaleRequest
-from adapters.protocol import RequestAnswer
+from adapters.protocol import ProviderAdapter, RequestAnswer
 from supervisor.providers import ProviderSettings, adapter_for, runtime_config
 from supervisor.session import RawSinkFactory, SessionFailed, SessionRunner
 from t3orch.domain.vocab import ProviderKind
@@ -30,6 +30,9 @@ from t3orch.store.errors import CommandRejected
 from t3orch.store.sqlite.backend import SQLiteStore
 
 log = logging.getLogger(__name__)
+
+#: Bound on retiring a runtime after a provider switch (its whole stop ladder).
+RETIRE_TIMEOUT_S = 20.0
 
 
 def _session_failed(exc: BaseException) -> SessionFailed | None:
@@ -88,6 +91,8 @@ class SessionManager:
     #: Set once a runner's supervisor has finished releasing it (crash counted).
     _release_done: dict[SessionRunner, trio.Event] = attrs.field(factory=dict)
     on_release: Callable[[SessionRunner, str], None] | None = None
+    #: Which adapter drives a provider kind (tests drive every kind with the stand-in).
+    adapter_factory: Callable[[ProviderKind], ProviderAdapter] = adapter_for
 
     async def run(
         self, *, task_status: trio.TaskStatus[SessionManager] = trio.TASK_STATUS_IGNORED
@@ -210,9 +215,27 @@ class SessionManager:
     async def switch_provider(
         self, thread_id: str, provider: str, *, command_id: str | None = None
     ) -> CommandResult:
-        raise CommandRejected(
-            "not_implemented", "switching providers arrives with lineage (issue 7)"
+        """Future runs go to ``provider``; the current runtime is retired once idle.
+
+        Returning to a provider resumes its old provider thread; the run that does
+        gets a delta handoff of what it missed (``commands.lineage``).
+        """
+        if provider not in self.providers:
+            raise CommandRejected(
+                "provider_not_configured", f"no provider {provider!r} is configured"
+            )
+        result = await self.core.switch_provider(
+            thread_id,
+            provider,  # type: ignore[arg-type]
+            command_id=command_id,
         )
+        runner = self.runners.get(thread_id)
+        if runner is not None and runner.provider != provider and not runner.busy:
+            # Graceful (protocol close first); a busy one finishes its turn and is
+            # retired by the next dispatch.
+            runner.stop("provider_switch")
+        self.kick(thread_id)
+        return result
 
     def status(self) -> dict[str, Any]:
         return {
@@ -273,6 +296,9 @@ class SessionManager:
             )
             return
         runner = self.runners.get(thread_id)
+        if runner is not None and runner.provider != self._provider_of(thread_id):
+            await self._retire(runner)
+            runner = None
         if runner is None or runner.exited.is_set():
             delay = self.restart.backoff(len(self._recent(crashes)))
             if delay:
@@ -297,6 +323,20 @@ class SessionManager:
             runner.restart = None
             await runner.start_turn(run.id, combined, turn=turn)
             await runner.wait_turn()
+
+    def _provider_of(self, thread_id: str) -> str | None:
+        with self.reader.snapshot():
+            row = self.reader.row("thread", thread_id)
+        return None if row is None else str(row.decode().default_provider)
+
+    async def _retire(self, runner: SessionRunner) -> None:
+        """Stop a runtime whose provider the thread no longer uses; wait for its release."""
+        runner.stop("provider_switch")
+        with trio.move_on_after(RETIRE_TIMEOUT_S):
+            await runner.exited.wait()
+            released = self._release_done.get(runner)
+            if released is not None:
+                await released.wait()
 
     def _user_text(self, run: Any) -> str:
         with self.reader.snapshot():
@@ -323,7 +363,7 @@ class SessionManager:
             reader=self.reader,
             thread_id=thread_id,
             provider=kind,
-            adapter=adapter_for(kind),
+            adapter=self.adapter_factory(kind),
             config=runtime_config(
                 kind,
                 settings,

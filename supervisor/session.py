@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 
 RawSinkFactory = Callable[[ProviderKind, str], RawFrameSink]
 
+#: Providers whose runtimes fork a provider thread natively (the stand-in plays a
+#: fixed transcript, so its forks are portable).
+NATIVE_FORK_PROVIDERS = frozenset({"codex", "claude"})
 #: Bound on the graceful part of a stop (protocol close) before signals.
 CLOSE_GRACE_S = 5.0
 TERM_GRACE_S = 3.0
@@ -236,6 +239,11 @@ class SessionRunner:
     async def _open_thread(self, rt: ProviderRuntime) -> None:
         assert self.binding is not None
         resume = self._resume_refs()
+        if resume is None and self.first_run_id is not None:
+            fork = self._pending_fork()
+            if fork is not None:
+                await self._open_fork(rt, fork)
+                return
         try:
             await rt.open_thread(resume)
         except ResumeError as exc:
@@ -250,6 +258,69 @@ class SessionRunner:
             self.binding = binding
             self.pending_context = summary
             await rt.open_thread(None)
+
+    def _pending_fork(self) -> Any | None:
+        """This thread's ``fork`` transfer, while no run has resolved it."""
+        with self.reader.snapshot():
+            rows = self.reader.rows("context_transfer", thread_id=self.thread_id)
+        for row in rows:
+            t = row.decode()
+            if t.type == "fork" and t.target_thread_id == self.thread_id and t.status == "pending":
+                return t
+        return None
+
+    def _native_fork_source(self, fork: Any) -> ResumeRefs | None:
+        """Where a native fork starts, when this provider can fork the source natively.
+
+        Codex forks through the source run's turn (``lastTurnId``). Claude forks a
+        whole session (``--fork-session``): only a fork at the source provider
+        thread's latest run is native there.
+        """
+        point = fork.source_point
+        if self.provider not in NATIVE_FORK_PROVIDERS or point.run_id is None:
+            return None
+        with self.reader.snapshot():
+            run_row = self.reader.row("run", point.run_id)
+            run = None if run_row is None else run_row.decode()
+            pt_row = (
+                self.reader.row("provider_thread", run.provider_thread_id)
+                if run is not None and run.provider_thread_id
+                else None
+            )
+        src = None if pt_row is None else pt_row.decode()
+        if run is None or src is None or src.provider != self.provider:
+            return None
+        if not src.native_thread_ref or not src.resume_ref_confirmed:
+            return None
+        if self.provider == "codex":
+            if point.provider_turn_ref is None and src.last_run_ordinal != run.ordinal:
+                return None
+            return ResumeRefs(src.native_thread_ref, point.provider_turn_ref)
+        if src.last_run_ordinal != run.ordinal:
+            return None
+        return ResumeRefs(src.native_thread_ref, None)
+
+    async def _open_fork(self, rt: ProviderRuntime, fork: Any) -> None:
+        """Resolve a fork lazily, now that its first run's provider is known."""
+        assert self.binding is not None and self.first_run_id is not None
+        pt_id = self.binding.provider_thread_id
+        assert pt_id is not None
+        source = self._native_fork_source(fork)
+        reason = "the provider cannot fork the source natively"
+        if source is not None:
+            try:
+                ref = await rt.fork_thread(source)
+            except AdapterError as exc:
+                reason = f"native fork failed: {exc}"
+                await self.core.note(
+                    self.binding.provider_session_id, "warning", "fork_native_failed", reason
+                )
+            else:
+                await self.core.resolve_fork_native(fork.id, pt_id, ref)
+                return
+        summary = await self.core.resolve_fork_portable(fork.id, pt_id, self.first_run_id, reason)
+        self.pending_context = summary
+        await rt.open_thread(None)
 
     async def _graceful_close(self, rt: ProviderRuntime) -> None:
         """The stop ladder: protocol close, then SIGTERM, then SIGKILL to the group."""
@@ -278,14 +349,18 @@ class SessionRunner:
         if rt is None or self.exited.is_set() or self.binding is None:
             raise SessionFailed(f"the {self.provider} runtime is not running")
         assert self.binding.provider_thread_id is not None
+        handoff = None
         if turn is None:
+            # What this provider thread missed (a provider switch) is materialized now.
+            handoff = await self.core.prepare_handoff(run_id, self.binding.provider_thread_id)
             turn = await self.core.begin_attempt(run_id, self.binding.provider_thread_id)
         self.active_turn = turn
         self._turn_done = trio.Event()
         self.last_activity = trio.current_time()
-        if self.pending_context:
-            text = f"{self.pending_context}\n\n---\n\n{text}"
-            self.pending_context = None
+        context = [c for c in (self.pending_context, handoff) if c]
+        self.pending_context = None
+        if context:
+            text = "\n\n---\n\n".join([*context, text])
         try:
             await rt.start_turn(text)
         except AdapterError as exc:

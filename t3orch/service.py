@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import attrs
 
-from t3orch.commands import handoff, requests, runs, sessions, threads
+from t3orch.commands import handoff, lineage, requests, runs, sessions, threads
 from t3orch.commands import reconcile as reconcile_mod
 from t3orch.commands.specs import CreateThread
 from t3orch.domain.vocab import ProviderKind, RunAttemptReason
@@ -124,6 +124,49 @@ class CoreService:
         result = await self._run(decide, None, "provider_thread.replace")
         binding, summary, _ = result.result
         return binding, summary
+
+    async def switch_provider(
+        self, thread_id: str, provider: ProviderKind, *, command_id: str | None = None
+    ) -> CommandResult:
+        """Future runs of the thread go to ``provider`` (see ``commands.lineage``)."""
+        return await self._run(
+            lineage.switch_provider(thread_id, provider), command_id, "thread.switchProvider"
+        )
+
+    async def prepare_handoff(self, run_id: str, provider_thread_id: str) -> str | None:
+        """The context ``run_id``'s provider thread missed, recorded as a handoff; or None."""
+        result = await self._run(
+            lineage.prepare_handoff(run_id, provider_thread_id), None, "handoff.prepare"
+        )
+        return result.result if isinstance(result.result, str) else None
+
+    async def fork_thread(
+        self,
+        thread_id: str,
+        run_id: str | None = None,
+        *,
+        title: str | None = None,
+        provider: ProviderKind | None = None,
+        command_id: str | None = None,
+    ) -> CommandResult:
+        decide = lineage.fork_thread(
+            thread_id, run_id, self.ids.new(ThreadId), title=title, provider=provider
+        )
+        return await self._run(decide, command_id, "thread.fork")
+
+    async def resolve_fork_native(
+        self, transfer_id: str, provider_thread_id: str, native_ref: str
+    ) -> None:
+        decide = lineage.resolve_fork_native(transfer_id, provider_thread_id, native_ref)
+        await self._run(decide, None, "fork.resolve")
+
+    async def resolve_fork_portable(
+        self, transfer_id: str, provider_thread_id: str, run_id: str, reason: str
+    ) -> str | None:
+        """Seed the fork's first run with the source history; returns the summary."""
+        decide = lineage.resolve_fork_portable(transfer_id, provider_thread_id, run_id, reason)
+        result = await self._run(decide, None, "fork.resolve")
+        return None if result.result is None else str(result.result["summary"])
 
     async def note(
         self,

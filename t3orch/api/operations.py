@@ -106,9 +106,8 @@ class CoreOperations:
     async def switch_provider(
         self, thread_id: str, provider: ProviderKind, *, command_id: str
     ) -> CommandResult:
-        if self.core.reader.row("thread", thread_id) is None:
-            raise CommandRejected("unknown_thread", f"no thread {thread_id!r}")
-        raise _no_supervisor("switching a thread's provider (a context handoff)")
+        # Only a record: the handoff is materialized when a supervisor starts the next run.
+        return await self.core.service.switch_provider(thread_id, provider, command_id=command_id)
 
     def status(self) -> dict[str, Any]:
         with self.core.reader.snapshot():

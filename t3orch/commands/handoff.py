@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
+from t3orch.commands.lineage import MAX_SUMMARY_CHARS, history, render
 from t3orch.commands.threads import require_thread
 from t3orch.domain.context import (
     ContextHandoff,
@@ -35,18 +36,10 @@ from t3orch.ingest.changes import Changes
 from t3orch.store.errors import CommandRejected
 from t3orch.store.interface import Decide, Decision, StateView
 
-#: The summary keeps the most recent history that fits: providers truncate worse.
-MAX_SUMMARY_CHARS = 24_000
-
 
 def thread_summary(view: StateView, thread_id: str, *, limit: int = MAX_SUMMARY_CHARS) -> str:
-    lines: list[str] = []
-    for m in view.select("message", thread_id=thread_id):
-        if m.text.strip():
-            lines.append(f"{m.role.capitalize()}: {m.text.strip()}")
-    body = "\n\n".join(lines)
-    if len(body) > limit:
-        body = "[earlier history omitted]\n\n" + body[-limit:]
+    # A fork's inherited conversation is part of its history (commands.lineage).
+    body = render(history(view, thread_id), limit=limit)
     return (
         "The earlier provider conversation for this thread could not be resumed. "
         "Here is the conversation so far, from the application's own history:\n\n" + body

@@ -88,7 +88,6 @@ async def test_operations_that_need_a_runtime_say_so() -> None:
         req = await open_request(api.core, tid)
         for method, params in [
             ("run.interrupt", {"runId": req["runId"]}),
-            ("thread.switchProvider", {"threadId": tid, "provider": "claude"}),
             ("run.send", {"threadId": tid, "text": "steer", "mode": "steer"}),
         ]:
             doc = await c.request(method, {"commandId": cid(), **params})

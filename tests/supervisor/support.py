@@ -60,6 +60,7 @@ async def rig(
     providers: dict[str, ProviderSettings] | None = None,
     restart: RestartPolicy | None = None,
     reaper: ReaperPolicy | None = None,
+    **manager_options: Any,
 ) -> AsyncIterator[Rig]:
     async with open_core(db, synchronous="NORMAL") as core:
         manager = SessionManager(
@@ -68,6 +69,7 @@ async def rig(
             providers=providers or {"standin": standin_settings()},
             restart=restart or RestartPolicy(),
             reaper=reaper or ReaperPolicy(),
+            **manager_options,
         )
         async with trio.open_nursery() as nursery:
             await nursery.start(manager.run)

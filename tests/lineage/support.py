@@ -1,0 +1,58 @@
+"""Helpers for lineage tests: the stand-in driving every provider kind, frame capture."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+import msgspec
+
+from adapters.protocol import ProviderAdapter
+from supervisor.providers import StandinAdapter, standin_settings
+from t3orch.domain.vocab import ProviderKind
+
+#: Every kind is the stand-in (a Codex-shaped transcript), so switching always runs.
+STANDIN_PROVIDERS = {
+    "codex": standin_settings(),
+    "claude": standin_settings(),
+    "standin": standin_settings(),
+}
+
+
+def standin_for_every_kind(kind: ProviderKind) -> ProviderAdapter:
+    return StandinAdapter()
+
+
+@attrs.define
+class FrameLog:
+    """A raw-frame sink factory keeping every frame sent to a provider, per kind."""
+
+    sent: list[tuple[str, dict[str, Any]]] = attrs.field(factory=list)
+
+    def __call__(self, kind: ProviderKind, session_id: str) -> FrameLog._Sink:
+        return FrameLog._Sink(self, kind)
+
+    @attrs.define
+    class _Sink:
+        log: FrameLog
+        kind: str
+        n: int = 0
+
+        def record(self, direction: Literal["incoming", "outgoing"], line: bytes) -> str:
+            self.n += 1
+            if direction == "outgoing":
+                try:
+                    frame = msgspec.json.decode(line)
+                except msgspec.DecodeError:
+                    frame = None
+                if isinstance(frame, dict):
+                    self.log.sent.append((self.kind, frame))
+            return f"raw_{self.n}"
+
+    def turn_texts(self, kind: str | None = None) -> list[str]:
+        """The text of every Codex-shaped ``turn/start`` sent (to ``kind``)."""
+        out = []
+        for k, frame in self.sent:
+            if frame.get("method") == "turn/start" and (kind is None or k == kind):
+                out.append(frame["params"]["input"][0]["text"])
+        return out
