@@ -47,7 +47,10 @@ MessageKind = Literal["request", "response", "notification", "error"]
 
 # A line containing any of these words (once lower-cased) is walked for secrets:
 # one regex pass over the bytes costs far less than parsing every frame.
-_SUSPECT = re.compile(rb"authoriz|token|api[_-]?key|secret|passw|bearer|cookie")
+# A cheap pre-filter over the raw bytes (no lower-cased copy). "token" only counts
+# as a key ending in it ("accessToken":) or an env assignment (GITHUB_TOKEN=): a
+# bare "token" flagged every usage frame (contentTokenCount, inputTokens).
+_SUSPECT = re.compile(rb'(?i)authoriz|token"\s*:|token\s*=|api[_-]?key|secret|passw|bearer|cookie')
 _BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]+")
 _ENV_SECRET = re.compile(
     r"\b([A-Za-z0-9_]*(?:API_KEY|APIKEY|TOKEN|SECRET|PASSWORD)[A-Za-z0-9_]*\s*[=:]\s*)"
@@ -88,7 +91,7 @@ def redact(value: Any) -> Any:
 
 
 def suspect(line: bytes) -> bool:
-    return _SUSPECT.search(line.lower()) is not None
+    return _SUSPECT.search(line) is not None
 
 
 class _Sub(msgspec.Struct):

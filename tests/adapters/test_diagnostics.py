@@ -199,3 +199,13 @@ async def test_replay_writes_both_directions_and_events_point_at_them(tmp_path: 
     assert all(e.raw_event_id in ids for e in events if e.raw_event_id is not None)
     answer = [r for r in stored if r.direction == "outgoing" and r.message_kind == "response"]
     assert len(answer) == 1 and answer[0].payload == {"id": 0, "result": {"decision": "accept"}}
+
+
+def test_suspect_prefilter_skips_usage_counters_but_not_credentials() -> None:
+    from adapters.diagnostics import suspect
+
+    assert not suspect(b'{"method":"item/completed","params":{"contentTokenCount":12}}')
+    assert not suspect(b'{"usage":{"inputTokens":3,"outputTokens":4}}')
+    assert suspect(b'{"params":{"accessToken":"abc"}}')
+    assert suspect(b'{"env":"GITHUB_TOKEN=abc"}')
+    assert suspect(b'{"headers":{"Authorization":"Bearer abc"}}')
