@@ -81,6 +81,13 @@ async def thread_switch_provider(conn: Connection, p: P.ThreadSwitchProvider) ->
     )
 
 
+async def thread_fork(conn: Connection, p: P.ThreadFork) -> Any:
+    res = await conn.core.service.fork_thread(
+        p.thread_id, p.run_id, title=p.title, provider=p.provider, command_id=p.command_id
+    )
+    return _committed(res)
+
+
 async def daemon_status(conn: Connection, p: P.DaemonStatus) -> Any:
     # The documented keys come from the core whatever implements Operations; the
     # operations' own status (the supervisor's runners, say) is laid over them.
@@ -159,6 +166,7 @@ METHODS: dict[str, Method] = {
     "thread.create": Method(P.ThreadCreate, thread_create),
     "thread.archive": Method(P.ThreadArchive, thread_archive),
     "thread.switchProvider": Method(P.ThreadSwitchProvider, thread_switch_provider),
+    "thread.fork": Method(P.ThreadFork, thread_fork),
     "run.send": Method(P.RunSend, run_send),
     "run.interrupt": Method(P.RunInterrupt, run_interrupt),
     "request.respond": Method(P.RequestRespond, request_respond),

@@ -63,6 +63,15 @@ class ThreadSwitchProvider(Params):
     provider: ProviderKind
 
 
+class ThreadFork(Params):
+    command_id: CommandIdField
+    thread_id: str
+    #: The source point: this run (finished) and everything before it; default the latest.
+    run_id: str | None = None
+    title: str | None = None
+    provider: ProviderKind | None = None
+
+
 class DaemonStatus(Params):
     pass
 

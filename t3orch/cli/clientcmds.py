@@ -416,6 +416,13 @@ def render_item(item: dict[str, Any]) -> str:
             body = f"search: {item['query']}"
         case "dynamic_tool":
             body = f"tool {item.get('toolName') or '?'}"
+        case "handoff":
+            body = (
+                f"handoff ({item['strategy']}): "
+                f"{', '.join(item['fromProviders'])} → {item['toProvider']}"
+            )
+        case "checkpoint":
+            body = f"checkpoint {item['checkpointId']}"
         case _:
             body = item.get("title") or kind
     return f"{mark} {body}{suffix}"

@@ -71,9 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=demo.cmd_demo)
 
     # The client commands (status, threads, thread new, send, …) talk to a running daemon.
-    from t3orch.cli import clientcmds
+    from t3orch.cli import clientcmds, lineagecmds
 
     clientcmds.register(sub, _common)
+    lineagecmds.register(sub, _common)
     return parser
 
 

@@ -13,7 +13,9 @@ from typing import Any, Protocol
 
 import msgspec
 
+from t3orch.domain.turn_items import Fork
 from t3orch.domain.vocab import RUN_TERMINAL
+from t3orch.ids import ThreadId, TurnItemId, derived_id
 from t3orch.store.kinds import Row
 
 
@@ -34,9 +36,10 @@ class ProjectionReader(Protocol):
         """A turn item with its pending streamed text (chunks) folded in."""
 
 
-class _Hidden(msgspec.Struct):
+class _Hidden(msgspec.Struct, rename="camel"):
     hidden: bool = False
     type: str = ""
+    run_id: str | None = None
 
 
 _hidden = msgspec.json.Decoder(_Hidden)
@@ -181,10 +184,11 @@ def visible_turn_items(
     *,
     at_start: bool = True,
 ) -> list[msgspec.Raw]:
-    """What a user sees: inherited items up to a fork's source point, then local ones.
+    """What a user sees: a fork's inherited items up to its source point, then local ones.
 
     Inherited rows are referenced, not copied: a fork's own ``turnItems`` hold
-    only what happened on it. Hidden (child/subagent) items are left out.
+    only what happened on it. Between the two comes a synthetic ``fork`` marker
+    (never stored). Hidden (child/subagent) items and rolled-back runs are left out.
     """
     if items is None:
         items = [r.folded(i) for i in r.rows("turn_item", thread_id=thread_id)]
@@ -192,11 +196,21 @@ def visible_turn_items(
     transfer = _fork_transfer(r, thread_id) if at_start else None
     if transfer is not None:
         source = transfer["sourcePoint"]
-        inherited = visible_turn_items(r, source["threadId"])
-        cut = _cut_index(r, inherited, source)
-        out.extend(inherited[:cut])
-    out.extend(msgspec.Raw(i.body) for i in items if not _hidden.decode(i.body).hidden)
+        if source.get("runId") is not None or source.get("turnItemId") is not None:
+            inherited = visible_turn_items(r, source["threadId"])
+            out.extend(_up_to(r, inherited, source))
+        out.append(_fork_marker(thread_id, transfer))
+    rolled_back = _rolled_back_runs(r, thread_id)
+    for i in items:
+        head = _hidden.decode(i.body)
+        if head.hidden or (head.run_id is not None and head.run_id in rolled_back):
+            continue
+        out.append(msgspec.Raw(i.body))
     return out
+
+
+def _rolled_back_runs(r: ProjectionReader, thread_id: str) -> set[str]:
+    return {row.id for row in r.rows("run", thread_id=thread_id) if row.status == "rolled_back"}
 
 
 def _fork_transfer(r: ProjectionReader, thread_id: str) -> dict[str, Any] | None:
@@ -207,20 +221,64 @@ def _fork_transfer(r: ProjectionReader, thread_id: str) -> dict[str, Any] | None
     return None
 
 
-def _cut_index(r: ProjectionReader, inherited: list[msgspec.Raw], source: dict[str, Any]) -> int:
-    """Index just past the source point's last item (a run's items, or one item)."""
+def _fork_marker(thread_id: str, transfer: dict[str, Any]) -> msgspec.Raw:
+    source = transfer["sourcePoint"]
+    marker = Fork(
+        id=derived_id(TurnItemId, transfer["id"], "fork_marker"),
+        thread_id=ThreadId(thread_id),
+        run_id=None,
+        node_id=None,
+        provider_turn_id=None,
+        native_item_ref=None,
+        status="completed",
+        created_at=transfer["createdAt"],
+        updated_at=transfer["createdAt"],
+        transfer_id=transfer["id"],
+        source_thread_id=source["threadId"],
+        source_run_id=source.get("runId"),
+    )
+    return msgspec.Raw(msgspec.json.encode(marker))
+
+
+def _up_to(
+    r: ProjectionReader, inherited: list[msgspec.Raw], source: dict[str, Any]
+) -> list[msgspec.Raw]:
+    """The inherited items at or before the source point.
+
+    A source run keeps every item of the runs up to it (by ordinal), wherever a
+    late item landed; items the source thread inherited itself are kept whole
+    (they were cut at their own source point); run-less items count by position.
+    """
     target_item = source.get("turnItemId")
-    target_run = source.get("runId")
-    if target_item is None and target_run is None:
-        return len(inherited)
-    cut = 0
-    for idx, raw in enumerate(inherited):
-        item = msgspec.json.decode(raw)
-        if target_item is not None and item["id"] == target_item:
-            return idx + 1
-        if target_run is not None and item.get("runId") == target_run:
-            cut = idx + 1
-    return cut
+    if target_item is not None:
+        for idx, raw in enumerate(inherited):
+            if msgspec.json.decode(raw)["id"] == target_item:
+                return inherited[: idx + 1]
+        return []
+    source_thread = source["threadId"]
+    ordinals = {row.id: row.decode().ordinal for row in r.rows("run", thread_id=source_thread)}
+    limit = ordinals.get(source["runId"])
+    if limit is None:
+        return []
+    kept: list[msgspec.Raw] = []
+    last_kept = -1
+    decoded = [msgspec.json.decode(raw) for raw in inherited]
+    for idx, item in enumerate(decoded):
+        run_id = item.get("runId")
+        if item.get("threadId") != source_thread or (
+            run_id is not None and ordinals.get(run_id, limit + 1) <= limit
+        ):
+            last_kept = idx
+    for idx, (raw, item) in enumerate(zip(inherited, decoded, strict=True)):
+        run_id = item.get("runId")
+        if item.get("threadId") != source_thread:
+            kept.append(raw)
+        elif run_id is not None:
+            if ordinals.get(run_id, limit + 1) <= limit:
+                kept.append(raw)
+        elif idx <= last_kept:
+            kept.append(raw)
+    return kept
 
 
 def execution_graph(r: ProjectionReader, thread_id: str) -> ExecutionGraph:

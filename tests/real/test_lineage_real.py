@@ -143,3 +143,47 @@ async def test_resume_failure_on_return_falls_back_to_a_full_summary(tmp_path: P
         runs = sorted(b.r.rows("run", tid), key=lambda x: x.ordinal)
         assert runs[2].provider_thread_id != runs[0].provider_thread_id
         assert b.r.row("provider_thread", runs[0].provider_thread_id).status == "error"
+
+
+async def test_codex_fork_at_an_earlier_run_is_native(tmp_path: Path) -> None:
+    async with both(tmp_path) as b:
+        tid = await b.r.thread("codex", cwd=str(b.work))
+        first = await b.send(tid, "remember the word PAPAYA")
+        await b.send(tid, "remember the word MANGO")
+        fork = (await b.r.core.service.fork_thread(tid, first.id)).result["threadId"]
+        await b.send(fork, "RECALL")
+        # thread/fork through run 1's turn: the model sees run 1 natively, not run 2,
+        # and no handoff text.
+        assert b.codex_last_user_texts() == ["remember the word PAPAYA", "RECALL"]
+        [transfer] = b.r.rows("context_transfer", fork)
+        assert transfer.status == "resolved_native"
+        assert b.r.rows("context_handoff", fork) == []
+        [run] = b.r.rows("run", fork)
+        pt = b.r.row("provider_thread", run.provider_thread_id)
+        assert pt.forked_from.provider_thread_id == first.provider_thread_id
+        assert pt.native_thread_ref != transfer.source_point.provider_thread_ref
+        assert transfer.resolution.provider_thread_ref == pt.native_thread_ref
+        # The parent diverges on its own native thread.
+        await b.send(tid, "RECALL")
+        assert b.codex_last_user_texts() == [
+            "remember the word PAPAYA",
+            "remember the word MANGO",
+            "RECALL",
+        ]
+
+
+async def test_claude_fork_at_the_latest_run_is_native(tmp_path: Path) -> None:
+    async with both(tmp_path) as b:
+        tid = await b.r.thread("claude", cwd=str(b.work))
+        await b.send(tid, "remember the word PAPAYA")
+        fork = (await b.r.core.service.fork_thread(tid)).result["threadId"]
+        await b.send(fork, "fork hears MANGO")
+        assert "remember the word PAPAYA" in b.claude_last_user_text()
+        [transfer] = b.r.rows("context_transfer", fork)
+        assert transfer.status == "resolved_native"
+        [run] = b.r.rows("run", fork)
+        pt = b.r.row("provider_thread", run.provider_thread_id)
+        assert pt.native_thread_ref != transfer.source_point.provider_thread_ref
+        await b.send(tid, "RECALL")
+        # The parent never saw the fork's run.
+        assert "MANGO" not in b.claude_last_user_text()

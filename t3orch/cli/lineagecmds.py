@@ -1,0 +1,92 @@
+"""Client commands for lineage and context: fork, switch-provider, handoffs."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from t3orch.cli.client import ApiClient
+from t3orch.cli.clientcmds import Command, _json, _short, _table, command_id, run_client
+
+PROVIDERS = ["codex", "claude", "standin"]
+
+
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    def add(name: str, help: str, fn: Command) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help)
+        common(p)
+        p.set_defaults(handler=lambda args: run_client(args, fn))
+        return p
+
+    p = add("fork", "fork a thread at a run (default: its latest); prints the new id", cmd_fork)
+    p.add_argument("thread")
+    p.add_argument("--run", default=None, help="the source run (finished); default the latest")
+    p.add_argument("--title", default=None)
+    p.add_argument("--provider", choices=PROVIDERS, default=None, help="default: the parent's")
+    p = add("switch-provider", "run the thread's next runs on another provider", cmd_switch)
+    p.add_argument("thread")
+    p.add_argument("provider", choices=PROVIDERS)
+    p = add("handoffs", "a thread's context handoffs (what each run was told)", cmd_handoffs)
+    p.add_argument("thread")
+    p.add_argument("--text", action="store_true", help="print each handoff's full text")
+
+
+async def cmd_fork(client: ApiClient, args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"commandId": command_id(), "threadId": args.thread}
+    for key, value in (("runId", args.run), ("title", args.title), ("provider", args.provider)):
+        if value:
+            params[key] = value
+    res = await client.call("thread.fork", params)
+    if args.json:
+        _json(res)
+    else:
+        print(res["result"]["threadId"])
+    return 0
+
+
+async def cmd_switch(client: ApiClient, args: argparse.Namespace) -> int:
+    res = await client.call(
+        "thread.switchProvider",
+        {"commandId": command_id(), "threadId": args.thread, "provider": args.provider},
+    )
+    if args.json:
+        _json(res)
+        return 0
+    r = res["result"]
+    back = r.get("providerThreadId")
+    how = f"resumes provider thread {back}" if back else "starts a new provider thread"
+    print(f"{args.thread}: {r['previousProvider']} → {r['provider']}; the next run {how}")
+    return 0
+
+
+async def cmd_handoffs(client: ApiClient, args: argparse.Namespace) -> int:
+    view = await client.call("view.read", {"topic": "threadDetail", "threadId": args.thread})
+    data = view["data"]
+    handoffs = data["handoffs"]
+    if args.json:
+        _json(handoffs)
+        return 0
+    runs = {r["id"]: r for r in data["runs"]}
+    rows = []
+    for h in handoffs:
+        covered = h["coveredRunOrdinals"]
+        target = runs.get(h["targetRunId"])
+        rows.append(
+            [
+                h["id"],
+                h["strategy"],
+                f"{covered['from']}-{covered['to']}",
+                str(target["ordinal"]) if target else h["targetRunId"],
+                h["status"],
+                str(len(h["summaryText"])),
+            ]
+        )
+    _table(["HANDOFF", "STRATEGY", "COVERS", "RUN", "STATUS", "CHARS"], rows)
+    if args.text:
+        for h in handoffs:
+            print(f"\n── {h['id']} ({_short(h['strategy'])})\n{h['summaryText']}")
+    return 0
