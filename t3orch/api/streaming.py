@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 import attrs
+import msgspec
 
 from t3orch.api.protocol import notification
 from t3orch.api.reads import ApiReader
@@ -108,5 +109,22 @@ async def _stream(plan: StreamPlan, reader: ApiReader, send: Send, cursor: _Curs
             await send(_event(sub, env))
 
 
+#: Encoded envelopes by event id (unique across stores, unlike sequences): fan-out
+#: to N subscribers encodes each event once.
+_ENCODED: dict[str, msgspec.Raw] = {}
+_ENCODED_MAX = 2048
+
+
+def _encoded(env: EventEnvelope) -> msgspec.Raw:
+    raw = _ENCODED.get(env.event_id)
+    if raw is None:
+        if len(_ENCODED) >= _ENCODED_MAX:
+            del _ENCODED[next(iter(_ENCODED))]
+        raw = _ENCODED[env.event_id] = msgspec.Raw(msgspec.json.encode(env))
+    return raw
+
+
 def _event(sub: str, env: EventEnvelope) -> bytes:
-    return notification("event", {"subscription": sub, "sequence": env.sequence, "event": env})
+    return notification(
+        "event", {"subscription": sub, "sequence": env.sequence, "event": _encoded(env)}
+    )
