@@ -166,6 +166,9 @@ class SQLiteStore:
         outcomes: list[Outcome] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
+            # The single writer holds the write lock: it numbers events itself, so
+            # they can be inserted with one executemany per submission.
+            view.next_sequence = self._head() + 1
             for sub in submissions:
                 outcomes.append(self._run_one(view, sub))
             if view.last_sequence:
@@ -197,15 +200,17 @@ class SQLiteStore:
                     duplicate=True,
                 )
         conn.execute("SAVEPOINT sub")
+        first_sequence = view.next_sequence
         try:
             decision = sub.decide(view)
             envelopes = [
                 self._append(view, draft.payload, draft.correlation, sub.command_id)
                 for draft in decision.events
             ]
+            view.flush()
             receipt = None
             if sub.command_id is not None:
-                head = envelopes[-1].sequence if envelopes else self._head()
+                head = envelopes[-1].sequence if envelopes else view.next_sequence - 1
                 receipt = CommandReceipt(
                     sub.command_id, sub.command_type, view.now(), head, decision.result
                 )
@@ -227,12 +232,12 @@ class SQLiteStore:
             conn.execute("ROLLBACK TO sub")
             conn.execute("RELEASE sub")
             self._known.clear()  # it may name rows this rollback removed
-            view.forget()
+            view.forget(first_sequence)
             if not isinstance(exc, CommandRejected):
                 exc = CommandRejected("internal_error", f"{type(exc).__name__}: {exc}")
             return Outcome(error=exc)
         view.keep()
-        head = envelopes[-1].sequence if envelopes else self._head()
+        head = envelopes[-1].sequence if envelopes else view.next_sequence - 1
         return Outcome(events=envelopes, result=decision.result, result_sequence=head)
 
     def _append(
@@ -245,11 +250,11 @@ class SQLiteStore:
         c = concerns(payload)
         event_id = self._ids.new(EventId)
         kind = event_type(payload)
-        cur = self._conn.execute(
-            "INSERT INTO events (event_id, type, occurred_at, thread_id, run_id, node_id, "
-            "provider_session_id, command_id, correlation, payload) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        sequence = view.next_sequence
+        view.next_sequence += 1
+        view.events.append(
             (
+                sequence,
                 event_id,
                 kind,
                 view.now(),
@@ -260,10 +265,8 @@ class SQLiteStore:
                 command_id,
                 _encode(correlation),
                 _encode(payload),
-            ),
+            )
         )
-        sequence = cur.lastrowid
-        assert sequence is not None
         env = EventEnvelope(
             sequence=sequence,
             event_id=event_id,
@@ -448,6 +451,10 @@ class _TxnView:
         self._now = now
         self.last_sequence = 0
         self.pending_sequence = 0
+        self.next_sequence = 1
+        #: Rows waiting for the submission's executemany (see ``flush``).
+        self.events: list[tuple[Any, ...]] = []
+        self.chunks: list[tuple[Any, ...]] = []
 
     def now(self) -> str:
         return self._now
@@ -455,8 +462,28 @@ class _TxnView:
     def keep(self) -> None:
         self.last_sequence = max(self.last_sequence, self.pending_sequence)
 
-    def forget(self) -> None:
+    def forget(self, next_sequence: int) -> None:
+        """A submission rolled back: drop what it buffered, reuse its sequences."""
         self.pending_sequence = self.last_sequence
+        self.next_sequence = next_sequence
+        self.events.clear()
+        self.chunks.clear()
+
+    def flush(self) -> None:
+        """Insert the submission's buffered events and chunks (before its savepoint ends)."""
+        if self.events:
+            self._conn.executemany(
+                f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                self.events,
+            )
+            self.events.clear()
+        if self.chunks:
+            self._conn.executemany(
+                "INSERT INTO item_chunks (seq, item_id, field, replace, text) "
+                "VALUES (?, ?, ?, ?, ?)",
+                self.chunks,
+            )
+            self.chunks.clear()
 
     def get_row(self, kind: str, id: str) -> Row | None:
         return _row(self._conn, kind, id)
@@ -473,12 +500,10 @@ class _TxnView:
         )
 
     def append_chunk(self, chunk: Chunk) -> None:
-        self._conn.execute(
-            "INSERT INTO item_chunks (seq, item_id, field, replace, text) VALUES (?, ?, ?, ?, ?)",
-            (chunk.seq, chunk.item_id, chunk.field, int(chunk.replace), chunk.text),
-        )
+        self.chunks.append((chunk.seq, chunk.item_id, chunk.field, int(chunk.replace), chunk.text))
 
     def drop_chunks(self, item_id: str) -> None:
+        self.chunks[:] = [c for c in self.chunks if c[1] != item_id]
         self._conn.execute("DELETE FROM item_chunks WHERE item_id = ?", (item_id,))
 
     def exists(self, kind: str, id: str) -> bool:
