@@ -21,6 +21,7 @@ import trio
 
 from adapters.errors import AdapterError, NotSupported, StaleRequest
 from adapters.protocol import ProviderAdapter, RequestAnswer
+from supervisor.checkpointing import Checkpointer
 from supervisor.providers import ProviderSettings, adapter_for, runtime_config
 from supervisor.session import RawSinkFactory, SessionFailed, SessionRunner
 from t3orch.domain.vocab import ProviderKind
@@ -93,6 +94,9 @@ class SessionManager:
     on_release: Callable[[SessionRunner, str], None] | None = None
     #: Which adapter drives a provider kind (tests drive every kind with the stand-in).
     adapter_factory: Callable[[ProviderKind], ProviderAdapter] = adapter_for
+    checkpointer: Checkpointer = attrs.field(
+        default=attrs.Factory(lambda self: Checkpointer(self.core, self.reader), takes_self=True)
+    )
 
     async def run(
         self, *, task_status: trio.TaskStatus[SessionManager] = trio.TASK_STATUS_IGNORED
@@ -297,7 +301,7 @@ class SessionManager:
             return
         runner = self.runners.get(thread_id)
         if runner is not None and runner.provider != self._provider_of(thread_id):
-            await self._retire(runner)
+            await self.retire(runner)
             runner = None
         if runner is None or runner.exited.is_set():
             delay = self.restart.backoff(len(self._recent(crashes)))
@@ -323,13 +327,33 @@ class SessionManager:
             runner.restart = None
             await runner.start_turn(run.id, combined, turn=turn)
             await runner.wait_turn()
+        # The root run ended: its checkpoint comes before the next run is dispatched.
+        await self.checkpointer.after_run(thread_id, run.id)
 
     def _provider_of(self, thread_id: str) -> str | None:
         with self.reader.snapshot():
             row = self.reader.row("thread", thread_id)
         return None if row is None else str(row.decode().default_provider)
 
-    async def _retire(self, runner: SessionRunner) -> None:
+    async def ensure_runner(self, thread_id: str) -> SessionRunner:
+        """The thread's live runtime for its current provider, opened when there is none."""
+        runner = self.runners.get(thread_id)
+        if runner is not None and runner.provider != self._provider_of(thread_id):
+            await self.retire(runner)
+            runner = None
+        if runner is None or runner.exited.is_set():
+            runner = await self._open_runner(thread_id, None)
+        return runner
+
+    async def rollback(
+        self, thread_id: str, checkpoint_id: str, *, command_id: str | None = None
+    ) -> CommandResult:
+        """Files back to the checkpoint, the provider thread rolled back, later runs marked."""
+        return await self.checkpointer.rollback(
+            self, thread_id, checkpoint_id, command_id=command_id
+        )
+
+    async def retire(self, runner: SessionRunner) -> None:
         """Stop a runtime whose provider the thread no longer uses; wait for its release."""
         runner.stop("provider_switch")
         with trio.move_on_after(RETIRE_TIMEOUT_S):
@@ -347,7 +371,7 @@ class SessionManager:
                 return str(item.text)
         raise CommandRejected("no_user_message", f"run {run.id} has no user message")
 
-    async def _open_runner(self, thread_id: str, run_id: str) -> SessionRunner:
+    async def _open_runner(self, thread_id: str, run_id: str | None) -> SessionRunner:
         assert self._nursery is not None
         with self.reader.snapshot():
             row = self.reader.row("thread", thread_id)

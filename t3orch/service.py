@@ -7,10 +7,11 @@ from typing import Any, Literal
 
 import attrs
 
-from t3orch.commands import handoff, lineage, requests, runs, sessions, threads
+from t3orch.commands import checkpoints, handoff, lineage, requests, runs, sessions, threads
 from t3orch.commands import reconcile as reconcile_mod
 from t3orch.commands.specs import CreateThread
 from t3orch.domain.vocab import ProviderKind, RunAttemptReason
+from t3orch.gitstore import FileStat
 from t3orch.ids import (
     CommandId,
     IdFactory,
@@ -167,6 +168,34 @@ class CoreService:
         decide = lineage.resolve_fork_portable(transfer_id, provider_thread_id, run_id, reason)
         result = await self._run(decide, None, "fork.resolve")
         return None if result.result is None else str(result.result["summary"])
+
+    async def record_checkpoint(
+        self,
+        run_id: str,
+        cwd: str,
+        ref: str,
+        files: Sequence[FileStat],
+        parent_id: str | None,
+    ) -> CommandResult:
+        decide = checkpoints.record_checkpoint(run_id, cwd, ref, files, parent_id)
+        return await self._run(decide, None, "checkpoint.record")
+
+    async def checkpoints_disabled(self, thread_id: str, cwd: str, reason: str) -> None:
+        await self._run(
+            checkpoints.checkpoints_disabled(thread_id, cwd, reason), None, "checkpoint.disabled"
+        )
+
+    async def rollback(
+        self,
+        thread_id: str,
+        checkpoint_id: str,
+        *,
+        reverted: dict[str, int | None],
+        closed: Sequence[str],
+        command_id: str | None = None,
+    ) -> CommandResult:
+        decide = checkpoints.rollback(thread_id, checkpoint_id, reverted=reverted, closed=closed)
+        return await self._run(decide, command_id, "thread.rollback")
 
     async def note(
         self,

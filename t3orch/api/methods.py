@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from t3orch import gitstore
 from t3orch.api import params as P
 from t3orch.api.operations import store_facts, writer_facts
 from t3orch.api.protocol import METHOD_NOT_FOUND, RpcError, decode_params
@@ -85,6 +86,63 @@ async def thread_fork(conn: Connection, p: P.ThreadFork) -> Any:
     res = await conn.core.service.fork_thread(
         p.thread_id, p.run_id, title=p.title, provider=p.provider, command_id=p.command_id
     )
+    return _committed(res)
+
+
+async def checkpoint_list(conn: Connection, p: P.CheckpointList) -> Any:
+    def read(store: SQLiteStore) -> tuple[Any, list[Any]]:
+        thread = store.row("thread", p.thread_id)
+        if thread is None:
+            raise CommandRejected("unknown_thread", f"no thread {p.thread_id!r}")
+        return thread.decode(), [
+            r.decode() for r in store.rows("checkpoint", thread_id=p.thread_id)
+        ]
+
+    thread, cps = await conn.reader.snapshot(read)
+    root = await gitstore.work_tree_root(thread.cwd)
+    return {
+        "threadId": p.thread_id,
+        "enabled": root is not None,
+        "reason": None if root is not None else f"{thread.cwd} is not in a git work tree",
+        "checkpoints": sorted(cps, key=lambda c: c.app_run_ordinal or 0),
+    }
+
+
+async def checkpoint_diff(conn: Connection, p: P.CheckpointDiff) -> Any:
+    def read(store: SQLiteStore) -> tuple[Any, Any, Any]:
+        a, b = (
+            store.row("checkpoint", p.from_checkpoint_id),
+            store.row("checkpoint", p.to_checkpoint_id),
+        )
+        if a is None or b is None:
+            raise CommandRejected("unknown_checkpoint", "no such checkpoint")
+        ca, cb = a.decode(), b.decode()
+        if ca.thread_id != cb.thread_id:
+            raise CommandRejected("different_threads", "the checkpoints are of different threads")
+        thread = store.row("thread", ca.thread_id)
+        assert thread is not None
+        return ca, cb, thread.decode()
+
+    ca, cb, thread = await conn.reader.snapshot(read)
+    root = await gitstore.work_tree_root(thread.cwd)
+    if root is None:
+        raise CommandRejected("checkpoints_disabled", f"{thread.cwd} is not in a git work tree")
+    base, target = await gitstore.resolve(root, ca.ref), await gitstore.resolve(root, cb.ref)
+    if base is None or target is None:
+        raise CommandRejected("checkpoint_missing", "a checkpoint's ref is gone")
+    files = await gitstore.numstat(root, base, target)
+    return {
+        "from": ca.id,
+        "to": cb.id,
+        "files": [
+            {"path": f.path, "additions": f.additions, "deletions": f.deletions} for f in files
+        ],
+        "patch": await gitstore.diff(root, base, target),
+    }
+
+
+async def thread_rollback(conn: Connection, p: P.ThreadRollback) -> Any:
+    res = await conn.ops.rollback(p.thread_id, p.checkpoint_id, command_id=p.command_id)
     return _committed(res)
 
 
@@ -167,6 +225,9 @@ METHODS: dict[str, Method] = {
     "thread.archive": Method(P.ThreadArchive, thread_archive),
     "thread.switchProvider": Method(P.ThreadSwitchProvider, thread_switch_provider),
     "thread.fork": Method(P.ThreadFork, thread_fork),
+    "thread.rollback": Method(P.ThreadRollback, thread_rollback),
+    "checkpoint.list": Method(P.CheckpointList, checkpoint_list),
+    "checkpoint.diff": Method(P.CheckpointDiff, checkpoint_diff),
     "run.send": Method(P.RunSend, run_send),
     "run.interrupt": Method(P.RunInterrupt, run_interrupt),
     "request.respond": Method(P.RequestRespond, request_respond),

@@ -49,6 +49,11 @@ class Operations(Protocol):
         self, thread_id: str, provider: ProviderKind, *, command_id: str
     ) -> CommandResult: ...
 
+    async def rollback(
+        self, thread_id: str, checkpoint_id: str, *, command_id: str
+    ) -> CommandResult:
+        """Files back to the checkpoint, the provider thread rolled back, later runs marked."""
+
     def status(self) -> dict[str, Any]:
         """pid, uptime, provider sessions by status, writer stats."""
 
@@ -108,6 +113,13 @@ class CoreOperations:
     ) -> CommandResult:
         # Only a record: the handoff is materialized when a supervisor starts the next run.
         return await self.core.service.switch_provider(thread_id, provider, command_id=command_id)
+
+    async def rollback(
+        self, thread_id: str, checkpoint_id: str, *, command_id: str
+    ) -> CommandResult:
+        if self.core.reader.row("thread", thread_id) is None:
+            raise CommandRejected("unknown_thread", f"no thread {thread_id!r}")
+        raise _no_supervisor("rolling back a thread (its provider thread too)")
 
     def status(self) -> dict[str, Any]:
         with self.core.reader.snapshot():

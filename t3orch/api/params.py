@@ -72,6 +72,21 @@ class ThreadFork(Params):
     provider: ProviderKind | None = None
 
 
+class CheckpointList(Params):
+    thread_id: str
+
+
+class CheckpointDiff(Params):
+    from_checkpoint_id: str
+    to_checkpoint_id: str
+
+
+class ThreadRollback(Params):
+    command_id: CommandIdField
+    thread_id: str
+    checkpoint_id: str
+
+
 class DaemonStatus(Params):
     pass
 

@@ -1,4 +1,4 @@
-"""Client commands for lineage and context: fork, switch-provider, handoffs."""
+"""Client commands for lineage and context: fork, switch-provider, handoffs, checkpoints."""
 
 from __future__ import annotations
 
@@ -33,6 +33,15 @@ def register(
     p = add("handoffs", "a thread's context handoffs (what each run was told)", cmd_handoffs)
     p.add_argument("thread")
     p.add_argument("--text", action="store_true", help="print each handoff's full text")
+    p = add("checkpoints", "a thread's filesystem checkpoints (one per run)", cmd_checkpoints)
+    p.add_argument("thread")
+    p = add("diff", "the changes between two checkpoints", cmd_diff)
+    p.add_argument("base", help="the older checkpoint id")
+    p.add_argument("target", help="the newer checkpoint id")
+    p.add_argument("--stat", action="store_true", help="per-file counts only")
+    p = add("rollback", "restore a checkpoint's files and roll the conversation back", cmd_rollback)
+    p.add_argument("thread")
+    p.add_argument("--to", required=True, dest="checkpoint", help="the checkpoint id")
 
 
 async def cmd_fork(client: ApiClient, args: argparse.Namespace) -> int:
@@ -89,4 +98,58 @@ async def cmd_handoffs(client: ApiClient, args: argparse.Namespace) -> int:
     if args.text:
         for h in handoffs:
             print(f"\n── {h['id']} ({_short(h['strategy'])})\n{h['summaryText']}")
+    return 0
+
+
+async def cmd_checkpoints(client: ApiClient, args: argparse.Namespace) -> int:
+    res = await client.call("checkpoint.list", {"threadId": args.thread})
+    if args.json:
+        _json(res)
+        return 0
+    if not res["enabled"]:
+        print(f"checkpoints disabled: {res['reason']}")
+    rows = []
+    for cp in res["checkpoints"]:
+        adds = sum(f["additions"] for f in cp["files"])
+        dels = sum(f["deletions"] for f in cp["files"])
+        rows.append(
+            [
+                cp["id"],
+                str(cp["appRunOrdinal"]),
+                cp["status"],
+                f"{len(cp['files'])} files +{adds} -{dels}",
+                cp["capturedAt"],
+            ]
+        )
+    if rows or res["enabled"]:
+        _table(["CHECKPOINT", "RUN", "STATUS", "CHANGES", "CAPTURED"], rows)
+    return 0
+
+
+async def cmd_diff(client: ApiClient, args: argparse.Namespace) -> int:
+    res = await client.call(
+        "checkpoint.diff", {"fromCheckpointId": args.base, "toCheckpointId": args.target}
+    )
+    if args.json:
+        _json(res)
+        return 0
+    for f in res["files"]:
+        print(f"{f['additions']:>5} {f['deletions']:>5}  {f['path']}")
+    if not args.stat and res["patch"]:
+        print()
+        print(res["patch"], end="")
+    return 0
+
+
+async def cmd_rollback(client: ApiClient, args: argparse.Namespace) -> int:
+    res = await client.call(
+        "thread.rollback",
+        {"commandId": command_id(), "threadId": args.thread, "checkpointId": args.checkpoint},
+    )
+    if args.json:
+        _json(res)
+        return 0
+    r = res["result"]
+    runs = ", ".join(str(n) for n in r["rolledBackRuns"]) or "none"
+    print(f"{args.thread}: files restored to {r['checkpointId']}; runs rolled back: {runs}")
     return 0

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+import trio
+
+from t3orch import gitstore
+from t3orch.commands.specs import CreateThread
 from tests.api.support import running_api
 from tests.api.test_cli import Cli, _play
 
@@ -48,3 +53,42 @@ async def test_fork_switch_and_handoffs(capsys: pytest.CaptureFixture[str]) -> N
         assert handoff["targetRunId"] == run2
         code, out, _ = await cli("show", tid)
         assert "handoff" in out
+
+
+async def test_checkpoints_diff_and_rollback_commands(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    await trio.run_process(["git", "init", "-q", str(repo)])
+    async with running_api() as api:
+        cli = Cli(api, capsys)
+        svc = api.core.service
+        tid = (await svc.create_thread(CreateThread(provider="standin", cwd=str(repo)))).result[
+            "threadId"
+        ]
+        root = await gitstore.work_tree_root(repo)
+        assert root is not None
+        ids = []
+        for n, content in enumerate(["one\n", "one\ntwo\nthree\n"], start=1):
+            (repo / "f.txt").write_text(content)
+            run = (await svc.send_message(tid, f"run {n}")).result["runId"]
+            await _play(api, tid, run, "completed", "ok")
+            ref = gitstore.checkpoint_ref(tid, n)
+            base = await gitstore.resolve(root, gitstore.checkpoint_ref(tid, n - 1))
+            commit, _ = await gitstore.capture(root, ref, "cp", base)
+            files = await gitstore.numstat(root, base, commit)
+            res = await svc.record_checkpoint(run, str(repo), ref, files, ids[-1] if ids else None)
+            ids.append(res.result["checkpointId"])
+        code, out, _ = await cli("checkpoints", tid)
+        assert code == 0 and ids[0] in out and "1 files +2 -0" in out
+        code, out, _ = await cli("diff", ids[0], ids[1])
+        assert code == 0 and "f.txt" in out and "+three" in out
+        doc = await cli.json("diff", ids[0], ids[1])
+        assert doc["files"] == [{"path": "f.txt", "additions": 2, "deletions": 0}]
+        code, _, err = await cli("rollback", tid, "--to", ids[0])
+        assert code == 3 and "supervisor" in err
+
+        plain = await svc.create_thread(CreateThread(provider="standin", cwd=str(tmp_path)))
+        code, out, _ = await cli("checkpoints", plain.result["threadId"])
+        assert code == 0 and "checkpoints disabled" in out

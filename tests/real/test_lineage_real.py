@@ -187,3 +187,41 @@ async def test_claude_fork_at_the_latest_run_is_native(tmp_path: Path) -> None:
         await b.send(tid, "RECALL")
         # The parent never saw the fork's run.
         assert "MANGO" not in b.claude_last_user_text()
+
+
+async def _checkpointed(b: Both, tid: str, text: str) -> Any:
+    run = await b.send(tid, text)
+    return await b.r.wait_for(lambda: (x := b.r.row("run", run.id)).checkpoint_id and x)
+
+
+async def test_codex_rollback_restores_files_and_reverts_the_thread(tmp_path: Path) -> None:
+    async with both(tmp_path) as b:
+        tid = await b.r.thread("codex", cwd=str(b.work))
+        first = await _checkpointed(b, tid, "remember the word PAPAYA")
+        (b.work / "later.txt").write_text("written by run 2\n")
+        await _checkpointed(b, tid, "remember the word MANGO")
+        res = await b.r.manager.rollback(tid, first.checkpoint_id)
+        assert res.result["rolledBackRuns"] == [2]
+        assert res.result["revertedProviderThreads"] == [first.provider_thread_id]
+        assert not (b.work / "later.txt").exists()
+        last = await b.send(tid, "RECALL")
+        # thread/revert dropped run 2's turn: the model sees run 1 only, natively.
+        assert b.codex_last_user_texts() == ["remember the word PAPAYA", "RECALL"]
+        assert last.provider_thread_id == first.provider_thread_id
+        assert last.context_handoff_id is None
+
+
+async def test_claude_rollback_starts_over_from_what_is_left(tmp_path: Path) -> None:
+    async with both(tmp_path) as b:
+        tid = await b.r.thread("claude", cwd=str(b.work))
+        first = await _checkpointed(b, tid, "remember the word PAPAYA")
+        (b.work / "later.txt").write_text("written by run 2\n")
+        await _checkpointed(b, tid, "remember the word MANGO")
+        res = await b.r.manager.rollback(tid, first.checkpoint_id)
+        assert res.result["closedProviderThreads"] == [first.provider_thread_id]
+        assert not (b.work / "later.txt").exists()
+        last = await b.send(tid, "what is left")
+        text = b.claude_last_user_text()
+        assert "User: remember the word PAPAYA" in text
+        assert "MANGO" not in text
+        assert last.provider_thread_id != first.provider_thread_id

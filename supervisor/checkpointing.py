@@ -1,0 +1,216 @@
+"""Checkpoints at each root run's end, and rollback to one (files + provider thread).
+
+The git work is ``t3orch.gitstore``; the records are core commands. Rollback of
+the provider side: a Codex provider thread the thread is using is reverted
+natively (``thread/revert`` before the first rolled-back turn, on a live runtime);
+any other provider thread that saw a rolled-back run is closed, so the next run
+starts a new one seeded with a summary of what is left (see docs/lineage.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from adapters.errors import AdapterError
+from supervisor.session import SessionFailed
+from t3orch import gitstore
+from t3orch.ids import CommandId
+from t3orch.service import CommandResult, CoreService
+from t3orch.store.errors import CommandRejected
+from t3orch.store.sqlite.backend import SQLiteStore
+
+if TYPE_CHECKING:
+    from supervisor.manager import SessionManager
+
+log = logging.getLogger(__name__)
+
+_ENDED = ("completed", "interrupted", "failed")
+
+
+@attrs.define(eq=False)
+class Checkpointer:
+    core: CoreService
+    reader: SQLiteStore
+    #: Threads already told their cwd cannot be checkpointed (said once per daemon).
+    disabled_noted: set[str] = attrs.field(factory=set)
+
+    def _rows(self, kind: str, thread_id: str) -> list[Any]:
+        with self.reader.snapshot():
+            return [r.decode() for r in self.reader.rows(kind, thread_id=thread_id)]
+
+    def _row(self, kind: str, id: str) -> Any | None:
+        with self.reader.snapshot():
+            row = self.reader.row(kind, id)
+        return None if row is None else row.decode()
+
+    def previous(self, thread_id: str, before_ordinal: int) -> Any | None:
+        runs = {r.id: r for r in self._rows("run", thread_id)}
+        best = None
+        for cp in self._rows("checkpoint", thread_id):
+            run = runs.get(cp.run_id)
+            if run is None or run.status == "rolled_back" or cp.status != "ready":
+                continue
+            if cp.app_run_ordinal is None or cp.app_run_ordinal >= before_ordinal:
+                continue
+            if best is None or best.app_run_ordinal < cp.app_run_ordinal:
+                best = cp
+        return best
+
+    async def after_run(self, thread_id: str, run_id: str) -> None:
+        """The root run ended: checkpoint the thread's work tree (or say why not, once).
+
+        Never raises: a checkpoint that cannot be taken is a diagnostic, and the
+        next run is dispatched anyway.
+        """
+        try:
+            await self._after_run(thread_id, run_id)
+        except (gitstore.GitError, OSError, trio.TooSlowError, CommandRejected) as exc:
+            log.warning("checkpoint of %s run %s failed: %s", thread_id, run_id, exc)
+            await self.core.note(None, "warning", "checkpoint_failed", f"{thread_id}: {exc}")
+
+    async def _after_run(self, thread_id: str, run_id: str) -> None:
+        run = self._row("run", run_id)
+        thread = self._row("thread", thread_id)
+        if run is None or thread is None or run.status not in _ENDED or run.started_at is None:
+            return
+        if run.checkpoint_id is not None:
+            return
+        root = await gitstore.work_tree_root(thread.cwd)
+        if root is None:
+            if thread_id not in self.disabled_noted:
+                self.disabled_noted.add(thread_id)
+                await self.core.checkpoints_disabled(
+                    thread_id, thread.cwd, f"{thread.cwd} is not in a git work tree"
+                )
+            return
+        prev = self.previous(thread_id, run.ordinal)
+        base = await gitstore.resolve(root, prev.ref) if prev is not None else None
+        ref = gitstore.checkpoint_ref(thread_id, run.ordinal)
+        commit, _ = await gitstore.capture(
+            root, ref, f"t3orch checkpoint: thread {thread_id} run {run.ordinal}", base
+        )
+        files = await gitstore.numstat(root, base, commit)
+        await self.core.record_checkpoint(
+            run.id, thread.cwd, ref, files, prev.id if prev is not None and base else None
+        )
+
+    async def rollback(
+        self,
+        manager: SessionManager,
+        thread_id: str,
+        checkpoint_id: str,
+        *,
+        command_id: str | None = None,
+    ) -> CommandResult:
+        thread = self._row("thread", thread_id)
+        if thread is None:
+            raise CommandRejected("unknown_thread", f"no thread {thread_id!r}")
+        if command_id is not None and self.reader.receipt(CommandId(command_id)) is not None:
+            # A retry: the first answer, without touching files or providers again.
+            return await self.core.rollback(
+                thread_id, checkpoint_id, reverted={}, closed=[], command_id=command_id
+            )
+        cp = self._row("checkpoint", checkpoint_id)
+        if cp is None or cp.thread_id != thread_id or cp.app_run_ordinal is None:
+            raise CommandRejected(
+                "unknown_checkpoint", f"no checkpoint {checkpoint_id!r} on {thread_id}"
+            )
+        runs = self._rows("run", thread_id)
+        runner = manager.runners.get(thread_id)
+        if (runner is not None and runner.busy) or any(
+            r.status in ("queued", "starting", "running", "waiting") for r in runs
+        ):
+            raise CommandRejected("run_active", f"thread {thread_id} has a run in progress")
+        root = await gitstore.work_tree_root(thread.cwd)
+        if root is None:
+            raise CommandRejected("checkpoints_disabled", f"{thread.cwd} is not in a git work tree")
+        commit = await gitstore.resolve(root, cp.ref)
+        if commit is None:
+            raise CommandRejected("checkpoint_missing", f"{cp.ref} is gone from {root}")
+        later = sorted(
+            (r for r in runs if r.ordinal > cp.app_run_ordinal and r.status != "rolled_back"),
+            key=lambda r: r.ordinal,
+        )
+        reverted: dict[str, int | None] = {}
+        closed: list[str] = []
+        for pt_id in dict.fromkeys(r.provider_thread_id for r in later if r.provider_thread_id):
+            kept = [
+                r.ordinal
+                for r in runs
+                if r.provider_thread_id == pt_id
+                and r.ordinal <= cp.app_run_ordinal
+                and r.status != "rolled_back"
+            ]
+            if await self._revert_natively(manager, thread, pt_id, later):
+                reverted[pt_id] = max(kept) if kept else None
+            else:
+                closed.append(pt_id)
+        runner = manager.runners.get(thread_id)
+        if (
+            runner is not None
+            and runner.binding is not None
+            and runner.binding.provider_thread_id in closed
+        ):
+            # Its conversation holds rolled-back runs: the next run opens a new one.
+            await manager.retire(runner)
+        await gitstore.restore(root, commit)
+        return await self.core.rollback(
+            thread_id, checkpoint_id, reverted=reverted, closed=closed, command_id=command_id
+        )
+
+    async def _revert_natively(
+        self, manager: SessionManager, thread: Any, pt_id: str, later: list[Any]
+    ) -> bool:
+        pt = self._row("provider_thread", pt_id)
+        if (
+            pt is None
+            or pt.provider != "codex"
+            or thread.default_provider != "codex"
+            or thread.active_provider_thread_id != pt_id
+        ):
+            return False
+        turn_ref = self._first_turn_ref(pt_id, later)
+        if turn_ref is None:
+            return False
+        try:
+            runner = await manager.ensure_runner(thread.id)
+            runtime = runner.runtime
+            revert = getattr(runtime, "revert_thread", None)
+            if runner.binding is None or runner.binding.provider_thread_id != pt_id:
+                return False
+            if revert is None:
+                return False
+            await revert(turn_ref)
+        except (AdapterError, SessionFailed) as exc:
+            await self.core.note(
+                None, "warning", "rollback_revert_failed", f"{thread.id}: thread/revert: {exc}"
+            )
+            return False
+        return True
+
+    def _first_turn_ref(self, pt_id: str, later: list[Any]) -> str | None:
+        later_ids = {r.id for r in later}
+        with self.reader.snapshot():
+            turns = [t.decode() for t in self.reader.rows("provider_turn")]
+            attempts = {
+                a.id: a
+                for r in later
+                for a in (
+                    x.decode() for x in self.reader.rows("run_attempt", thread_id=r.thread_id)
+                )
+            }
+        mine = [
+            t
+            for t in turns
+            if t.provider_thread_id == pt_id
+            and t.native_turn_ref
+            and t.run_attempt_id in attempts
+            and attempts[t.run_attempt_id].run_id in later_ids
+        ]
+        if not mine:
+            return None
+        return str(min(mine, key=lambda t: t.ordinal).native_turn_ref)

@@ -1,0 +1,204 @@
+"""Checkpoint and rollback decisions (the git work happens in ``t3orch.gitstore``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from t3orch.commands.threads import require_thread
+from t3orch.domain.checkpoint import Checkpoint, CheckpointFileSummary, CheckpointScope
+from t3orch.domain.turn_items import CheckpointItem
+from t3orch.domain.vocab import RUN_TERMINAL
+from t3orch.events import CheckpointScopeUpserted, CheckpointUpserted, ProviderDiagnostic
+from t3orch.gitstore import FileStat
+from t3orch.ids import CheckpointId, CheckpointScopeId, ThreadId, TurnItemId, derived_id
+from t3orch.ingest.changes import Changes
+from t3orch.store.errors import CommandRejected
+from t3orch.store.interface import Decide, Decision, StateView
+
+
+def latest_checkpoint(view: StateView, thread_id: str, before_ordinal: int) -> Checkpoint | None:
+    """The checkpoint of the newest run before ``before_ordinal`` that has one (not rolled back)."""
+    runs = {r.id: r for r in view.select("run", thread_id=thread_id)}
+    best: Checkpoint | None = None
+    for cp in view.select("checkpoint", thread_id=thread_id):
+        run = runs.get(cp.run_id) if cp.run_id else None
+        if run is None or run.status == "rolled_back" or cp.status != "ready":
+            continue
+        if cp.app_run_ordinal is None or cp.app_run_ordinal >= before_ordinal:
+            continue
+        if best is None or (best.app_run_ordinal or 0) < cp.app_run_ordinal:
+            best = cp
+    return best
+
+
+def record_checkpoint(
+    run_id: str, cwd: str, ref: str, files: Sequence[FileStat], parent_id: str | None
+) -> Decide:
+    """A root run's checkpoint: its scope, the checkpoint, the run's link and an item."""
+
+    def decide(view: StateView) -> Decision:
+        run = view.get("run", run_id)
+        if run is None:
+            raise CommandRejected("unknown_run", f"no run {run_id!r}")
+        ch = Changes(view)
+        now = view.now()
+        scope_id = derived_id(CheckpointScopeId, run.id, "root_run")
+        cp_id = derived_id(CheckpointId, run.id, "root_run", "1")
+        assert run.root_node_id is not None
+        scope = CheckpointScope(
+            id=scope_id,
+            thread_id=ThreadId(run.thread_id),
+            run_id=run.id,
+            node_id=run.root_node_id,
+            parent_scope_id=None,
+            provider_thread_id=run.provider_thread_id,
+            kind="root_run",
+            ordinal_within_parent=run.ordinal,
+            advances_app_run_count=True,
+            cwd=cwd,
+            created_at=now,
+        )
+        ch.emit(CheckpointScopeUpserted(scope=scope))
+        checkpoint = Checkpoint(
+            id=cp_id,
+            thread_id=ThreadId(run.thread_id),
+            scope_id=scope_id,
+            run_id=run.id,
+            node_id=run.root_node_id,
+            parent_checkpoint_id=CheckpointId(parent_id) if parent_id else None,
+            ordinal_within_scope=1,
+            app_run_ordinal=run.ordinal,
+            ref=ref,
+            status="ready",
+            files=[
+                CheckpointFileSummary(path=f.path, additions=f.additions, deletions=f.deletions)
+                for f in files
+            ],
+            captured_at=now,
+        )
+        ch.emit(CheckpointUpserted(checkpoint=checkpoint))
+        ch.put("run", msgspec.structs.replace(run, checkpoint_id=cp_id))
+        node = view.get("node", run.root_node_id)
+        if node is not None:
+            ch.put("node", msgspec.structs.replace(node, checkpoint_scope_id=scope_id))
+        ch.put(
+            "turn_item",
+            CheckpointItem(
+                id=derived_id(TurnItemId, cp_id),
+                thread_id=ThreadId(run.thread_id),
+                run_id=run.id,
+                node_id=run.root_node_id,
+                provider_turn_id=None,
+                native_item_ref=None,
+                status="completed",
+                created_at=now,
+                updated_at=now,
+                checkpoint_id=cp_id,
+                ref=ref,
+            ),
+        )
+        return Decision(ch.drafts, {"checkpointId": cp_id, "ref": ref})
+
+    return decide
+
+
+def checkpoints_disabled(thread_id: str, cwd: str, reason: str) -> Decide:
+    """Said once per thread (per daemon): its cwd cannot be checkpointed. Not an error."""
+
+    def decide(view: StateView) -> Decision:
+        ch = Changes(view)
+        ch.emit(
+            ProviderDiagnostic(
+                provider_session_id=None,
+                level="info",
+                code="checkpoints_disabled",
+                message=f"thread {thread_id}: checkpoints disabled: {reason}",
+                detail={"threadId": thread_id, "cwd": cwd},
+            )
+        )
+        return Decision(ch.drafts)
+
+    return decide
+
+
+def rollback(
+    thread_id: str,
+    checkpoint_id: str,
+    *,
+    reverted: dict[str, int | None],
+    closed: Sequence[str],
+) -> Decide:
+    """Runs after the checkpoint's run become ``rolled_back``; later checkpoints ``stale``.
+
+    ``reverted`` maps provider threads rolled back natively to the last run ordinal
+    they still hold; ``closed`` ones cannot be rolled back and are never resumed
+    again (the next run starts a new provider thread with a summary of what is left).
+    """
+
+    def decide(view: StateView) -> Decision:
+        thread = require_thread(view, thread_id)
+        cp = view.get("checkpoint", checkpoint_id)
+        if cp is None or cp.thread_id != thread_id or cp.app_run_ordinal is None:
+            raise CommandRejected(
+                "unknown_checkpoint", f"no checkpoint {checkpoint_id!r} on {thread_id}"
+            )
+        ch = Changes(view)
+        now = view.now()
+        runs = view.select("run", thread_id=thread_id)
+        if any(r.status not in RUN_TERMINAL for r in runs):
+            raise CommandRejected("run_active", f"thread {thread_id} has a run in progress")
+        later = [r for r in runs if r.ordinal > cp.app_run_ordinal and r.status != "rolled_back"]
+        for r in later:
+            ch.put("run", msgspec.structs.replace(r, status="rolled_back"))
+            for n in view.select("node", thread_id=thread_id):
+                if n.run_id == r.id and n.status != "rolled_back":
+                    ch.put("node", msgspec.structs.replace(n, status="rolled_back"))
+        later_ids = {r.id for r in later}
+        for other in view.select("checkpoint", thread_id=thread_id):
+            if other.run_id in later_ids and other.status == "ready":
+                ch.emit(
+                    CheckpointUpserted(checkpoint=msgspec.structs.replace(other, status="stale"))
+                )
+        active = thread.active_provider_thread_id
+        for pt_id, last in reverted.items():
+            pt = view.get("provider_thread", pt_id)
+            if pt is not None:
+                ch.put(
+                    "provider_thread",
+                    msgspec.structs.replace(pt, last_run_ordinal=last, updated_at=now),
+                )
+        for pt_id in closed:
+            pt = view.get("provider_thread", pt_id)
+            if pt is not None:
+                ch.put(
+                    "provider_thread", msgspec.structs.replace(pt, status="closed", updated_at=now)
+                )
+                if active == pt_id:
+                    active = None
+        if active != thread.active_provider_thread_id:
+            ch.put(
+                "thread",
+                msgspec.structs.replace(thread, active_provider_thread_id=active, updated_at=now),
+            )
+        return Decision(
+            ch.drafts,
+            {
+                "threadId": thread_id,
+                "checkpointId": checkpoint_id,
+                "rolledBackRuns": sorted(r.ordinal for r in later),
+                "revertedProviderThreads": sorted(reverted),
+                "closedProviderThreads": sorted(closed),
+            },
+        )
+
+    return decide
+
+
+__all__ = [
+    "checkpoints_disabled",
+    "latest_checkpoint",
+    "record_checkpoint",
+    "rollback",
+]

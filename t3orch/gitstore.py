@@ -1,0 +1,164 @@
+"""Filesystem checkpoints of a git work tree, kept where the user's branches never look.
+
+A checkpoint is a commit of the whole work tree (tracked and untracked files,
+``.gitignore`` respected) under ``refs/t3orch/checkpoints/<thread>/<n>``. It is
+built with a temporary index (``GIT_INDEX_FILE``), so the user's index, HEAD,
+branches and stash are never touched. Restoring writes the checkpoint's files
+into the work tree (again through a temporary index) and deletes files the
+checkpoint did not have.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import attrs
+import trio
+
+#: The empty tree's id: the base of a first checkpoint's diff.
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+REF_PREFIX = "refs/t3orch/checkpoints"
+GIT_TIMEOUT_S = 60.0
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "t3orch",
+    "GIT_AUTHOR_EMAIL": "t3orch@localhost",
+    "GIT_COMMITTER_NAME": "t3orch",
+    "GIT_COMMITTER_EMAIL": "t3orch@localhost",
+}
+
+
+class GitError(Exception):
+    pass
+
+
+@attrs.frozen
+class FileStat:
+    path: str
+    additions: int
+    deletions: int
+
+
+async def _git(
+    cwd: str | Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+) -> str:
+    full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **_IDENTITY, **(env or {})}
+    with trio.fail_after(GIT_TIMEOUT_S):
+        proc = await trio.run_process(
+            ["git", *args],
+            cwd=str(cwd),
+            env=full_env,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    if check and proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace").strip()
+        raise GitError(f"git {' '.join(args[:2])} failed ({proc.returncode}): {err[-500:]}")
+    return proc.stdout.decode(errors="replace")
+
+
+async def work_tree_root(cwd: str | Path) -> str | None:
+    """The top of the git work tree holding ``cwd``, or None when there is none."""
+    if not await trio.Path(cwd).is_dir():
+        return None
+    try:
+        out = await _git(cwd, "rev-parse", "--show-toplevel")
+    except (GitError, OSError):
+        return None
+    root = out.strip()
+    return root or None
+
+
+def checkpoint_ref(thread_id: str, ordinal: int) -> str:
+    return f"{REF_PREFIX}/{thread_id}/{ordinal}"
+
+
+async def _snapshot_tree(root: str, index: str) -> str:
+    env = {"GIT_INDEX_FILE": index}
+    await _git(root, "add", "-A", ".", env=env)
+    return (await _git(root, "write-tree", env=env)).strip()
+
+
+async def capture(root: str, ref: str, message: str, parent: str | None) -> tuple[str, str]:
+    """Commit the work tree under ``ref``; returns (commit, tree)."""
+    with tempfile.TemporaryDirectory(prefix="t3cp") as tmp:
+        tree = await _snapshot_tree(root, os.path.join(tmp, "index"))
+    args = ["commit-tree", tree, "-m", message]
+    if parent:
+        args += ["-p", parent]
+    commit = (await _git(root, *args)).strip()
+    await _git(root, "update-ref", ref, commit)
+    return commit, tree
+
+
+async def numstat(root: str, base: str | None, target: str) -> list[FileStat]:
+    """Per-file additions/deletions from ``base`` (None: nothing) to ``target``."""
+    out = await _git(root, "diff", "--numstat", "--no-renames", base or EMPTY_TREE, target)
+    stats = []
+    for line in out.splitlines():
+        parts = line.split("\t", 2)
+        if len(parts) != 3:
+            continue
+        adds, dels, path = parts
+        # Binary files show "-": counted as no lines.
+        stats.append(
+            FileStat(path, int(adds) if adds.isdigit() else 0, int(dels) if dels.isdigit() else 0)
+        )
+    return stats
+
+
+async def diff(root: str, base: str, target: str) -> str:
+    return await _git(root, "diff", "--no-renames", base, target)
+
+
+async def restore(root: str, commit: str) -> list[str]:
+    """Make the work tree's files those of ``commit``; returns the paths deleted.
+
+    Files the checkpoint has are written back; files created since are removed;
+    ignored files are left alone. The user's index and HEAD are untouched.
+    """
+    with tempfile.TemporaryDirectory(prefix="t3rb") as tmp:
+        current = await _snapshot_tree(root, os.path.join(tmp, "now"))
+        added = await _git(
+            root, "diff", "--name-only", "--no-renames", "--diff-filter=A", commit, current
+        )
+        env = {"GIT_INDEX_FILE": os.path.join(tmp, "restore")}
+        await _git(root, "read-tree", commit, env=env)
+        await _git(root, "checkout-index", "-a", "-f", env=env)
+    removed = [p for p in added.splitlines() if p]
+    await trio.to_thread.run_sync(_remove, root, removed)
+    return removed
+
+
+def _remove(root: str, paths: list[str]) -> None:
+    for path in paths:
+        target = Path(root) / path
+        if target.is_file() or target.is_symlink():
+            target.unlink()
+
+
+async def resolve(root: str, ref: str) -> str | None:
+    try:
+        return (await _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")).strip()
+    except GitError:
+        return None
+
+
+__all__: Sequence[str] = [
+    "EMPTY_TREE",
+    "FileStat",
+    "GitError",
+    "capture",
+    "checkpoint_ref",
+    "diff",
+    "numstat",
+    "resolve",
+    "restore",
+    "work_tree_root",
+]
