@@ -371,10 +371,23 @@ class SessionRunner:
                     )
                 ]
             )
+            # The pump never sees this turn end: it ended here.
+            self.active_turn = None
+            self._turn_done.set()
         return turn
 
     async def wait_turn(self) -> None:
-        await self._turn_done.wait()
+        """Until the active turn ends, or the runtime does (which ends every turn)."""
+        if self.exited.is_set():
+            return
+        async with trio.open_nursery() as nursery:
+
+            async def first(event: trio.Event) -> None:
+                await event.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(first, self._turn_done)
+            nursery.start_soon(first, self.exited)
 
     async def interrupt(self) -> None:
         if self.runtime is None:
