@@ -82,6 +82,9 @@ class SessionManager:
     #: ``kill_stalled_after_s`` is set (a long silent command is not a hang).
     stall_after_s: float = 60.0
     kill_stalled_after_s: float | None = None
+    #: A run whose provider crashed mid-turn goes on as a ``provider_recovery``
+    #: attempt on a new runtime (within the restart intensity) instead of failing.
+    recover_runs: bool = False
     started_at: float = 0.0
     runners: dict[str, SessionRunner] = attrs.field(factory=dict)
     crashes: dict[str, _Crashes] = attrs.field(factory=dict)
@@ -327,6 +330,8 @@ class SessionManager:
             runner.restart = None
             await runner.start_turn(run.id, combined, turn=turn)
             await runner.wait_turn()
+        if runner.recovery is not None:
+            await self._recover(thread_id, run, runner)
         # The root run ended: its checkpoint comes before the next run is dispatched.
         await self.checkpointer.after_run(thread_id, run.id)
 
@@ -361,6 +366,28 @@ class SessionManager:
             released = self._release_done.get(runner)
             if released is not None:
                 await released.wait()
+
+    async def _recover(self, thread_id: str, run: Any, crashed: SessionRunner) -> None:
+        """Run the crashed turn again as its ``provider_recovery`` attempt on a new runtime."""
+        turn, crashed.recovery = crashed.recovery, None
+        assert turn is not None
+        released = self._release_done.get(crashed)
+        if released is not None:
+            await released.wait()  # the crash is counted before the intensity check
+        crashes = self.crashes.setdefault(thread_id, _Crashes())
+        if crashes.held:
+            await self._fail_run(thread_id, run, "provider restart intensity exceeded")
+            return
+        await trio.sleep(self.restart.backoff(len(self._recent(crashes))))
+        try:
+            runner = await self._open_runner(thread_id, run.id)
+            await runner.start_turn(run.id, self._user_text(run), turn=turn)
+        except SessionFailed as exc:
+            await self._fail_run(thread_id, run, str(exc))
+            return
+        await runner.wait_turn()
+        if runner.recovery is not None:
+            await self._recover(thread_id, run, runner)
 
     def _user_text(self, run: Any) -> str:
         with self.reader.snapshot():
@@ -399,6 +426,7 @@ class SessionManager:
         )
         if self.raw_factory is not None:
             runner.raw_factory = self.raw_factory
+        runner.recover_runs = self.recover_runs
         runner.stall_after_s = self.stall_after_s
         runner.kill_stalled_after_s = self.kill_stalled_after_s
         self.runners[thread_id] = runner

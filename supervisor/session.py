@@ -41,6 +41,7 @@ from t3orch.provider_events import (
     TurnCompleted,
 )
 from t3orch.service import CoreService
+from t3orch.store.errors import CommandRejected
 from t3orch.store.sqlite.backend import SQLiteStore
 from t3orch.store.writer import Ticket
 
@@ -98,6 +99,10 @@ class SessionRunner:
     stop_reason: str | None = None
     #: A steering restart waiting for the interrupted turn to end: (attempt, input).
     restart: tuple[TurnBinding, str] | None = None
+    #: Recover a run whose provider crashed mid-turn as a new attempt (configurable).
+    recover_runs: bool = False
+    #: The ``provider_recovery`` attempt prepared when this runtime crashed mid-turn.
+    recovery: TurnBinding | None = None
     #: No frame for this long during a turn is a stall: reported (G3), and killed
     #: after ``kill_stalled_after_s`` more when that is set.
     stall_after_s: float = 60.0
@@ -448,6 +453,8 @@ class SessionRunner:
         chunk: list[ProviderEvent] = []
         for event in events:
             chunk.append(event)
+            if isinstance(event, RuntimeExited) and self._should_recover(event):
+                await self._prepare_recovery()
             if isinstance(event, (TurnCompleted, RuntimeExited)):
                 await self._ingest(chunk)
                 chunk = []
@@ -472,6 +479,29 @@ class SessionRunner:
                 ):
                     await self._inflight.popleft().outcome()
             self.last_activity = trio.current_time()
+
+    def _should_recover(self, event: RuntimeExited) -> bool:
+        crashed = event.signal is not None or event.code not in (0, None)
+        return (
+            self.recover_runs and crashed and self.active_turn is not None and not self.stop_reason
+        )
+
+    async def _prepare_recovery(self) -> None:
+        """Before the crash is recorded, move the run to a new ``provider_recovery`` attempt.
+
+        The crashed attempt then ends ``failed`` while the run stays open; the manager
+        starts the new attempt on a new runtime (the same recovery path as any other).
+        """
+        active = self.active_turn
+        if active is None or self.binding is None or self.binding.provider_thread_id is None:
+            return
+        try:
+            turn = await self.core.begin_attempt(
+                active.run_id, self.binding.provider_thread_id, "provider_recovery"
+            )
+        except CommandRejected:
+            return
+        self.recovery = turn
 
     async def _ingest(self, events: list[ProviderEvent]) -> None:
         """Commit ``events`` after everything queued before them; wait for it."""

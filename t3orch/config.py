@@ -96,6 +96,8 @@ class DaemonConfig:
     #: Events buffered per subscription before a slow client gets ``resync``.
     subscription_buffer: int = 4096
     idle_timeout_s: float = 1800.0
+    #: Recover a run whose provider crashed mid-turn as a ``provider_recovery`` attempt.
+    recover_interrupted_runs: bool = False
     restart_intensity: int = 3
     restart_period_s: float = 60.0
     backoff_initial_s: float = 0.5

@@ -148,6 +148,7 @@ async def run_daemon(
                     backoff_max_s=d.backoff_max_s,
                 ),
                 reaper=ReaperPolicy(idle_timeout_s=d.idle_timeout_s),
+                recover_runs=d.recover_interrupted_runs,
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(manager.run)

@@ -122,9 +122,10 @@ def begin_attempt(
         now = view.now()
         for a in attempts:
             if a.status in ("pending", "running"):
-                ch.put(
-                    "run_attempt", msgspec.structs.replace(a, status="superseded", completed_at=now)
-                )
+                # The attempt a recovery replaces failed (its provider crashed); any
+                # other replacement (a steering restart) supersedes it.
+                moved_on = "failed" if reason == "provider_recovery" else "superseded"
+                ch.put("run_attempt", msgspec.structs.replace(a, status=moved_on, completed_at=now))
         attempt_id = derived_id(RunAttemptId, run.id, str(ordinal))
         turn_id = derived_id(ProviderTurnId, provider_thread_id, run.id, str(ordinal))
         root = run.root_node_id

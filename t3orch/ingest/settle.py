@@ -67,12 +67,12 @@ def close_turn(
     selected = run is not None and run.active_attempt_id == t.attempt_id
     att = ch.get("run_attempt", t.attempt_id)
     if att is not None and att.status not in ATTEMPT_TERMINAL:
-        # An attempt the run has moved past (a steering restart) is superseded.
+        # An attempt the run moved past ends "superseded" (a steering restart), unless
+        # it failed (a crash the run recovers from with a new attempt).
+        moved_on = "failed" if status == "failed" else "superseded"
         ch.put(
             "run_attempt",
-            msgspec.structs.replace(
-                att, status=status if selected else "superseded", completed_at=now
-            ),
+            msgspec.structs.replace(att, status=status if selected else moved_on, completed_at=now),
         )
     node = ch.get("node", t.root_node_id)
     if selected and node is not None and node.status not in NODE_TERMINAL:
