@@ -11,7 +11,6 @@ the thread's session stays ``error`` until the user sends again.
 from __future__ import annotations
 
 import logging
-import math
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Literal
@@ -542,4 +541,4 @@ class SessionManager:
         return None if runner is None else runner.binding
 
 
-__all__ = ["ReaperPolicy", "RestartPolicy", "SessionManager", "math"]
+__all__ = ["ReaperPolicy", "RestartPolicy", "SessionManager"]

@@ -93,8 +93,7 @@ class SessionRunner:
     last_activity: float = -math.inf
     exited: trio.Event = attrs.field(factory=trio.Event)
     exit_event: RuntimeExited | None = None
-    #: When the exit was seen by the adapter and when it was committed (trio time).
-    exit_seen_at: float | None = None
+    #: When the exit was committed (trio time).
     exit_committed_at: float | None = None
     stop_reason: str | None = None
     #: A steering restart waiting for the interrupted turn to end: (attempt, input).
