@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from t3orch.core import Core, open_core
 from t3orch.domain.vocab import ProviderKind
 from t3orch.state import prepare_state_dir
 from t3orch.store.errors import StateDirInvalid
+from t3orch.store.interface import Decision
 
 log = logging.getLogger("t3orch.daemon")
 
@@ -175,9 +176,7 @@ async def run_daemon(
                     nursery.cancel_scope.cancel()
 
 
-def _writer_probe(core: Core):  # type: ignore[no-untyped-def]
-    from t3orch.store.interface import Decision
-
+def _writer_probe(core: Core) -> Callable[[], Awaitable[bool]]:
     async def alive() -> bool:
         # A transaction that writes nothing still proves the writer thread turns over.
         await core.writer.submit(lambda view: Decision([]))
