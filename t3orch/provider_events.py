@@ -78,6 +78,22 @@ class ToolCall(_Content, tag="dynamic_tool"):
     output: Any = None
 
 
+class SubagentRun(_Content, tag="subagent"):
+    """Work delegated to a provider's own subagent (Codex collab spawn, Claude Task/Agent).
+
+    Items the subagent produces name this item as their ``parent_native_item_ref``.
+    ``child_native_thread_ref`` is the subagent's own native thread, when the
+    provider has one (Codex: the spawned agent's thread id).
+    """
+
+    tool_name: str
+    description: str = ""
+    prompt: str | None = None
+    agent_type: str | None = None
+    child_native_thread_ref: str | None = None
+    output: Any = None
+
+
 ItemContent = (
     UserText
     | AssistantText
@@ -89,6 +105,7 @@ ItemContent = (
     | WebSearchRun
     | CompactionMark
     | ToolCall
+    | SubagentRun
 )
 
 

@@ -13,8 +13,12 @@ Decisions:
 * ``WebSearch``/``WebFetch`` → ``WebSearchRun`` (the query, or the URL fetched).
 * ``TodoWrite`` and ``ExitPlanMode`` are plan artifacts, not items: they become
   ``PlanUpdated`` (``todo_list`` / ``proposed_plan``).
-* anything else (``Task``, ``AskUserQuestion``, MCP tools ``mcp__server__tool``,
-  tools added later) → ``ToolCall`` with the native name and input.
+* ``Task`` (``Agent`` in newer CLIs) runs a subagent → ``SubagentRun``
+  (description, prompt, ``subagent_type``); the subagent's own frames carry
+  ``parent_tool_use_id`` = this tool use, so its items are children of it. Its
+  ``tool_result`` (the subagent's final report) is the item's ``output``.
+* anything else (``AskUserQuestion``, MCP tools ``mcp__server__tool``, tools
+  added later) → ``ToolCall`` with the native name and input.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import re
 from typing import Any
 
 import attrs
+import msgspec
 
 from t3orch.domain.plan import PlanStep, UserInputQuestion
 from t3orch.domain.turn_items import FileChangeEntry
@@ -32,6 +37,7 @@ from t3orch.provider_events import (
     FileEdit,
     FileSearchRun,
     ItemContent,
+    SubagentRun,
     ToolCall,
     WebSearchRun,
 )
@@ -43,6 +49,7 @@ WEB_TOOLS = frozenset({"WebSearch", "WebFetch"})
 TODO_TOOL = "TodoWrite"
 PLAN_EXIT_TOOL = "ExitPlanMode"
 QUESTION_TOOL = "AskUserQuestion"
+SUBAGENT_TOOLS = frozenset({"Task", "Agent"})
 
 _EXIT_CODE = re.compile(r"^Exit code (-?\d+)")
 _TODO_STATUS: dict[str, PlanStepStatus] = {
@@ -91,6 +98,13 @@ def tool_content(name: str, tool_input: Any) -> ItemContent | PlanTool:
         return PlanTool("todo_list", steps=tuple(todo_steps(args)))
     if name == PLAN_EXIT_TOOL:
         return PlanTool("proposed_plan", markdown=_str(args.get("plan")))
+    if name in SUBAGENT_TOOLS:
+        return SubagentRun(
+            tool_name=name,
+            description=_str(args.get("description")),
+            prompt=_opt_str(args.get("prompt")),
+            agent_type=_opt_str(args.get("subagent_type")),
+        )
     return ToolCall(tool_name=name, input=tool_input)
 
 
@@ -221,4 +235,6 @@ def completed_content(
     if isinstance(content, ToolCall):
         output = tool_use_result if tool_use_result is not None else text
         return ToolCall(tool_name=content.tool_name, input=content.input, output=output)
+    if isinstance(content, SubagentRun):
+        return msgspec.structs.replace(content, output=text or tool_use_result)
     return content

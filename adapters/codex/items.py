@@ -21,6 +21,7 @@ from t3orch.provider_events import (
     ItemContent,
     PlanText,
     ReasoningText,
+    SubagentRun,
     ToolCall,
     UserText,
     WebSearchRun,
@@ -154,6 +155,8 @@ def item_content(item: dict[str, Any]) -> ItemContent | None:
             input=item.get("arguments"),
             output=item.get("contentItems"),
         )
+    if kind == "collabAgentToolCall" and item.get("tool") == "spawnAgent":
+        return spawned_agent(item)
     if kind == "collabAgentToolCall":
         return ToolCall(
             tool_name=f"collab/{_str(item.get('tool'))}",
@@ -176,6 +179,26 @@ def item_content(item: dict[str, Any]) -> ItemContent | None:
     if kind == "contextCompaction":
         return CompactionMark(title="Context compacted")
     return None
+
+
+def spawned_agent(item: dict[str, Any]) -> SubagentRun:
+    """A collab ``spawnAgent`` call: the new agent's thread is the first receiver.
+
+    The other collab tools (``wait``, ``sendInput``, ``closeAgent``, ...) stay
+    generic tool calls of the thread that made them.
+    """
+    receivers = item.get("receiverThreadIds")
+    child = receivers[0] if isinstance(receivers, list) and receivers else None
+    prompt = item.get("prompt")
+    model = item.get("model")
+    return SubagentRun(
+        tool_name="collab/spawnAgent",
+        description=_str(prompt).split("\n", 1)[0][:200],
+        prompt=prompt if isinstance(prompt, str) else None,
+        agent_type=model if isinstance(model, str) else None,
+        child_native_thread_ref=child if isinstance(child, str) else None,
+        output=item.get("agentsStates"),
+    )
 
 
 def _results_text(results: Any) -> str:

@@ -43,6 +43,7 @@ from t3orch.provider_events import (
     RequestResolved,
     ResumeFailed,
     SessionReady,
+    SubagentRun,
     ThreadRefsLearned,
     TurnCompleted,
     TurnStarted,
@@ -138,6 +139,12 @@ class CodexMapper:
         self._finished: dict[str, None] = {}
         #: thread ref -> its turn in progress, from turn/started until turn/completed.
         self.active_turns: dict[str, str] = {}
+        #: Subagent threads (collab spawnAgent): child thread ref -> the spawn item ref.
+        self._children: dict[str, str | None] = {}
+        #: Spawn items whose child thread is not known yet, oldest first.
+        self._unassigned_spawns: list[str] = []
+        #: Turns of subagent threads: never the app's turn, so never a TurnCompleted.
+        self._child_turns: set[str] = set()
         self._handlers: dict[str, Callable[[msgspec.Raw, str | None], list[ProviderEvent]]] = {
             method: getattr(self, name) for method, name in NOTIFICATION_HANDLERS.items()
         }
@@ -277,12 +284,60 @@ class CodexMapper:
     # --- notification handlers (see NOTIFICATION_HANDLERS) --------------------
 
     def _on_thread_started(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
-        return self._thread_refs(_dict(_dict(decode_params(params)).get("thread")), raw_id)
+        thread = _dict(_dict(decode_params(params)).get("thread"))
+        ref = _opt_str(thread.get("id"))
+        parent = _opt_str(thread.get("parentThreadId"))
+        if ref is not None and (parent is not None or ref in self._children):
+            # A spawned subagent's own thread: not a resume ref of ours.
+            if ref not in self._children:
+                spawn = self._unassigned_spawns.pop(0) if self._unassigned_spawns else None
+                self._children[ref] = spawn
+            return [
+                Diagnostic(
+                    raw_event_id=raw_id,
+                    level="info",
+                    code="subagent_thread_started",
+                    message=f"codex subagent thread {ref} started",
+                    detail={
+                        "threadId": ref,
+                        "parentThreadId": parent,
+                        "spawnItemId": self._children[ref],
+                        "agentNickname": thread.get("agentNickname"),
+                        "agentRole": thread.get("agentRole"),
+                    },
+                )
+            ]
+        return self._thread_refs(thread, raw_id)
+
+    def _spawned(self, ref: str, content: ItemContent) -> None:
+        """Remember which spawn item a child thread belongs to."""
+        if not isinstance(content, SubagentRun):
+            return
+        child = content.child_native_thread_ref
+        if child is None:
+            if ref not in self._unassigned_spawns:
+                self._unassigned_spawns.append(ref)
+            return
+        if ref in self._unassigned_spawns:
+            self._unassigned_spawns.remove(ref)
+        if self._children.get(child) is None:
+            self._children[child] = ref
+
+    def _child_turn(self, thread: str | None, turn_id: str | None) -> bool:
+        if turn_id is not None and turn_id in self._child_turns:
+            return True
+        if thread is not None and thread in self._children:
+            if turn_id is not None:
+                self._child_turns.add(turn_id)
+            return True
+        return False
 
     def _on_turn_started(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
         body = _dict(decode_params(params))
         turn_id = _opt_str(_dict(body.get("turn")).get("id"))
         thread = _opt_str(body.get("threadId"))
+        if self._child_turn(thread, turn_id):
+            return []
         if thread is not None and turn_id is not None:
             self.active_turns[thread] = turn_id
         if turn_id is not None:
@@ -296,6 +351,8 @@ class CodexMapper:
         turn = _dict(body.get("turn"))
         turn_id = _opt_str(turn.get("id"))
         thread = _opt_str(body.get("threadId"))
+        if self._child_turn(thread, turn_id):
+            return self._child_turn_completed(turn, turn_id, thread, raw_id)
         if thread is not None and self.active_turns.get(thread) == turn_id:
             del self.active_turns[thread]
         events: list[ProviderEvent] = []
@@ -347,6 +404,41 @@ class CodexMapper:
         )
         return events
 
+    def _child_turn_completed(
+        self, turn: dict[str, Any], turn_id: str | None, thread: str | None, raw_id: str | None
+    ) -> list[ProviderEvent]:
+        """A subagent thread's turn ended: close its items, never the app's turn."""
+        events: list[ProviderEvent] = []
+        for ref, item in list(self._items.items()):
+            if turn_id is None or item.turn_id != turn_id:
+                continue
+            del self._items[ref]
+            events.append(
+                ItemCompleted(
+                    raw_event_id=raw_id,
+                    native_item_ref=ref,
+                    content=_streamed(item),
+                    status="interrupted",
+                )
+            )
+        if turn_id is not None:
+            self._child_turns.discard(turn_id)
+            self._usage.pop(turn_id, None)
+        events.append(
+            Diagnostic(
+                raw_event_id=raw_id,
+                level="info",
+                code="subagent_turn_completed",
+                message=f"codex subagent thread {thread} ended a turn ({turn.get('status')})",
+                detail={"threadId": thread, "turnId": turn_id, "status": turn.get("status")},
+            )
+        )
+        return events
+
+    def _parent_of(self, body: dict[str, Any]) -> str | None:
+        thread = _opt_str(body.get("threadId"))
+        return self._children.get(thread) if thread is not None else None
+
     def _on_item_started(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
         body = _dict(decode_params(params))
         item = _dict(body.get("item"))
@@ -355,7 +447,15 @@ class CodexMapper:
         if content is None:
             return [self._unmapped_item("item/started", item, raw_id)]
         self._items[ref] = _OpenItem(turn_id=_opt_str(body.get("turnId")), content=content)
-        return [ItemStarted(raw_event_id=raw_id, native_item_ref=ref, content=content)]
+        self._spawned(ref, content)
+        return [
+            ItemStarted(
+                raw_event_id=raw_id,
+                native_item_ref=ref,
+                content=content,
+                parent_native_item_ref=self._parent_of(body),
+            )
+        ]
 
     def _on_item_completed(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
         body = _dict(decode_params(params))
@@ -365,6 +465,7 @@ class CodexMapper:
         if content is None:
             return [self._unmapped_item("item/completed", item, raw_id)]
         self._items.pop(ref, None)
+        self._spawned(ref, content)
         return [
             ItemCompleted(
                 raw_event_id=raw_id, native_item_ref=ref, content=content, status=item_status(item)

@@ -380,6 +380,7 @@ _MARK = {
     "handoff": "⇄",
     "fork": "⑂",
     "dynamic_tool": "⚙",
+    "subagent": "⤷",
 }
 
 
@@ -416,6 +417,8 @@ def render_item(item: dict[str, Any]) -> str:
             body = f"search: {item['query']}"
         case "dynamic_tool":
             body = f"tool {item.get('toolName') or '?'}"
+        case "subagent":
+            body = f"subagent {item.get('toolName') or '?'}: {item.get('description') or ''}"
         case "handoff":
             body = (
                 f"handoff ({item['strategy']}): "

@@ -14,6 +14,7 @@ from t3orch.events import CheckpointScopeUpserted, CheckpointUpserted, ProviderD
 from t3orch.gitstore import FileStat
 from t3orch.ids import CheckpointId, CheckpointScopeId, ThreadId, TurnItemId, derived_id
 from t3orch.ingest.changes import Changes
+from t3orch.ingest.subagents import adopt_child_scopes
 from t3orch.store.errors import CommandRejected
 from t3orch.store.interface import Decide, Decision, StateView
 
@@ -61,6 +62,8 @@ def record_checkpoint(
             created_at=now,
         )
         ch.emit(CheckpointScopeUpserted(scope=scope))
+        # The run's subagent scopes were opened before this one existed.
+        adopt_child_scopes(ch, run.thread_id, run.id, scope_id)
         checkpoint = Checkpoint(
             id=cp_id,
             thread_id=ThreadId(run.thread_id),

@@ -129,6 +129,17 @@ class DynamicTool(TurnItemBase, tag="dynamic_tool"):
     output: Any = None
 
 
+class Subagent(TurnItemBase, tag="subagent"):
+    """A provider subagent run; its own items are hidden children of its node."""
+
+    tool_name: str
+    description: str = ""
+    prompt: str | None = None
+    agent_type: str | None = None
+    child_native_thread_ref: str | None = None
+    output: Any = None
+
+
 TurnItem = (
     UserMessage
     | AssistantMessage
@@ -144,6 +155,7 @@ TurnItem = (
     | Handoff
     | Fork
     | DynamicTool
+    | Subagent
 )
 
 #: Which variant field a streamed delta appends to.

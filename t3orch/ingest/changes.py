@@ -6,6 +6,7 @@ from typing import Any
 
 from t3orch.domain.turn_items import apply_delta
 from t3orch.events import (
+    CheckpointScopeUpserted,
     Correlation,
     EventDraft,
     EventPayload,
@@ -35,6 +36,7 @@ _WRAP: dict[str, Any] = {
     "runtime_request": lambda v: RuntimeRequestUpserted(request=v),
     "turn_item": lambda v: TurnItemUpserted(item=v),
     "plan": lambda v: PlanUpserted(plan=v),
+    "checkpoint_scope": lambda v: CheckpointScopeUpserted(scope=v),
 }
 
 

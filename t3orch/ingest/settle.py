@@ -23,6 +23,7 @@ from t3orch.domain.vocab import (
 from t3orch.ids import ProviderTurnId, TurnItemId, derived_id
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.changes import Changes
+from t3orch.ingest.subagents import settle_subagent
 
 _RUN_STATUS = {
     "completed": "completed",
@@ -131,14 +132,14 @@ def close_open_items(
         ch.put("turn_item", msgspec.structs.replace(item, status=status, updated_at=now))
         node = ch.get("node", item.node_id) if item.node_id else None
         if node is not None and node.status not in NODE_TERMINAL:
-            ch.put(
-                "node",
-                msgspec.structs.replace(
-                    node,
-                    status="interrupted" if status == "interrupted" else "cancelled",
-                    completed_at=now,
-                ),
+            closed = msgspec.structs.replace(
+                node,
+                status="interrupted" if status == "interrupted" else "cancelled",
+                completed_at=now,
             )
+            ch.put("node", closed)
+            # A subagent still open when its parent's turn ends is interrupted with it.
+            settle_subagent(ch, closed)
         n += 1
     return n
 

@@ -16,7 +16,6 @@ from t3orch.domain.vocab import (
     ATTEMPT_TERMINAL,
     NODE_TERMINAL,
     RUN_TERMINAL,
-    TURN_ITEM_TERMINAL,
     TURN_TERMINAL,
     NodeKind,
 )
@@ -25,6 +24,7 @@ from t3orch.ids import MessageId, NodeId, PlanId, RuntimeRequestId, TurnItemId, 
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.changes import Changes
 from t3orch.ingest.settle import close_turn, release_session
+from t3orch.ingest.subagents import open_subagent, settle_subagent, subagent_owner
 from t3orch.provider_events import (
     Diagnostic,
     ItemCompleted,
@@ -39,6 +39,7 @@ from t3orch.provider_events import (
     ResumeFailed,
     RuntimeExited,
     SessionReady,
+    SubagentRun,
     ThreadRefsLearned,
     TurnCompleted,
     TurnStarted,
@@ -52,6 +53,7 @@ _NODE_KIND: dict[str, NodeKind] = {
     "plan": "plan",
     "user_message": "system",
     "compaction": "system",
+    "subagent": "subagent",
 }
 _turn_item_from_builtins = msgspec.convert
 #: Delta channel → (item field, replaces rather than extends). Unknown channels
@@ -324,7 +326,13 @@ def _item_started(ch: Changes, b: SessionBinding, ev: ItemStarted) -> None:
     parent = t.root_node_id
     if ev.parent_native_item_ref:
         parent = item_ids(t, ev.parent_native_item_ref)[1]
+    # Work under a subagent is the subagent's: hidden, on its provider thread.
+    owner = subagent_owner(ch, parent) if parent != t.root_node_id else None
     if ch.get("node", node_id) is None:
+        provider_thread_id = owner.provider_thread_id if owner else b.provider_thread_id
+        scope_id = None
+        if isinstance(ev.content, SubagentRun):
+            provider_thread_id, scope_id = open_subagent(ch, b, t, node_id, ev.content, owner)
         ch.put(
             "node",
             ExecutionNode(
@@ -339,16 +347,21 @@ def _item_started(ch: Changes, b: SessionBinding, ev: ItemStarted) -> None:
                 ),
                 status="running",
                 counts_for_run=False,
-                provider_thread_id=b.provider_thread_id,
+                provider_thread_id=provider_thread_id,
                 provider_turn_id=t.provider_turn_id,
                 native_item_ref=ProviderRef(value=ev.native_item_ref, strength="scoped"),
                 runtime_request_id=None,
-                checkpoint_scope_id=None,
+                checkpoint_scope_id=scope_id,
                 started_at=ch.now(),
             ),
         )
     if ch.get("turn_item", item_id) is None:
-        ch.put("turn_item", _make_item(ch, b, t, ev.native_item_ref, ev.content, "running"))
+        ch.put(
+            "turn_item",
+            _make_item(
+                ch, b, t, ev.native_item_ref, ev.content, "running", hidden=owner is not None
+            ),
+        )
 
 
 def _item_delta(ch: Changes, b: SessionBinding, ev: ItemDelta) -> None:
@@ -399,6 +412,8 @@ def _item_completed(ch: Changes, b: SessionBinding, ev: ItemCompleted) -> None:
             "cancelled": "cancelled",
         }.get(ev.status, "completed")
         ch.put("node", msgspec.structs.replace(node, status=node_status, completed_at=ch.now()))
+        # A subagent ending ends only itself: never its parent, never the run.
+        settle_subagent(ch, node, ev.content if isinstance(ev.content, SubagentRun) else None)
 
 
 def _keep_streamed_text(existing: TurnItem, done: TurnItem) -> dict[str, Any]:
@@ -625,4 +640,4 @@ def _orphan(
     )
 
 
-__all__ = ["TURN_ITEM_TERMINAL", "ingest", "ingest_many", "item_ids", "request_id"]
+__all__ = ["ingest", "ingest_many", "item_ids", "request_id"]

@@ -92,6 +92,7 @@ class ExecutionGraph(msgspec.Struct, rename="camel"):
     provider_threads: list[msgspec.Raw]
     provider_turns: list[msgspec.Raw]
     transfers: list[msgspec.Raw]
+    checkpoint_scopes: list[msgspec.Raw] = msgspec.field(default_factory=list)
 
 
 class ProviderSessions(msgspec.Struct, rename="camel"):
@@ -299,6 +300,7 @@ def execution_graph(r: ProjectionReader, thread_id: str) -> ExecutionGraph:
         provider_threads=_raw(pthreads),
         provider_turns=_raw(turns),
         transfers=_raw(r.rows("context_transfer", thread_id=thread_id)),
+        checkpoint_scopes=_raw(r.rows("checkpoint_scope", thread_id=thread_id)),
     )
 
 

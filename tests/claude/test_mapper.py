@@ -22,6 +22,7 @@ from t3orch.provider_events import (
     RequestResolved,
     RuntimeExited,
     SessionReady,
+    SubagentRun,
     ThreadRefsLearned,
     ToolCall,
     TurnCompleted,
@@ -198,7 +199,12 @@ def test_tool_result_for_an_unknown_tool_is_a_warning() -> None:
         ("WebSearch", {"query": "trio"}, WebSearchRun(query="trio")),
         ("WebFetch", {"url": "http://x"}, WebSearchRun(query="http://x")),
         ("mcp__t3__echo", {"text": "x"}, ToolCall(tool_name="mcp__t3__echo", input={"text": "x"})),
-        ("Task", {"prompt": "p"}, ToolCall(tool_name="Task", input={"prompt": "p"})),
+        ("Task", {"prompt": "p"}, SubagentRun(tool_name="Task", prompt="p")),
+        (
+            "Agent",
+            {"description": "d", "prompt": "p", "subagent_type": "Explore"},
+            SubagentRun(tool_name="Agent", description="d", prompt="p", agent_type="Explore"),
+        ),
     ],
 )
 def test_tool_names_map_to_items(name: str, tool_input: dict[str, object], content: object) -> None:
@@ -534,3 +540,40 @@ def test_full_access_opens_no_request_except_questions() -> None:
     assert isinstance(asked[0], RequestOpened) and asked[0].kind == "user_input"
     # The auto-answered request is not left open at the end of the turn.
     assert [type(e) for e in feed(mapper, result())].count(RequestCancelled) == 1
+
+
+def test_task_tool_is_a_subagent_and_its_frames_are_its_children() -> None:
+    mapper, _ = started_mapper()
+    spawn = feed(
+        mapper,
+        assistant(
+            "m1",
+            tool_use("task1", "Task", {"description": "look", "prompt": "find x"}),
+            "a1",
+        ),
+    )
+    assert spawn == [
+        ItemStarted(
+            native_item_ref="task1",
+            content=SubagentRun(tool_name="Task", description="look", prompt="find x"),
+        )
+    ]
+    child = feed(
+        mapper,
+        assistant("m2", text("child says"), "a2", parent_tool_use_id="task1"),
+        assistant(
+            "m2", tool_use("t2", "Bash", {"command": "ls"}), "a3", parent_tool_use_id="task1"
+        ),
+    )
+    started = [e for e in child if isinstance(e, ItemStarted)]
+    assert [e.native_item_ref for e in started] == ["m2#0", "t2"]
+    assert all(e.parent_native_item_ref == "task1" for e in started)
+    done = feed(mapper, tool_result("task1", "x is in y.py"))
+    assert done == [
+        ItemCompleted(
+            native_item_ref="task1",
+            content=SubagentRun(
+                tool_name="Task", description="look", prompt="find x", output="x is in y.py"
+            ),
+        )
+    ]

@@ -25,6 +25,7 @@ from t3orch.provider_events import (
     RequestCancelled,
     RequestOpened,
     RequestResolved,
+    SubagentRun,
     ThreadRefsLearned,
     ToolCall,
     TurnCompleted,
@@ -518,3 +519,104 @@ def test_same_frames_same_events() -> None:
         turn_completed("interrupted"),
     ]
     assert feed(CodexMapper(), *frames) == feed(CodexMapper(), *frames)
+
+
+def _collab(tool: str, status: str, receivers: list[str], **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "collabAgentToolCall",
+        "id": f"c-{tool}",
+        "tool": tool,
+        "status": status,
+        "senderThreadId": T,
+        "receiverThreadIds": receivers,
+        "agentsStates": {},
+        **extra,
+    }
+
+
+def test_collab_spawn_is_a_subagent_and_the_child_threads_items_are_its_children() -> None:
+    mapper = CodexMapper()
+    child, child_turn = "th-child", "tu-child"
+    events = feed(
+        mapper,
+        turn_started(),
+        started(_collab("spawnAgent", "inProgress", [], prompt="look for x\nin src")),
+        note(
+            "thread/started",
+            thread={"id": child, "parentThreadId": T, "agentNickname": "Ada", "turns": []},
+        ),
+        note("turn/started", threadId=child, turn={"id": child_turn, "status": "inProgress"}),
+        note(
+            "item/started",
+            threadId=child,
+            turnId=child_turn,
+            item={"type": "agentMessage", "id": "cm1", "text": ""},
+        ),
+        note(
+            "item/agentMessage/delta", threadId=child, turnId=child_turn, itemId="cm1", delta="hi"
+        ),
+        note(
+            "turn/completed",
+            threadId=child,
+            turn={"id": child_turn, "status": "completed", "items": []},
+        ),
+        completed(
+            _collab(
+                "spawnAgent",
+                "completed",
+                [child],
+                prompt="look for x\nin src",
+                agentsStates={child: {"status": "completed", "message": "done"}},
+            )
+        ),
+        started(_collab("wait", "inProgress", [child])),
+    )
+    spawn = events[1]
+    assert isinstance(spawn, ItemStarted)
+    assert spawn.content == SubagentRun(
+        tool_name="collab/spawnAgent",
+        description="look for x",
+        prompt="look for x\nin src",
+        output={},
+    )
+    # The child's thread is not a resume ref of ours, and its turn is not the app's.
+    assert not any(isinstance(e, ThreadRefsLearned) for e in events)
+    assert [type(e) for e in events].count(TurnStarted) == 1
+    assert not any(isinstance(e, TurnCompleted) for e in events)
+    codes = [e.code for e in events if isinstance(e, Diagnostic)]
+    assert codes == ["subagent_thread_started", "subagent_turn_completed"]
+    child_item = next(
+        e for e in events if isinstance(e, ItemStarted) and e.native_item_ref == "cm1"
+    )
+    assert child_item.parent_native_item_ref == "c-spawnAgent"
+    closed = next(e for e in events if isinstance(e, ItemCompleted) and e.native_item_ref == "cm1")
+    assert closed.status == "interrupted" and closed.content == AssistantText(text="hi")
+    done = next(
+        e for e in events if isinstance(e, ItemCompleted) and e.native_item_ref == "c-spawnAgent"
+    )
+    assert isinstance(done.content, SubagentRun)
+    assert done.content.child_native_thread_ref == child
+    # Other collab tools stay tool calls of the parent thread.
+    wait = events[-1]
+    assert isinstance(wait, ItemStarted) and isinstance(wait.content, ToolCall)
+    assert wait.parent_native_item_ref is None
+
+
+def test_collab_spawn_naming_its_child_before_the_child_thread_starts() -> None:
+    mapper = CodexMapper()
+    events = feed(
+        mapper,
+        turn_started(),
+        started(_collab("spawnAgent", "inProgress", ["th-c"])),
+        note(
+            "item/started",
+            threadId="th-c",
+            turnId="tu-c",
+            item={"type": "reasoning", "id": "r1", "summary": [], "content": []},
+        ),
+    )
+    first = events[1]
+    assert isinstance(first, ItemStarted) and isinstance(first.content, SubagentRun)
+    assert first.content.child_native_thread_ref == "th-c"
+    assert isinstance(events[2], ItemStarted)
+    assert events[2].parent_native_item_ref == "c-spawnAgent"
