@@ -7,6 +7,7 @@ from typing import Any
 from t3orch.domain.turn_items import apply_delta
 from t3orch.events import (
     CheckpointScopeUpserted,
+    ContextTransferUpserted,
     Correlation,
     EventDraft,
     EventPayload,
@@ -37,6 +38,7 @@ _WRAP: dict[str, Any] = {
     "turn_item": lambda v: TurnItemUpserted(item=v),
     "plan": lambda v: PlanUpserted(plan=v),
     "checkpoint_scope": lambda v: CheckpointScopeUpserted(scope=v),
+    "context_transfer": lambda v: ContextTransferUpserted(transfer=v),
 }
 
 

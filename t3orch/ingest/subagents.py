@@ -7,7 +7,10 @@ a child ``CheckpointScope`` (kind ``subagent``, ``advancesAppRunCount`` false,
 nested under the run's root scope once the run is checkpointed, or under the
 enclosing subagent's scope). Every item produced under the subagent node (the
 ``parent_native_item_ref`` chain) is ``hidden``: kept in ``turnItems`` and the
-graph, left out of messages and ``visibleTurnItems``.
+graph, left out of messages and ``visibleTurnItems``. The context that went in
+and came out is recorded as ``subagent_spawn`` / ``subagent_result``
+``ContextTransfer`` rows, ``consumed`` at once: the provider carried it natively
+(the prompt in, the report out), so there is nothing to materialize.
 
 Completion: a subagent finishing only ends its own node and makes its provider
 thread idle; the root node alone completes the run. The parent's turn ending
@@ -21,9 +24,18 @@ from __future__ import annotations
 import msgspec
 
 from t3orch.domain.checkpoint import CheckpointScope
+from t3orch.domain.context import ContextSourcePoint, ContextTransfer
 from t3orch.domain.node import ExecutionNode
 from t3orch.domain.provider import ProviderThread
-from t3orch.ids import CheckpointScopeId, NodeId, ProviderThreadId, ThreadId, derived_id
+from t3orch.ids import (
+    CheckpointScopeId,
+    ContextTransferId,
+    NodeId,
+    ProviderThreadId,
+    ThreadId,
+    TurnItemId,
+    derived_id,
+)
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.changes import Changes
 from t3orch.provider_events import SubagentRun
@@ -64,6 +76,7 @@ def open_subagent(
     b: SessionBinding,
     t: TurnBinding,
     node_id: NodeId,
+    item_id: TurnItemId,
     content: SubagentRun,
     owner: ExecutionNode | None,
 ) -> tuple[ProviderThreadId, CheckpointScopeId]:
@@ -121,7 +134,58 @@ def open_subagent(
                 created_at=now,
             ),
         )
+    _transfer(ch, b, t, node_id, item_id, "subagent_spawn", source_pt=b.provider_thread_id)
     return pt_id, scope_id
+
+
+def record_result(
+    ch: Changes, b: SessionBinding, t: TurnBinding, node: ExecutionNode, item_id: TurnItemId
+) -> None:
+    """A subagent completed: its report went back to the parent (``subagent_result``)."""
+    _transfer(ch, b, t, node.id, item_id, "subagent_result", source_pt=node.provider_thread_id)
+
+
+def _transfer(
+    ch: Changes,
+    b: SessionBinding,
+    t: TurnBinding,
+    node_id: NodeId,
+    item_id: TurnItemId,
+    kind: str,
+    source_pt: ProviderThreadId | None,
+) -> None:
+    assert b.thread_id is not None
+    transfer_id = derived_id(ContextTransferId, node_id, kind)
+    if ch.get("context_transfer", transfer_id) is not None:
+        return
+    pt = ch.get("provider_thread", source_pt) if source_pt else None
+    now = ch.now()
+    thread_id = ThreadId(b.thread_id)
+    ch.put(
+        "context_transfer",
+        ContextTransfer(
+            id=transfer_id,
+            type="subagent_spawn" if kind == "subagent_spawn" else "subagent_result",
+            source_thread_id=thread_id,
+            target_thread_id=thread_id,
+            source_point=ContextSourcePoint(
+                thread_id=thread_id,
+                run_id=t.run_id,
+                checkpoint_id=None,
+                turn_item_id=item_id,
+                provider_thread_ref=pt.native_thread_ref if pt is not None else None,
+                provider_turn_ref=None,
+            ),
+            base_point=None,
+            source_provider=b.provider,
+            target_provider=b.provider,
+            status="consumed",
+            resolution=None,
+            created_by="agent",
+            created_at=now,
+            consumed_at=now,
+        ),
+    )
 
 
 def settle_subagent(ch: Changes, node: ExecutionNode, content: SubagentRun | None = None) -> None:

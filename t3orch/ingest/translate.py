@@ -24,7 +24,12 @@ from t3orch.ids import MessageId, NodeId, PlanId, RuntimeRequestId, TurnItemId, 
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.changes import Changes
 from t3orch.ingest.settle import close_turn, release_session
-from t3orch.ingest.subagents import open_subagent, settle_subagent, subagent_owner
+from t3orch.ingest.subagents import (
+    open_subagent,
+    record_result,
+    settle_subagent,
+    subagent_owner,
+)
 from t3orch.provider_events import (
     Diagnostic,
     ItemCompleted,
@@ -332,7 +337,9 @@ def _item_started(ch: Changes, b: SessionBinding, ev: ItemStarted) -> None:
         provider_thread_id = owner.provider_thread_id if owner else b.provider_thread_id
         scope_id = None
         if isinstance(ev.content, SubagentRun):
-            provider_thread_id, scope_id = open_subagent(ch, b, t, node_id, ev.content, owner)
+            provider_thread_id, scope_id = open_subagent(
+                ch, b, t, node_id, item_id, ev.content, owner
+            )
         ch.put(
             "node",
             ExecutionNode(
@@ -414,6 +421,8 @@ def _item_completed(ch: Changes, b: SessionBinding, ev: ItemCompleted) -> None:
         ch.put("node", msgspec.structs.replace(node, status=node_status, completed_at=ch.now()))
         # A subagent ending ends only itself: never its parent, never the run.
         settle_subagent(ch, node, ev.content if isinstance(ev.content, SubagentRun) else None)
+        if node.kind == "subagent" and node_status == "completed":
+            record_result(ch, b, t, node, item_id)
 
 
 def _keep_streamed_text(existing: TurnItem, done: TurnItem) -> dict[str, Any]:

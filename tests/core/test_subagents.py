@@ -116,6 +116,13 @@ async def test_subagent_graph_shape_and_hidden_children(tmp_path: Path) -> None:
         assert scope["nodeId"] == sub["id"] and scope["providerThreadId"] == child_pt["id"]
         assert scope["parentScopeId"] is None  # the run has no root scope yet
         assert sub["checkpointScopeId"] == scope["id"]
+        # The context in and out: consumed transfers, pointing at the subagent item.
+        transfers = {t["type"]: t for t in graph["transfers"]}
+        assert set(transfers) == {"subagent_spawn", "subagent_result"}
+        assert {t["status"] for t in transfers.values()} == {"consumed"}
+        spawn_item = transfers["subagent_spawn"]["sourcePoint"]["turnItemId"]
+        assert transfers["subagent_result"]["sourcePoint"]["turnItemId"] == spawn_item
+        assert transfers["subagent_result"]["sourcePoint"]["providerThreadRef"] == "native-child"
 
         items, visible, messages = _detail(core, tid)
         refs = {(i["nativeItemRef"] or {}).get("value"): i for i in items}
@@ -194,6 +201,8 @@ async def test_parent_turn_ending_first_interrupts_the_open_subagent(tmp_path: P
         assert _node(graph, "subagent")["status"] == "interrupted"
         (child_pt,) = [p for p in graph["providerThreads"] if p["ownerNodeId"]]
         assert child_pt["status"] == "idle"
+        # Nothing came back from an interrupted subagent.
+        assert [t["type"] for t in graph["transfers"]] == ["subagent_spawn"]
         with core.reader.snapshot():
             run = core.reader.row("run", b.turn.run_id)
         assert run is not None and run.decode().status == "completed"
