@@ -60,22 +60,26 @@ class Checkpointer:
                 best = cp
         return best
 
-    async def after_run(self, thread_id: str, run_id: str) -> None:
+    async def after_run(self, thread_id: str, run_id: str, *, ending: bool = False) -> None:
         """The root run ended: checkpoint the thread's work tree (or say why not, once).
 
+        ``ending``: called at the completion barrier, after the turn's text and items
+        are final but before its terminal event is committed (the run is still open).
         Never raises: a checkpoint that cannot be taken is a diagnostic, and the
         next run is dispatched anyway.
         """
         try:
-            await self._after_run(thread_id, run_id)
+            await self._after_run(thread_id, run_id, ending)
         except (gitstore.GitError, OSError, trio.TooSlowError, CommandRejected) as exc:
             log.warning("checkpoint of %s run %s failed: %s", thread_id, run_id, exc)
             await self.core.note(None, "warning", "checkpoint_failed", f"{thread_id}: {exc}")
 
-    async def _after_run(self, thread_id: str, run_id: str) -> None:
+    async def _after_run(self, thread_id: str, run_id: str, ending: bool) -> None:
         run = self._row("run", run_id)
         thread = self._row("thread", thread_id)
-        if run is None or thread is None or run.status not in _ENDED or run.started_at is None:
+        if run is None or thread is None or run.started_at is None:
+            return
+        if not ending and run.status not in _ENDED:
             return
         if run.checkpoint_id is not None:
             return

@@ -331,8 +331,12 @@ class SessionManager:
             await runner.wait_turn()
         if runner.recovery is not None:
             await self._recover(thread_id, run, runner)
-        # The root run ended: its checkpoint comes before the next run is dispatched.
+        # Completed runs were checkpointed at their barrier; an interrupted or failed
+        # run is checkpointed here, before the next run is dispatched.
         await self.checkpointer.after_run(thread_id, run.id)
+
+    async def _checkpoint_at_barrier(self, thread_id: str, run_id: str) -> None:
+        await self.checkpointer.after_run(thread_id, run_id, ending=True)
 
     def _provider_of(self, thread_id: str) -> str | None:
         with self.reader.snapshot():
@@ -426,6 +430,7 @@ class SessionManager:
         if self.raw_factory is not None:
             runner.raw_factory = self.raw_factory
         runner.recover_runs = self.recover_runs
+        runner.on_turn_ending = self._checkpoint_at_barrier
         runner.stall_after_s = self.stall_after_s
         runner.kill_stalled_after_s = self.kill_stalled_after_s
         self.runners[thread_id] = runner

@@ -15,7 +15,7 @@ import logging
 import math
 import signal
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -100,6 +100,8 @@ class SessionRunner:
     restart: tuple[TurnBinding, str] | None = None
     #: Recover a run whose provider crashed mid-turn as a new attempt (configurable).
     recover_runs: bool = False
+    #: Called at a completed turn's barrier, before its terminal event (checkpoints).
+    on_turn_ending: Callable[[str, str], Awaitable[None]] | None = None
     #: The ``provider_recovery`` attempt prepared when this runtime crashed mid-turn.
     recovery: TurnBinding | None = None
     #: No frame for this long during a turn is a stall: reported (G3), and killed
@@ -454,6 +456,8 @@ class SessionRunner:
             chunk.append(event)
             if isinstance(event, RuntimeExited) and self._should_recover(event):
                 await self._prepare_recovery()
+            if isinstance(event, TurnCompleted) and event.status == "completed":
+                await self._completion_barrier(chunk)
             if isinstance(event, (TurnCompleted, RuntimeExited)):
                 await self._ingest(chunk)
                 chunk = []
@@ -478,6 +482,20 @@ class SessionRunner:
                 ):
                     await self._inflight.popleft().outcome()
             self.last_activity = trio.current_time()
+
+    async def _completion_barrier(self, chunk: list[ProviderEvent]) -> None:
+        """Text flushed and items final, then the checkpoint, then the terminal event.
+
+        Everything before the TurnCompleted is committed first; the checkpoint hook
+        runs while the run is still open; the caller then ingests the TurnCompleted.
+        """
+        if self.on_turn_ending is None or self.active_turn is None:
+            return
+        before, last = chunk[:-1], chunk[-1]
+        if before:
+            await self._ingest(before)
+        chunk[:] = [last]
+        await self.on_turn_ending(self.thread_id, self.active_turn.run_id)
 
     def _should_recover(self, event: RuntimeExited) -> bool:
         crashed = event.signal is not None or event.code not in (0, None)

@@ -117,3 +117,33 @@ async def test_a_cwd_outside_git_disables_checkpoints_once(tmp_path: Path) -> No
         assert note.detail["threadId"] == tid
         assert r.rows("checkpoint", tid) == []
         assert all(x.status == "completed" for x in r.rows("run", tid))
+
+
+async def test_completion_barrier_commits_the_checkpoint_before_the_terminal_event(
+    tmp_path: Path,
+) -> None:
+    """flush text -> finalize items -> checkpoint -> publish the run's terminal event."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    await git(repo, "init", "-q")
+    async with rig(tmp_path / "e.db") as r:
+        tid = await r.thread(cwd=str(repo))
+        run = await _run(r, tid, "first")
+        with r.core.reader.snapshot():
+            events = list(r.core.reader.iter_events())
+        ended = next(
+            e.sequence
+            for e in events
+            if e.type == "run.upserted"
+            and e.payload.run.id == run.id
+            and e.payload.run.status == "completed"
+        )  # type: ignore[union-attr]
+        checkpointed = next(e.sequence for e in events if e.type == "checkpoint.upserted")
+        items_final = max(
+            e.sequence
+            for e in events
+            if e.type == "turn_item.upserted"
+            and e.payload.item.run_id == run.id  # type: ignore[union-attr]
+            and type(e.payload.item).__name__ != "CheckpointItem"
+        )  # type: ignore[union-attr]
+        assert items_final < checkpointed < ended
