@@ -481,7 +481,10 @@ class SessionRunner:
                     self._inflight and self._inflight[0].done
                 ):
                     await self._inflight.popleft().outcome()
-            self.last_activity = trio.current_time()
+            # Idleness counts from the end of the last turn: frames between turns
+            # (status, usage) are not work.
+            if self.active_turn is not None:
+                self.last_activity = trio.current_time()
 
     async def _completion_barrier(self, chunk: list[ProviderEvent]) -> None:
         """Text flushed and items final, then the checkpoint, then the terminal event.
