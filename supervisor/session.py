@@ -459,11 +459,14 @@ class SessionRunner:
             if isinstance(event, TurnCompleted) and event.status == "completed":
                 await self._completion_barrier(chunk)
             if isinstance(event, (TurnCompleted, RuntimeExited)):
-                await self._ingest(chunk)
+                if isinstance(event, TurnCompleted):
+                    # Idle from the turn's end: stamped before its commit, so anyone who
+                    # sees the ended run also sees the runtime's new idle start.
+                    self.last_activity = trio.current_time()
+                await self._ingest(chunk, ends_turn=True)
                 chunk = []
                 if isinstance(event, TurnCompleted):
                     self.active_turn = None
-                    self.last_activity = trio.current_time()
                     self._turn_done.set()
                 else:
                     self.exit_event = event
@@ -523,12 +526,19 @@ class SessionRunner:
             return
         self.recovery = turn
 
-    async def _ingest(self, events: list[ProviderEvent]) -> None:
-        """Commit ``events`` after everything queued before them; wait for it."""
+    async def _ingest(self, events: list[ProviderEvent], *, ends_turn: bool = False) -> None:
+        """Commit ``events`` after everything queued before them; wait for it.
+
+        ``ends_turn``: the events end the active turn. The runner stops counting it
+        as busy once they are queued, before the commit: whoever sees the ended run
+        must not find the runner still claiming the turn.
+        """
         if self.binding is None:
             return
         binding = self.binding.with_turn(self.active_turn)
         ticket = await self.core.ingest_queued(binding, events)
+        if ends_turn:
+            self.active_turn = None
         await self._drain_inflight()
         await ticket.outcome()
 
