@@ -332,8 +332,12 @@ class SessionManager:
         if runner.recovery is not None:
             await self._recover(thread_id, run, runner)
         # Completed runs were checkpointed at their barrier; an interrupted or failed
-        # run is checkpointed here, before the next run is dispatched.
-        await self.checkpointer.after_run(thread_id, run.id)
+        # run is checkpointed here, before the next run is dispatched (not twice: a
+        # git probe per run is a subprocess).
+        with self.reader.snapshot():
+            ended = self.reader.row("run", run.id)
+        if ended is None or ended.status != "completed":
+            await self.checkpointer.after_run(thread_id, run.id)
 
     async def _checkpoint_at_barrier(self, thread_id: str, run_id: str) -> None:
         await self.checkpointer.after_run(thread_id, run_id, ending=True)
