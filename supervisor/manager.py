@@ -84,6 +84,8 @@ class SessionManager:
     #: A run whose provider crashed mid-turn goes on as a ``provider_recovery``
     #: attempt on a new runtime (within the restart intensity) instead of failing.
     recover_runs: bool = False
+    #: ``daemon.max_delta_handoff_chars``: past it a return gets a fresh provider thread.
+    delta_handoff_limit: int | None = None
     started_at: float = 0.0
     runners: dict[str, SessionRunner] = attrs.field(factory=dict)
     crashes: dict[str, _Crashes] = attrs.field(factory=dict)
@@ -434,6 +436,7 @@ class SessionManager:
         if self.raw_factory is not None:
             runner.raw_factory = self.raw_factory
         runner.recover_runs = self.recover_runs
+        runner.delta_handoff_limit = self.delta_handoff_limit
         runner.on_turn_ending = self._checkpoint_at_barrier
         runner.stall_after_s = self.stall_after_s
         runner.kill_stalled_after_s = self.kill_stalled_after_s

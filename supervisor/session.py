@@ -100,6 +100,9 @@ class SessionRunner:
     restart: tuple[TurnBinding, str] | None = None
     #: Recover a run whose provider crashed mid-turn as a new attempt (configurable).
     recover_runs: bool = False
+    #: A provider thread whose delta handoffs would pass this many characters is not
+    #: resumed: a fresh one gets a full summary (``daemon.max_delta_handoff_chars``).
+    delta_handoff_limit: int | None = None
     #: Called at a completed turn's barrier, before its terminal event (checkpoints).
     on_turn_ending: Callable[[str, str], Awaitable[None]] | None = None
     #: The ``provider_recovery`` attempt prepared when this runtime crashed mid-turn.
@@ -131,6 +134,8 @@ class SessionRunner:
         self.last_activity = math.inf
         binding = await self.core.open_session(self.thread_id, provider=self.provider)
         self.binding = binding
+        if self._resume_refs() is not None:
+            binding = await self._unless_deltas_overflow(binding)
         if self._resume_refs() is not None:
             self.config = attrs.evolve(self.config, resuming=True)
         send, receive = trio.open_memory_channel[ProviderEvent](1024)
@@ -187,6 +192,22 @@ class SessionRunner:
                         ]
                     )
             self.exited.set()
+
+    async def _unless_deltas_overflow(self, binding: SessionBinding) -> SessionBinding:
+        """Before resuming: past the configured delta size, a fresh provider thread instead.
+
+        Decided before the process starts, so it is started fresh, not resumed.
+        """
+        if self.first_run_id is None or not self.delta_handoff_limit:
+            return binding
+        fresh = await self.core.replace_if_deltas_overflow(
+            self.thread_id, binding.provider_session_id, self.first_run_id, self.delta_handoff_limit
+        )
+        if fresh is None:
+            return binding
+        self.binding, self.pending_context, why = fresh
+        await self.core.note(binding.provider_session_id, "info", "handoff_size_exceeded", why)
+        return self.binding
 
     async def _stall_watch(self) -> None:
         """A turn with no frames for ``stall_after_s`` is reported; optionally killed."""

@@ -102,6 +102,9 @@ class DaemonConfig:
     restart_period_s: float = 60.0
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0
+    #: Delta handoffs a provider thread may accumulate (characters) before a return
+    #: to it starts a fresh provider thread with a full summary instead.
+    max_delta_handoff_chars: int = 24_000
 
 
 @attrs.frozen
@@ -301,6 +304,9 @@ def _validate(cfg: Config) -> list[str]:
     for key in ("idle_timeout_s", "restart_period_s", "backoff_initial_s", "backoff_max_s"):
         if getattr(d, key) <= 0:
             out.append(f"daemon.{key}: must be positive, got {getattr(d, key)}")
+    if d.max_delta_handoff_chars < 1000:
+        got = d.max_delta_handoff_chars
+        out.append(f"daemon.max_delta_handoff_chars: must be at least 1000, got {got}")
     if d.restart_intensity < 1:
         out.append(f"daemon.restart_intensity: must be at least 1, got {d.restart_intensity}")
     if d.backoff_initial_s > d.backoff_max_s:

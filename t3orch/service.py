@@ -7,13 +7,25 @@ from typing import Any, Literal
 
 import attrs
 
-from t3orch.commands import checkpoints, handoff, lineage, requests, runs, sessions, threads
+from t3orch.commands import (
+    checkpoints,
+    delivery,
+    handoff,
+    lineage,
+    mergeback,
+    regenerate,
+    requests,
+    runs,
+    sessions,
+    threads,
+)
 from t3orch.commands import reconcile as reconcile_mod
 from t3orch.commands.specs import CreateThread
-from t3orch.domain.vocab import ProviderKind, RunAttemptReason
+from t3orch.domain.vocab import ContextHandoffStrategy, ProviderKind, RunAttemptReason
 from t3orch.gitstore import FileStat
 from t3orch.ids import (
     CommandId,
+    ContextTransferId,
     IdFactory,
     ProviderSessionId,
     ProviderThreadId,
@@ -126,6 +138,27 @@ class CoreService:
         binding, summary, _ = result.result
         return binding, summary
 
+    async def replace_if_deltas_overflow(
+        self, thread_id: str, session_id: ProviderSessionId, run_id: str, limit: int
+    ) -> tuple[SessionBinding, str, str] | None:
+        """Before resuming: a fresh provider thread when its delta handoffs would pass ``limit``.
+
+        Returns the new binding, the full summary and why; None when resuming is fine.
+        """
+        decide = handoff.replace_provider_thread(
+            thread_id,
+            session_id,
+            self.ids.new(ProviderThreadId),
+            run_id,
+            "handoff size",
+            delta_limit=limit,
+        )
+        result = await self._run(decide, None, "provider_thread.replace")
+        if result.result is None:
+            return None
+        binding, summary, why = result.result
+        return binding, summary, why
+
     async def switch_provider(
         self, thread_id: str, provider: ProviderKind, *, command_id: str | None = None
     ) -> CommandResult:
@@ -137,7 +170,7 @@ class CoreService:
     async def prepare_handoff(self, run_id: str, provider_thread_id: str) -> str | None:
         """The context ``run_id``'s provider thread missed, recorded as a handoff; or None."""
         result = await self._run(
-            lineage.prepare_handoff(run_id, provider_thread_id), None, "handoff.prepare"
+            delivery.prepare_handoff(run_id, provider_thread_id), None, "handoff.prepare"
         )
         return result.result if isinstance(result.result, str) else None
 
@@ -154,6 +187,31 @@ class CoreService:
             thread_id, run_id, self.ids.new(ThreadId), title=title, provider=provider
         )
         return await self._run(decide, command_id, "thread.fork")
+
+    async def regenerate_handoff(
+        self,
+        handoff_id: str,
+        strategy: ContextHandoffStrategy | None = None,
+        *,
+        command_id: str | None = None,
+    ) -> CommandResult:
+        """A new handoff from today's history supersedes ``handoff_id`` (commands.regenerate)."""
+        decide = regenerate.regenerate_handoff(handoff_id, strategy)
+        return await self._run(decide, command_id, "handoff.regenerate")
+
+    async def merge_back(
+        self,
+        thread_id: str,
+        run_id: str | None = None,
+        *,
+        target_thread_id: str | None = None,
+        command_id: str | None = None,
+    ) -> CommandResult:
+        """A pending ``merge_back`` of a fork into its parent (``commands.mergeback``)."""
+        decide = mergeback.merge_back(
+            thread_id, run_id, target_thread_id, self.ids.new(ContextTransferId)
+        )
+        return await self._run(decide, command_id, "thread.mergeBack")
 
     async def resolve_fork_native(
         self, transfer_id: str, provider_thread_id: str, native_ref: str

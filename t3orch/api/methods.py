@@ -89,6 +89,20 @@ async def thread_fork(conn: Connection, p: P.ThreadFork) -> Any:
     return _committed(res)
 
 
+async def thread_merge_back(conn: Connection, p: P.ThreadMergeBack) -> Any:
+    res = await conn.core.service.merge_back(
+        p.thread_id, p.run_id, target_thread_id=p.target_thread_id, command_id=p.command_id
+    )
+    return _committed(res)
+
+
+async def handoff_regenerate(conn: Connection, p: P.HandoffRegenerate) -> Any:
+    res = await conn.core.service.regenerate_handoff(
+        p.handoff_id, p.strategy, command_id=p.command_id
+    )
+    return _committed(res)
+
+
 async def checkpoint_list(conn: Connection, p: P.CheckpointList) -> Any:
     def read(store: SQLiteStore) -> tuple[Any, list[Any]]:
         thread = store.row("thread", p.thread_id)
@@ -226,6 +240,8 @@ METHODS: dict[str, Method] = {
     "thread.switchProvider": Method(P.ThreadSwitchProvider, thread_switch_provider),
     "thread.fork": Method(P.ThreadFork, thread_fork),
     "thread.rollback": Method(P.ThreadRollback, thread_rollback),
+    "thread.mergeBack": Method(P.ThreadMergeBack, thread_merge_back),
+    "handoff.regenerate": Method(P.HandoffRegenerate, handoff_regenerate),
     "checkpoint.list": Method(P.CheckpointList, checkpoint_list),
     "checkpoint.diff": Method(P.CheckpointDiff, checkpoint_diff),
     "run.send": Method(P.RunSend, run_send),

@@ -72,6 +72,23 @@ class ThreadFork(Params):
     provider: ProviderKind | None = None
 
 
+class ThreadMergeBack(Params):
+    command_id: CommandIdField
+    #: The fork whose runs go back.
+    thread_id: str
+    #: Up to this run (finished); default its latest.
+    run_id: str | None = None
+    #: Default: the thread it was forked from.
+    target_thread_id: str | None = None
+
+
+class HandoffRegenerate(Params):
+    command_id: CommandIdField
+    handoff_id: str
+    #: Default: the handoff's own strategy.
+    strategy: Literal["delta_since_target_last_seen", "full_thread_summary"] | None = None
+
+
 class CheckpointList(Params):
     thread_id: str
 

@@ -1,4 +1,5 @@
-"""Client commands for lineage and context: fork, switch-provider, handoffs, checkpoints."""
+"""Client commands for lineage and context: fork, merge-back, switch-provider, handoffs,
+checkpoints."""
 
 from __future__ import annotations
 
@@ -33,6 +34,24 @@ def register(
     p = add("handoffs", "a thread's context handoffs (what each run was told)", cmd_handoffs)
     p.add_argument("thread")
     p.add_argument("--text", action="store_true", help="print each handoff's full text")
+    # ``handoff regenerate``: a group (the leaf alone takes the common options).
+    p = sub.add_parser("handoff", help="handoff commands (handoff regenerate …)")
+    hsub = p.add_subparsers(dest="handoff_command", required=True)
+    regen = hsub.add_parser(
+        "regenerate", help="rebuild a handoff from today's history; the old one is superseded"
+    )
+    common(regen)
+    regen.add_argument("handoff", help="the handoff id (see `t3orch handoffs THREAD`)")
+    regen.add_argument(
+        "--full",
+        action="store_true",
+        help="as a full_thread_summary (default: the handoff's own strategy)",
+    )
+    regen.set_defaults(handler=lambda args: run_client(args, cmd_regenerate))
+    p = add("merge-back", "carry a fork's runs back into its parent as context", cmd_merge_back)
+    p.add_argument("thread", help="the fork")
+    p.add_argument("--run", default=None, help="up to this finished run; default the latest")
+    p.add_argument("--into", default=None, help="the target thread; default the fork's parent")
     p = add("checkpoints", "a thread's filesystem checkpoints (one per run)", cmd_checkpoints)
     p.add_argument("thread")
     p = add("diff", "the changes between two checkpoints", cmd_diff)
@@ -98,6 +117,50 @@ async def cmd_handoffs(client: ApiClient, args: argparse.Namespace) -> int:
     if args.text:
         for h in handoffs:
             print(f"\n── {h['id']} ({_short(h['strategy'])})\n{h['summaryText']}")
+    return 0
+
+
+async def _mutate(
+    client: ApiClient, args: argparse.Namespace, method: str, params: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Call ``method``; with ``--json`` print the answer and return None, else its result."""
+    res = await client.call(method, params)
+    if args.json:
+        _json(res)
+        return None
+    result: dict[str, Any] = res["result"]
+    return result
+
+
+async def cmd_regenerate(client: ApiClient, args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"commandId": command_id(), "handoffId": args.handoff}
+    if args.full:
+        params["strategy"] = "full_thread_summary"
+    r = await _mutate(client, args, "handoff.regenerate", params)
+    if r is None:
+        return 0
+    covered = r["coveredRunOrdinals"]
+    print(
+        f"{r['handoffId']} ({r['strategy']}, runs {covered['from']}-{covered['to']}) supersedes "
+        f"{r['supersedes']}; it goes to provider thread {r['providerThreadId']} with its next run"
+    )
+    return 0
+
+
+async def cmd_merge_back(client: ApiClient, args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"commandId": command_id(), "threadId": args.thread}
+    if args.run:
+        params["runId"] = args.run
+    if args.into:
+        params["targetThreadId"] = args.into
+    r = await _mutate(client, args, "thread.mergeBack", params)
+    if r is None:
+        return 0
+    covered = r["coveredRunOrdinals"]
+    print(
+        f"{r['transferId']}: runs {covered['from']}-{covered['to']} of {r['sourceThreadId']} "
+        f"go to {r['targetThreadId']} with its next run"
+    )
     return 0
 
 

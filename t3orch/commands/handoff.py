@@ -1,14 +1,19 @@
-"""Resume failed: a replacement provider thread seeded from the app's own history.
+"""A replacement provider thread seeded from the app's own history.
 
+Two reasons: resuming the old one failed (it becomes ``error``), or the delta
+handoffs it accumulated would pass the configured size (it becomes ``closed``:
+it still works, but a fresh conversation with one summary is better context).
 The old provider thread is kept (with its native ref, for audit); a
 ``provider_handoff`` ContextTransfer records why, and a ``full_thread_summary``
-ContextHandoff carries the summary the next run sends to the new thread.
+ContextHandoff carries the summary the next run sends to the new thread. A
+handoff the run had before (an earlier attempt's) is ``superseded``.
 """
 
 from __future__ import annotations
 
 import msgspec
 
+from t3orch.commands.delivery import delta_overflow
 from t3orch.commands.lineage import MAX_SUMMARY_CHARS, history, render
 from t3orch.commands.threads import require_thread
 from t3orch.domain.context import (
@@ -36,14 +41,19 @@ from t3orch.ingest.changes import Changes
 from t3orch.store.errors import CommandRejected
 from t3orch.store.interface import Decide, Decision, StateView
 
+_RESUME_FAILED = "The earlier provider conversation for this thread could not be resumed."
+_OVERFLOW = (
+    "The earlier provider conversation for this thread has been given too much context "
+    "second-hand, so this is a fresh one."
+)
 
-def thread_summary(view: StateView, thread_id: str, *, limit: int = MAX_SUMMARY_CHARS) -> str:
+
+def thread_summary(
+    view: StateView, thread_id: str, *, limit: int = MAX_SUMMARY_CHARS, why: str = _RESUME_FAILED
+) -> str:
     # A fork's inherited conversation is part of its history (commands.lineage).
     body = render(history(view, thread_id), limit=limit)
-    return (
-        "The earlier provider conversation for this thread could not be resumed. "
-        "Here is the conversation so far, from the application's own history:\n\n" + body
-    )
+    return f"{why} Here is the conversation so far, from the application's own history:\n\n" + body
 
 
 def replace_provider_thread(
@@ -52,7 +62,15 @@ def replace_provider_thread(
     new_provider_thread_id: ProviderThreadId,
     target_run_id: str,
     reason: str,
+    *,
+    delta_limit: int | None = None,
 ) -> Decide:
+    """Replace the thread's active provider thread for ``target_run_id``.
+
+    ``delta_limit``: replace it only if the delta it would get for the run would
+    take its delta handoffs past that many characters (else decide nothing, None).
+    """
+
     def decide(view: StateView) -> Decision:
         thread = require_thread(view, thread_id)
         old_id = thread.active_provider_thread_id
@@ -62,14 +80,27 @@ def replace_provider_thread(
         run = view.get("run", target_run_id)
         if run is None:
             raise CommandRejected("unknown_run", f"no run {target_run_id!r}")
+        why, old_status, tag = reason, "error", "resume_fallback"
+        if delta_limit is not None:
+            overflow = delta_overflow(view, run, old, delta_limit)
+            if overflow is None:
+                return Decision([], None)
+            why, old_status, tag = overflow, "closed", "handoff_overflow"
         ch = Changes(view)
         now = view.now()
-        transfer_id = derived_id(ContextTransferId, new_provider_thread_id, "resume_fallback")
+        transfer_id = derived_id(ContextTransferId, new_provider_thread_id, tag)
         handoff_id = derived_id(ContextHandoffId, transfer_id)
-        runs = [r for r in view.select("run", thread_id=thread_id) if r.id != run.id]
+        runs = [
+            r
+            for r in view.select("run", thread_id=thread_id)
+            if r.ordinal < run.ordinal and r.status != "rolled_back"
+        ]
         covered = RunOrdinalRange(from_=1, to=max((r.ordinal for r in runs), default=0))
-        summary = thread_summary(view, thread_id)
-        ch.put("provider_thread", msgspec.structs.replace(old, status="error", updated_at=now))
+        summary = thread_summary(
+            view, thread_id, why=_OVERFLOW if tag == "handoff_overflow" else _RESUME_FAILED
+        )
+        supersede_run_handoff(ch, run.context_handoff_id)
+        ch.put("provider_thread", msgspec.structs.replace(old, status=old_status, updated_at=now))
         ch.put(
             "provider_thread",
             ProviderThread(
@@ -166,6 +197,18 @@ def replace_provider_thread(
             provider_thread_id=new_provider_thread_id,
             thread_id=ThreadId(thread.id),
         )
-        return Decision(ch.drafts, (binding, summary, reason))
+        return Decision(ch.drafts, (binding, summary, why))
 
     return decide
+
+
+def supersede_run_handoff(ch: Changes, handoff_id: str | None) -> None:
+    """The handoff a run had is replaced: it and its transfer become ``superseded``."""
+    old = ch.get("context_handoff", handoff_id) if handoff_id else None
+    if old is None or old.status == "superseded":
+        return
+    now = ch.now()
+    ch.put("context_handoff", msgspec.structs.replace(old, status="superseded", updated_at=now))
+    transfer = ch.get("context_transfer", old.transfer_id)
+    if transfer is not None and transfer.type == "provider_handoff":
+        ch.put("context_transfer", msgspec.structs.replace(transfer, status="superseded"))

@@ -31,13 +31,14 @@ from t3orch.domain.thread import AppThread, AppThreadLineage, ModelSelection
 from t3orch.domain.turn_items import Handoff
 from t3orch.domain.vocab import (
     RUN_TERMINAL,
+    ContextHandoffStatus,
     ContextHandoffStrategy,
     ContextTransferStatus,
     ContextTransferType,
     CreatedBy,
     ProviderKind,
 )
-from t3orch.events import ContextHandoffUpserted, ContextTransferUpserted, ThreadUpserted
+from t3orch.events import ContextTransferUpserted, ThreadUpserted
 from t3orch.ids import (
     ContextHandoffId,
     ContextTransferId,
@@ -182,7 +183,7 @@ def switch_provider(thread_id: str, provider: ProviderKind) -> Decide:
     return decide
 
 
-def _handoff(
+def record_handoff(
     ch: Changes,
     *,
     thread_id: str,
@@ -198,10 +199,16 @@ def _handoff(
     summary: str,
     status: ContextTransferStatus,
     created_by: CreatedBy = "system",
+    handoff_id: ContextHandoffId | None = None,
+    handoff_status: ContextHandoffStatus = "ready",
 ) -> ContextHandoff:
-    """Record a transfer, its materialized handoff, the run's link and a ``handoff`` item."""
+    """Record a transfer, its materialized handoff, the run's link and a ``handoff`` item.
+
+    The run's ``contextHandoffId`` names the first handoff it got; a merge-back or a
+    regenerated handoff delivered with the same run keeps its own ``targetRunId``.
+    """
     now = ch.now()
-    handoff_id = derived_id(ContextHandoffId, transfer_id)
+    handoff_id = handoff_id or derived_id(ContextHandoffId, transfer_id)
     resolution: ContextTransferResolution = (
         DeltaContextResolution(context_handoff_id=handoff_id)
         if strategy == "delta_since_target_last_seen"
@@ -232,26 +239,43 @@ def _handoff(
         to_provider_thread_id=target.id,
         covered_run_ordinals=covered,
         strategy=strategy,
-        status="ready",
+        status=handoff_status,
         summary_message_id=None,
         summary_text=summary,
         created_by_provider=None,
         created_at=now,
         updated_at=now,
     )
-    ch.emit(ContextHandoffUpserted(handoff=handoff))
-    ch.put("run", msgspec.structs.replace(run, context_handoff_id=handoff_id))
-    ch.put(
-        "provider_thread",
-        msgspec.structs.replace(
-            target, handoff_ids=[*target.handoff_ids, handoff_id], updated_at=now
-        ),
-    )
+    ch.put("context_handoff", handoff)
+    if handoff_status == "ready":
+        deliver(ch, handoff, run, target, from_providers=sorted({p.provider for p in from_pts}))
+    return handoff
+
+
+def deliver(
+    ch: Changes,
+    handoff: ContextHandoff,
+    run: Run,
+    target: ProviderThread,
+    *,
+    from_providers: list[str],
+) -> None:
+    """The handoff goes to ``run``: the run's link, the provider thread's list, an item."""
+    now = ch.now()
+    current = ch.get("run", run.id) or run
+    if current.context_handoff_id is None:
+        ch.put("run", msgspec.structs.replace(current, context_handoff_id=handoff.id))
+    pt = ch.get("provider_thread", target.id) or target
+    if handoff.id not in pt.handoff_ids:
+        ch.put(
+            "provider_thread",
+            msgspec.structs.replace(pt, handoff_ids=[*pt.handoff_ids, handoff.id], updated_at=now),
+        )
     ch.put(
         "turn_item",
         Handoff(
-            id=derived_id(TurnItemId, handoff_id),
-            thread_id=ThreadId(thread_id),
+            id=derived_id(TurnItemId, handoff.id),
+            thread_id=handoff.thread_id,
             run_id=run.id,
             node_id=run.root_node_id,
             provider_turn_id=None,
@@ -259,106 +283,12 @@ def _handoff(
             status="completed",
             created_at=now,
             updated_at=now,
-            handoff_id=handoff_id,
-            strategy=strategy,
-            from_providers=sorted({p.provider for p in from_pts}),
+            handoff_id=handoff.id,
+            strategy=handoff.strategy,
+            from_providers=from_providers,
             to_provider=target.provider,
         ),
     )
-    return handoff
-
-
-def prepare_handoff(run_id: str, provider_thread_id: str) -> Decide:
-    """Materialize the context a run's provider thread misses, just before the run starts.
-
-    The result is the handoff text to put before the user's message, or None.
-
-    * The provider thread saw runs before (``lastRunOrdinal``) and later runs went
-      elsewhere: ``delta_since_target_last_seen`` covering exactly those runs.
-    * It never saw a run, and the thread has earlier runs (the first run on a newly
-      selected provider): ``full_thread_summary``.
-    * A run that already has a handoff (a resume fallback, a portable fork) gets none.
-    """
-
-    def decide(view: StateView) -> Decision:
-        run = view.get("run", run_id)
-        pt = view.get("provider_thread", provider_thread_id)
-        if run is None or pt is None or run.context_handoff_id is not None:
-            return Decision([], None)
-        earlier = sorted(
-            (
-                r
-                for r in view.select("run", thread_id=run.thread_id)
-                if r.ordinal < run.ordinal and r.status != "rolled_back"
-            ),
-            key=lambda r: r.ordinal,
-        )
-        seen = pt.last_run_ordinal
-        missed = [
-            r
-            for r in earlier
-            if (seen is None or r.ordinal > seen)
-            and r.provider_thread_id is not None
-            and r.provider_thread_id != pt.id
-        ]
-        if not missed:
-            return Decision([], None)
-        ch = Changes(view)
-        sources: dict[str, ProviderThread] = {}
-        for r in missed:
-            src = view.get("provider_thread", r.provider_thread_id)
-            if src is not None:
-                sources[src.id] = src
-        from_pts = list(sources.values())
-        providers = ", ".join(sorted({p.provider for p in from_pts})) or "another provider"
-        last = missed[-1]
-        point = ContextSourcePoint(
-            thread_id=ThreadId(run.thread_id),
-            run_id=last.id,
-            checkpoint_id=last.checkpoint_id,
-            turn_item_id=None,
-            provider_thread_ref=sources[last.provider_thread_id].native_thread_ref
-            if last.provider_thread_id in sources
-            else None,
-            provider_turn_ref=None,
-        )
-        transfer_id = derived_id(ContextTransferId, run.id, "provider_handoff")
-        if seen is None:
-            strategy: ContextHandoffStrategy = "full_thread_summary"
-            covered = RunOrdinalRange(from_=1, to=earlier[-1].ordinal)
-            summary = (
-                f"Context handoff: this conversation was held with another provider "
-                f"({providers}) until now. Here is the conversation so far, from the "
-                "application's own history:\n\n"
-                + render(history(view, run.thread_id, up_to_ordinal=earlier[-1].ordinal))
-            )
-        else:
-            strategy = "delta_since_target_last_seen"
-            covered = RunOrdinalRange(from_=missed[0].ordinal, to=missed[-1].ordinal)
-            summary = (
-                f"Context handoff: since your last turn here, the conversation continued "
-                f"with another provider ({providers}) for runs {covered.from_}-{covered.to}. "
-                "Here is what was said, from the application's own history:\n\n"
-                + render(history(view, run.thread_id, run_ids=[r.id for r in missed]))
-            )
-        _handoff(
-            ch,
-            thread_id=run.thread_id,
-            run=run,
-            transfer_type="provider_handoff",
-            transfer_id=transfer_id,
-            strategy=strategy,
-            source_point=point,
-            source_provider=last.provider,
-            target=pt,
-            from_pts=from_pts,
-            covered=covered,
-            summary=summary,
-            status="resolved_portable",
-        )
-        return Decision(ch.drafts, summary)
-
-    return decide
 
 
 # -- forks ----------------------------------------------------------------------------------
@@ -380,20 +310,7 @@ def fork_thread(
 
     def decide(view: StateView) -> Decision:
         parent = require_thread(view, thread_id)
-        runs = sorted(view.select("run", thread_id=thread_id), key=lambda r: r.ordinal)
-        if run_id is not None:
-            source = view.get("run", run_id)
-            if source is None or source.thread_id != thread_id:
-                raise CommandRejected("unknown_run", f"no run {run_id!r} on thread {thread_id}")
-            if source.status not in RUN_TERMINAL:
-                raise CommandRejected(
-                    "run_not_finished", f"run {run_id} is {source.status}; fork at a finished run"
-                )
-            if source.status == "rolled_back":
-                raise CommandRejected("run_rolled_back", f"run {run_id} was rolled back")
-        else:
-            done = [r for r in runs if r.status in RUN_TERMINAL and r.status != "rolled_back"]
-            source = done[-1] if done else None
+        source = finished_run(view, thread_id, run_id, "fork at")
         ch = Changes(view)
         now = view.now()
         kind = provider or parent.default_provider
@@ -466,6 +383,28 @@ def fork_thread(
         )
 
     return decide
+
+
+def finished_run(view: StateView, thread_id: str, run_id: str | None, verb: str) -> Run | None:
+    """``run_id`` checked to be a finished, live run of the thread; default its latest one."""
+    if run_id is None:
+        done = [
+            r
+            for r in view.select("run", thread_id=thread_id)
+            if r.status in RUN_TERMINAL and r.status != "rolled_back"
+        ]
+        return max(done, key=lambda r: r.ordinal) if done else None
+    run = view.get("run", run_id)
+    if run is None or run.thread_id != thread_id:
+        raise CommandRejected("unknown_run", f"no run {run_id!r} on thread {thread_id}")
+    if run.status not in RUN_TERMINAL:
+        raise CommandRejected(
+            "run_not_finished", f"run {run_id} is {run.status}; {verb} a finished run"
+        )
+    if run.status == "rolled_back":
+        raise CommandRejected("run_rolled_back", f"run {run_id} was rolled back")
+    assert isinstance(run, Run)
+    return run
 
 
 def _native_turn_ref(view: StateView, run: Run | None) -> str | None:
@@ -547,7 +486,7 @@ def resolve_fork_portable(
             if source_run.provider_thread_id
             else None
         )
-        _handoff(
+        record_handoff(
             ch,
             thread_id=run.thread_id,
             run=run,
@@ -574,10 +513,11 @@ def pending_fork(view: StateView, thread_id: str) -> ContextTransfer | None:
 
 
 __all__ = [
+    "finished_run",
     "fork_thread",
     "history",
     "pending_fork",
-    "prepare_handoff",
+    "record_handoff",
     "render",
     "resolve_fork_native",
     "resolve_fork_portable",

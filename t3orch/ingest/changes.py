@@ -7,6 +7,8 @@ from typing import Any
 from t3orch.domain.turn_items import apply_delta
 from t3orch.events import (
     CheckpointScopeUpserted,
+    CheckpointUpserted,
+    ContextHandoffUpserted,
     ContextTransferUpserted,
     Correlation,
     EventDraft,
@@ -39,6 +41,8 @@ _WRAP: dict[str, Any] = {
     "plan": lambda v: PlanUpserted(plan=v),
     "checkpoint_scope": lambda v: CheckpointScopeUpserted(scope=v),
     "context_transfer": lambda v: ContextTransferUpserted(transfer=v),
+    "context_handoff": lambda v: ContextHandoffUpserted(handoff=v),
+    "checkpoint": lambda v: CheckpointUpserted(checkpoint=v),
 }
 
 

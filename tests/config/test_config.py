@@ -31,6 +31,7 @@ restart_intensity = 5
 restart_period_s = 30.0
 backoff_initial_s = 0.25
 backoff_max_s = 10
+max_delta_handoff_chars = 50000
 
 [providers.codex]
 command = ["/opt/codex/bin/codex"]
@@ -64,6 +65,7 @@ def test_defaults_without_a_file() -> None:
     assert (d.restart_intensity, d.restart_period_s) == (3, 60.0)
     assert (d.backoff_initial_s, d.backoff_max_s) == (0.5, 30.0)
     assert not d.api_allow_remote
+    assert d.max_delta_handoff_chars == 24_000
     assert cfg.providers.standin.command == [sys.executable, "-m", "adapters.standin"]
     assert load_config(None) == parse_config({})
 
@@ -73,6 +75,7 @@ def test_every_key(tmp_path: Path) -> None:
     assert cfg.daemon.state_dir == tmp_path / "state"  # relative to the config file
     assert cfg.daemon.synchronous == "NORMAL" and cfg.daemon.api_port == 8765
     assert cfg.daemon.idle_timeout_s == 600.0 and isinstance(cfg.daemon.idle_timeout_s, float)
+    assert cfg.daemon.max_delta_handoff_chars == 50_000
     assert cfg.providers.codex.command == ["/opt/codex/bin/codex"]
     assert cfg.providers.codex.env == {"RUST_LOG": "info"}
     assert cfg.providers.codex.home == Path.home() / "codex-home"
@@ -93,6 +96,14 @@ def test_every_key(tmp_path: Path) -> None:
         ("[daemon]\napi_port = 70000", "daemon.api_port: must be 0..65535"),
         ("[daemon]\nmax_frame_bytes = true", "daemon.max_frame_bytes: expected an integer"),
         ("[daemon]\nidle_timeout_s = -1", "daemon.idle_timeout_s: must be positive"),
+        (
+            "[daemon]\nmax_delta_handoff_chars = 10",
+            "daemon.max_delta_handoff_chars: must be at least 1000, got 10",
+        ),
+        (
+            '[daemon]\nmax_delta_handoff_chars = "big"',
+            "daemon.max_delta_handoff_chars: expected an integer, got the string 'big'",
+        ),
         ("[daemon]\nbackoff_initial_s = 60", "daemon.backoff_initial_s: 60.0 is above"),
         ('[daemon]\napi_host = "0.0.0.0"', "daemon.api_host: '0.0.0.0' is not a loopback"),
         ('[providers.codex]\ncommand = "codex"', "providers.codex.command: expected an array"),

@@ -10,6 +10,7 @@ import msgspec
 from adapters.protocol import ProviderAdapter
 from supervisor.providers import StandinAdapter, standin_settings
 from t3orch.domain.vocab import ProviderKind
+from tests.supervisor.support import Rig
 
 #: Every kind is the stand-in (a Codex-shaped transcript), so switching always runs.
 STANDIN_PROVIDERS = {
@@ -21,6 +22,15 @@ STANDIN_PROVIDERS = {
 
 def standin_for_every_kind(kind: ProviderKind) -> ProviderAdapter:
     return StandinAdapter()
+
+
+async def send_completed(r: Rig, tid: str, text: str) -> str:
+    """Send ``text`` on ``tid`` through the supervisor; the run id once it completed."""
+    sent = await r.manager.send_message(tid, text)
+    run_id = str(sent.result["runId"])
+    run = await r.wait_run(run_id)
+    assert run.status == "completed", run
+    return run_id
 
 
 @attrs.define

@@ -92,3 +92,43 @@ async def test_checkpoints_diff_and_rollback_commands(
         plain = await svc.create_thread(CreateThread(provider="standin", cwd=str(tmp_path)))
         code, out, _ = await cli("checkpoints", plain.result["threadId"])
         assert code == 0 and "checkpoints disabled" in out
+
+
+async def test_merge_back_and_handoff_regenerate(capsys: pytest.CaptureFixture[str]) -> None:
+    async with running_api() as api:
+        cli = Cli(api, capsys)
+        svc = api.core.service
+        code, out, err = await cli("thread", "new", "--provider", "standin", "--cwd", ".")
+        tid = out.strip()
+        run1 = (await svc.send_message(tid, "base")).result["runId"]
+        await _play(api, tid, run1, "completed", "ok")
+        code, out, err = await cli("fork", tid)
+        fork = out.strip()
+        frun = (await svc.send_message(fork, "try GUAVA")).result["runId"]
+        await _play(api, fork, frun, "completed", "GUAVA works")
+
+        code, out, err = await cli("merge-back", tid)
+        assert code == 3 and "not a fork" in err
+        code, out, err = await cli("merge-back", fork, "--run", "run_nope")
+        assert code == 3 and "no run 'run_nope'" in err
+        code, out, err = await cli("merge-back", fork)
+        assert code == 0, err
+        assert f"runs 1-1 of {fork} go to {tid}" in out
+
+        run2 = (await svc.send_message(tid, "next")).result["runId"]
+        session = await svc.open_session(tid)
+        assert session.provider_thread_id is not None
+        text = await svc.prepare_handoff(run2, session.provider_thread_id)
+        assert text is not None and "GUAVA works" in text
+        (handoff,) = await cli.json("handoffs", tid)
+        assert handoff["strategy"] == "delta_since_target_last_seen"
+
+        code, out, err = await cli("handoff", "regenerate", handoff["id"], "--full")
+        assert code == 0, err
+        assert f"supersedes {handoff['id']}" in out and "full_thread_summary" in out
+        code, out, err = await cli("handoff", "regenerate", handoff["id"])
+        assert code == 3 and "already superseded" in err
+        code, out, err = await cli("handoff", "regenerate", "hof_nope")
+        assert code == 3 and "no context handoff 'hof_nope'" in err
+        code, out, _ = await cli("handoffs", tid)
+        assert "superseded" in out and "pending" in out

@@ -1,0 +1,220 @@
+"""What a run's provider thread is told when the run starts (issue 7).
+
+Called just before a run's first attempt, once its provider thread is known:
+
+* what this provider thread missed on its own app thread (a provider switch):
+  ``delta_since_target_last_seen`` for the runs since it last ran, or a
+  ``full_thread_summary`` the first time; this is the run's ``contextHandoffId``;
+* handoffs waiting for this provider thread: a regenerated one (``pending``
+  until delivered, see ``commands.regenerate``) and pending ``merge_back``
+  transfers into this app thread (``commands.mergeback``).
+
+The texts are joined and put before the user's message. See docs/lineage.md.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from t3orch.commands import mergeback
+from t3orch.commands.lineage import deliver, history, record_handoff, render
+from t3orch.domain.context import ContextHandoff, ContextSourcePoint, RunOrdinalRange
+from t3orch.domain.provider import ProviderThread
+from t3orch.domain.run import Run
+from t3orch.domain.vocab import ContextHandoffStrategy
+from t3orch.ids import ContextTransferId, ThreadId, derived_id
+from t3orch.ingest.changes import Changes
+from t3orch.store.interface import Decide, Decision, StateView
+
+#: Between the texts of several handoffs delivered with one run (and the message).
+SEPARATOR = "\n\n---\n\n"
+
+
+def earlier_runs(view: StateView, run: Run) -> list[Run]:
+    return sorted(
+        (
+            r
+            for r in view.select("run", thread_id=run.thread_id)
+            if r.ordinal < run.ordinal and r.status != "rolled_back"
+        ),
+        key=lambda r: r.ordinal,
+    )
+
+
+def missed_runs(view: StateView, run: Run, pt: ProviderThread) -> list[Run]:
+    """The earlier runs of the app thread that ran on other provider threads since ``pt``'s last."""
+    seen = pt.last_run_ordinal
+    return [
+        r
+        for r in earlier_runs(view, run)
+        if (seen is None or r.ordinal > seen)
+        and r.provider_thread_id is not None
+        and r.provider_thread_id != pt.id
+    ]
+
+
+def delta_summary(view: StateView, thread_id: str, missed: list[Run], providers: str) -> str:
+    covered = RunOrdinalRange(from_=missed[0].ordinal, to=missed[-1].ordinal)
+    return (
+        f"Context handoff: since your last turn here, the conversation continued "
+        f"with another provider ({providers}) for runs {covered.from_}-{covered.to}. "
+        "Here is what was said, from the application's own history:\n\n"
+        + render(history(view, thread_id, run_ids=[r.id for r in missed]))
+    )
+
+
+def accumulated_delta_chars(view: StateView, pt: ProviderThread) -> int:
+    """The size of the delta handoffs ``pt`` was given (superseded ones excluded)."""
+    total = 0
+    for handoff_id in pt.handoff_ids:
+        h = view.get("context_handoff", handoff_id)
+        if h is not None and h.strategy == "delta_since_target_last_seen" and h.status == "ready":
+            total += len(h.summary_text)
+    return total
+
+
+def delta_overflow(view: StateView, run: Run, pt: ProviderThread, limit: int) -> str | None:
+    """Why ``pt`` should not be resumed for ``run``: its deltas would pass ``limit``; or None.
+
+    Only a provider thread that saw runs before and missed some gets a delta; the
+    ones it got already count, so a long back-and-forth ends in a fresh summary.
+    """
+    if pt.last_run_ordinal is None:
+        return None
+    missed = missed_runs(view, run, pt)
+    if not missed:
+        return None
+    providers = _providers(view, missed)
+    size = len(delta_summary(view, run.thread_id, missed, providers))
+    before = accumulated_delta_chars(view, pt)
+    if before + size <= limit:
+        return None
+    return (
+        f"the delta handoffs of provider thread {pt.id} would reach {before + size} characters "
+        f"({before} given before, {size} now), above the configured {limit}"
+    )
+
+
+def _providers(view: StateView, runs: list[Run]) -> str:
+    kinds = set()
+    for r in runs:
+        src = view.get("provider_thread", r.provider_thread_id) if r.provider_thread_id else None
+        if src is not None:
+            kinds.add(src.provider)
+    return ", ".join(sorted(kinds)) or "another provider"
+
+
+def _missed_handoff(ch: Changes, view: StateView, run: Run, pt: ProviderThread) -> str | None:
+    missed = missed_runs(view, run, pt)
+    if not missed:
+        return None
+    earlier = earlier_runs(view, run)
+    sources: dict[str, ProviderThread] = {}
+    for r in missed:
+        src = view.get("provider_thread", r.provider_thread_id) if r.provider_thread_id else None
+        if src is not None:
+            sources[src.id] = src
+    from_pts = list(sources.values())
+    providers = _providers(view, missed)
+    last = missed[-1]
+    point = ContextSourcePoint(
+        thread_id=ThreadId(run.thread_id),
+        run_id=last.id,
+        checkpoint_id=last.checkpoint_id,
+        turn_item_id=None,
+        provider_thread_ref=sources[last.provider_thread_id].native_thread_ref
+        if last.provider_thread_id in sources
+        else None,
+        provider_turn_ref=None,
+    )
+    if pt.last_run_ordinal is None:
+        strategy: ContextHandoffStrategy = "full_thread_summary"
+        covered = RunOrdinalRange(from_=1, to=earlier[-1].ordinal)
+        summary = (
+            f"Context handoff: this conversation was held with another provider "
+            f"({providers}) until now. Here is the conversation so far, from the "
+            "application's own history:\n\n"
+            + render(history(view, run.thread_id, up_to_ordinal=earlier[-1].ordinal))
+        )
+    else:
+        strategy = "delta_since_target_last_seen"
+        covered = RunOrdinalRange(from_=missed[0].ordinal, to=missed[-1].ordinal)
+        summary = delta_summary(view, run.thread_id, missed, providers)
+    record_handoff(
+        ch,
+        thread_id=run.thread_id,
+        run=run,
+        transfer_type="provider_handoff",
+        transfer_id=derived_id(ContextTransferId, run.id, "provider_handoff"),
+        strategy=strategy,
+        source_point=point,
+        source_provider=last.provider,
+        target=pt,
+        from_pts=from_pts,
+        covered=covered,
+        summary=summary,
+        status="resolved_portable",
+    )
+    return summary
+
+
+def _waiting(ch: Changes, view: StateView, run: Run, pt: ProviderThread) -> list[str]:
+    """Regenerated handoffs for ``pt`` not delivered yet: they go with this run."""
+    texts = []
+    waiting = [
+        h
+        for h in ch.select("context_handoff", thread_id=run.thread_id)
+        if h.status == "pending" and h.to_provider_thread_id == pt.id
+    ]
+    for h in sorted(waiting, key=lambda h: h.created_at):
+        assert isinstance(h, ContextHandoff)
+        now = ch.now()
+        ready = msgspec.structs.replace(h, status="ready", target_run_id=run.id, updated_at=now)
+        ch.put("context_handoff", ready)
+        from_providers = sorted(
+            {
+                p.provider
+                for p in (view.get("provider_thread", i) for i in h.from_provider_thread_ids)
+                if p is not None
+            }
+        )
+        deliver(ch, ready, run, pt, from_providers=from_providers)
+        texts.append(h.summary_text)
+    return texts
+
+
+def prepare_handoff(run_id: str, provider_thread_id: str) -> Decide:
+    """Materialize what ``run_id``'s provider thread is to be told; the text, or None.
+
+    A run that already has its handoff (a resume fallback, a portable fork) gets no
+    second one of its own; waiting regenerated and merge-back handoffs still go.
+    """
+
+    def decide(view: StateView) -> Decision:
+        run = view.get("run", run_id)
+        pt = view.get("provider_thread", provider_thread_id)
+        if run is None or pt is None:
+            return Decision([], None)
+        ch = Changes(view)
+        texts: list[str] = []
+        if run.context_handoff_id is None:
+            own = _missed_handoff(ch, view, run, pt)
+            if own is not None:
+                texts.append(own)
+        texts.extend(_waiting(ch, view, run, pt))
+        texts.extend(mergeback.materialize(ch, view, run, pt))
+        if not texts:
+            return Decision([], None)
+        return Decision(ch.drafts, SEPARATOR.join(texts))
+
+    return decide
+
+
+__all__ = [
+    "SEPARATOR",
+    "accumulated_delta_chars",
+    "delta_overflow",
+    "delta_summary",
+    "missed_runs",
+    "prepare_handoff",
+]
