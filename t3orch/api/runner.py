@@ -112,6 +112,7 @@ async def serve_api(
             for listener in tcp:
                 await listener.aclose()
             await _close_unix(unix, sock_path)
+        server.close()
         reader.close()
 
 

@@ -18,10 +18,14 @@ from typing import Any
 import attrs
 import msgspec
 
+from t3orch.api.frames import event_frame
 from t3orch.api.protocol import notification
 from t3orch.api.reads import ApiReader
+from t3orch.api.streamed import StreamedItems
 from t3orch.api.topics import TopicFilter
-from t3orch.events import EventEnvelope
+from t3orch.domain.vocab import TURN_ITEM_TERMINAL
+from t3orch.events import EventEnvelope, TurnItemUpserted
+from t3orch.projections.views import ThreadDetail
 from t3orch.store.broadcast import Subscription
 from t3orch.store.sqlite.backend import SQLiteStore
 
@@ -45,13 +49,19 @@ def _page(after: int, store: SQLiteStore) -> list[EventEnvelope]:
     return store.read_events(after, REPLAY_PAGE)
 
 
-async def pump(plan: StreamPlan, reader: ApiReader, send: Send) -> None:
-    """Runs until the client unsubscribes (cancel), the daemon stops, or a resync."""
+async def pump(
+    plan: StreamPlan, reader: ApiReader, send: Send, streamed: StreamedItems | None = None
+) -> None:
+    """Runs until the client unsubscribes (cancel), the daemon stops, or a resync.
+
+    With ``streamed``, live ``threadDetail`` events may leave out item fields the
+    client already holds (see ``_Held``).
+    """
     cursor = _Cursor(plan.cursor)
     reason = "slow_consumer"
     try:
         try:
-            await _stream(plan, reader, send, cursor)
+            await _stream(plan, reader, send, cursor, streamed)
         except Exception as exc:
             # A failed read (a store error, say) ends this subscription, not the
             # connection: the client re-subscribes, as after any resync.
@@ -76,9 +86,43 @@ class _Cursor:
     last: int
 
 
-async def _stream(plan: StreamPlan, reader: ApiReader, send: Send, cursor: _Cursor) -> None:
+class _Item(msgspec.Struct):
+    id: str
+
+
+_item_id = msgspec.json.Decoder(_Item)
+
+
+class _Held:
+    """The turn items this subscription's client holds: those of its snapshot, and
+    those it was sent an upsert of since. Only for them can an upsert leave out a
+    field the client already has; an item the client never got is sent whole."""
+
+    def __init__(self, plan: StreamPlan) -> None:
+        self.ids: set[str] = set()
+        if isinstance(plan.snapshot, ThreadDetail):
+            self.ids = {_item_id.decode(raw).id for raw in plan.snapshot.turn_items}
+
+    def note(self, env: EventEnvelope) -> None:
+        payload = env.payload
+        if isinstance(payload, TurnItemUpserted):
+            if payload.item.status in TURN_ITEM_TERMINAL:
+                # Final: the tracker follows it no more, so it is never elided again.
+                self.ids.discard(payload.item.id)
+            else:
+                self.ids.add(payload.item.id)
+
+
+async def _stream(
+    plan: StreamPlan,
+    reader: ApiReader,
+    send: Send,
+    cursor: _Cursor,
+    streamed: StreamedItems | None,
+) -> None:
     sub = plan.subscription
     live = plan.live
+    held = _Held(plan) if streamed is not None and plan.filter.topic == "threadDetail" else None
     if plan.snapshot is not None:
         await send(
             notification(
@@ -87,44 +131,34 @@ async def _stream(plan: StreamPlan, reader: ApiReader, send: Send, cursor: _Curs
             )
         )
     else:
-        # Replay the stored gap page by page; live events queue meanwhile.
+        # Replay the stored gap page by page (as stored: nothing left out); live
+        # events queue meanwhile.
         while not live.overflowed:
             page = await reader.snapshot(partial(_page, cursor.last))
             if not page:
                 break
             for env in page:
                 if plan.filter.concerns(env):
-                    await send(_event(sub, env))
+                    await send(event_frame(sub, env))
+                    if held is not None:
+                        held.note(env)
                 cursor.last = env.sequence
         if live.overflowed:
             return
         await send(notification("synchronized", {"subscription": sub, "sequence": cursor.last}))
-    async for env in live:
-        if live.overflowed:
-            return
-        if env.sequence <= cursor.last:
-            continue  # already in the snapshot or the replay
-        cursor.last = env.sequence
-        if plan.filter.concerns(env):
-            await send(_event(sub, env))
-
-
-#: Encoded envelopes by event id (unique across stores, unlike sequences): fan-out
-#: to N subscribers encodes each event once.
-_ENCODED: dict[str, msgspec.Raw] = {}
-_ENCODED_MAX = 2048
-
-
-def _encoded(env: EventEnvelope) -> msgspec.Raw:
-    raw = _ENCODED.get(env.event_id)
-    if raw is None:
-        if len(_ENCODED) >= _ENCODED_MAX:
-            del _ENCODED[next(iter(_ENCODED))]
-        raw = _ENCODED[env.event_id] = msgspec.Raw(msgspec.json.encode(env))
-    return raw
-
-
-def _event(sub: str, env: EventEnvelope) -> bytes:
-    return notification(
-        "event", {"subscription": sub, "sequence": env.sequence, "event": _encoded(env)}
-    )
+    while batch := await live.batch():
+        for env in batch:
+            if live.overflowed:
+                return
+            if env.sequence <= cursor.last:
+                continue  # already in the snapshot or the replay
+            cursor.last = env.sequence
+            if plan.filter.concerns(env):
+                unchanged: tuple[str, ...] = ()
+                if held is not None:
+                    assert streamed is not None
+                    payload = env.payload
+                    if isinstance(payload, TurnItemUpserted) and payload.item.id in held.ids:
+                        unchanged = streamed.unchanged(env.event_id)
+                    held.note(env)
+                await send(event_frame(sub, env, unchanged))

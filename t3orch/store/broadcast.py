@@ -8,11 +8,14 @@ snapshot, the cursor contract makes that safe.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 
 import trio
 
 from t3orch.events import EventEnvelope
+
+log = logging.getLogger(__name__)
 
 
 class Subscription:
@@ -36,6 +39,23 @@ class Subscription:
         self._hub._subscribers.discard(self)
         self._send.close()
 
+    async def batch(self, limit: int = 512) -> list[EventEnvelope]:
+        """The next event and whatever else is already buffered (at most ``limit``);
+        empty once the stream has ended. One scheduling point per batch: a reader that
+        took one event per ``receive`` would pass through the scheduler once per event,
+        behind every other runnable task, and a burst of N events would take N loop
+        passes to get through."""
+        try:
+            out = [await self.receive.receive()]
+        except trio.EndOfChannel:
+            return []
+        while len(out) < limit:
+            try:
+                out.append(self.receive.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+        return out
+
     def __aiter__(self) -> Subscription:
         return self
 
@@ -46,9 +66,24 @@ class Subscription:
             raise StopAsyncIteration from None
 
 
+Listener = Callable[[Sequence[EventEnvelope]], None]
+
+
 class Broadcast:
     def __init__(self) -> None:
         self._subscribers: set[Subscription] = set()
+        self._listeners: list[Listener] = []
+
+    def listen(self, listener: Listener) -> None:
+        """Call ``listener`` with every published batch, in order, before any subscriber
+        is offered it (so what it derives is ready when the subscribers read the events).
+        It runs on the publishing task (the writer's, after the commit): it must be
+        quick, and an error in it is logged, never raised into the writer."""
+        self._listeners.append(listener)
+
+    def unlisten(self, listener: Listener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
 
     def subscribe(self, capacity: int = 4096) -> Subscription:
         sub = Subscription(self, capacity)
@@ -56,6 +91,11 @@ class Broadcast:
         return sub
 
     def publish(self, events: Sequence[EventEnvelope]) -> None:
+        for listener in self._listeners:
+            try:
+                listener(events)
+            except Exception:
+                log.exception("broadcast listener %r failed", listener)
         for sub in list(self._subscribers):
             for env in events:
                 if not sub._offer(env):

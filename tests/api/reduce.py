@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 # Which field a ``turn_item.delta`` appends to, per item type (camelCase, as on the wire).
@@ -26,7 +27,7 @@ class DetailFold:
         self.items = {i["id"]: i for i in snapshot["turnItems"]}
         self.pending = {q["id"]: q for q in snapshot["pendingRequests"]}
 
-    def apply(self, event: dict[str, Any]) -> None:
+    def apply(self, event: dict[str, Any], unchanged: Sequence[str] = ()) -> None:
         p = event["payload"]
         match event["type"]:
             case "thread.upserted":
@@ -34,7 +35,11 @@ class DetailFold:
             case "run.upserted":
                 self.runs[p["run"]["id"]] = p["run"]
             case "turn_item.upserted":
-                self.items[p["item"]["id"]] = p["item"]
+                item = p["item"]
+                # Fields the frame left out: the client's own value is the current one.
+                for name in unchanged:
+                    item[name] = self.items[item["id"]][name]
+                self.items[item["id"]] = item
             case "turn_item.delta":
                 item = self.items.get(p["itemId"])
                 field = DELTA_FIELD.get(item["type"]) if item else None
@@ -66,7 +71,7 @@ class PendingFold:
     def __init__(self, snapshot: dict[str, Any]) -> None:
         self.requests = {q["id"]: q for q in snapshot["requests"]}
 
-    def apply(self, event: dict[str, Any]) -> None:
+    def apply(self, event: dict[str, Any], unchanged: Sequence[str] = ()) -> None:
         if event["type"] != "runtime_request.upserted":
             return
         req = event["payload"]["request"]
@@ -89,7 +94,7 @@ class SessionsFold:
     def __init__(self, snapshot: dict[str, Any]) -> None:
         self.sessions = {s["id"]: s for s in snapshot["sessions"]}
 
-    def apply(self, event: dict[str, Any]) -> None:
+    def apply(self, event: dict[str, Any], unchanged: Sequence[str] = ()) -> None:
         if event["type"] == "provider_session.upserted":
             s = event["payload"]["session"]
             self.sessions[s["id"]] = s

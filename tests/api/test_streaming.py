@@ -14,7 +14,7 @@ from tests.api.reduce import FOLDS, concerns
 from tests.api.support import TIMEOUT, Api, Client, running_api, ws_client
 from tests.api.writes import new_thread, streamed_turn, write_op
 
-OPS = st.sampled_from(["send", "turn", "request", "other", "thread"])
+OPS = st.sampled_from(["send", "turn", "long", "request", "other", "thread"])
 
 
 async def stored(api: Api, after: int = 0) -> list[dict[str, Any]]:
@@ -31,7 +31,7 @@ async def stored(api: Api, after: int = 0) -> list[dict[str, Any]]:
 async def events_until(
     client: Client, sub: str, wanted: set[int], *, allow_resync: bool = False
 ) -> list[dict[str, Any]]:
-    """Stream events of ``sub`` until every wanted sequence arrived."""
+    """Stream event frames' params of ``sub`` until every wanted sequence arrived."""
     got: list[dict[str, Any]] = []
     with trio.fail_after(TIMEOUT):
         while not wanted <= {e["sequence"] for e in got}:
@@ -40,7 +40,7 @@ async def events_until(
             assert params["subscription"] == sub
             assert note["method"] == "event", note
             assert params["sequence"] == params["event"]["sequence"]
-            got.append(params["event"])
+            got.append(params)
     return got
 
 
@@ -99,8 +99,8 @@ async def test_snapshot_plus_later_events_equals_the_final_snapshot(
             await quiet(client, sub["subscription"])
 
             fold = FOLDS[topic](snap["params"]["data"])
-            for event in got:
-                fold.apply(event)
+            for frame in got:
+                fold.apply(frame["event"], frame.get("unchanged", ()))
             final = await client.call("view.read", params)
             assert fold.state() == FOLDS[topic].of(final["data"])
 

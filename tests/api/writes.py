@@ -20,8 +20,11 @@ from tests.store.support import new_thread, started_turn
 __all__ = ["new_thread", "open_request", "streamed_turn", "write_op"]
 
 
-async def streamed_turn(core: Core, thread_id: str, text: str = "the answer") -> str:
-    """A run that streams ``text`` in deltas and completes; returns the run id."""
+async def streamed_turn(
+    core: Core, thread_id: str, text: str = "the answer", step: int = 3, final: str | None = None
+) -> str:
+    """A run that streams ``text`` in deltas of ``step`` characters and completes with
+    ``final`` (default: ``text``); returns the run id."""
     b = await started_turn(core.service, thread_id)
     assert b.turn is not None
     await core.service.ingest(
@@ -31,12 +34,14 @@ async def streamed_turn(core: Core, thread_id: str, text: str = "the answer") ->
             ItemStarted(native_item_ref="m1", content=AssistantText()),
         ],
     )
-    for i in range(0, len(text), 3):
-        await core.service.ingest(b, [ItemDelta(native_item_ref="m1", text=text[i : i + 3])])
+    for i in range(0, len(text), step):
+        await core.service.ingest(b, [ItemDelta(native_item_ref="m1", text=text[i : i + step])])
     await core.service.ingest(
         b,
         [
-            ItemCompleted(native_item_ref="m1", content=AssistantText(text=text)),
+            ItemCompleted(
+                native_item_ref="m1", content=AssistantText(text=text if final is None else final)
+            ),
             TurnCompleted(native_turn_ref="t1", status="completed"),
         ],
     )
@@ -77,6 +82,9 @@ async def write_op(core: Core, op: str, thread_id: str, other_id: str) -> None:
             await core.service.send_message(thread_id, "hello")
         case "turn":
             await streamed_turn(core, thread_id, "abcdefghij")
+        case "long":
+            # Long enough that live streams leave the completed text out.
+            await streamed_turn(core, thread_id, "long reply é " * 40, step=130)
         case "request":
             await open_request(core, thread_id)
         case "other":
