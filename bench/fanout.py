@@ -133,6 +133,8 @@ class Records:
     markers: dict[str, int] = attrs.field(factory=dict)
     #: Stamp of the first delta of a coalesced batch → when it was queued for ingest.
     flush: dict[int, float] = attrs.field(factory=dict)
+    #: ``started:<ref>`` / ``completed:<ref>`` → when the pump queued it for ingest.
+    item_queued: dict[str, float] = attrs.field(factory=dict)
     #: Per commit: (start, end, submissions) of ``commit_batch`` (writer thread).
     commits: list[tuple[float, float, int]] = attrs.field(factory=list)
     #: Per publish: (time, first sequence, last sequence).
@@ -576,7 +578,7 @@ class PacedLauncher:
 def _instrument(rec: Records) -> None:
     """Wrap (in this process only) the points the breakdown needs: flush, commit, publish, send."""
     from t3orch.api.transport import WebSocketChannel
-    from t3orch.provider_events import ItemDelta
+    from t3orch.provider_events import ItemCompleted, ItemDelta, ItemStarted
     from t3orch.service import CoreService
     from t3orch.store.broadcast import Broadcast
     from t3orch.store.sqlite.backend import SQLiteStore
@@ -590,6 +592,10 @@ def _instrument(rec: Records) -> None:
                 m = STAMP.search(event.text)
                 if m is not None:
                     rec.flush[int(m.group(1))] = now
+            elif isinstance(event, ItemStarted):
+                rec.item_queued[f"started:{event.native_item_ref}"] = now
+            elif isinstance(event, ItemCompleted):
+                rec.item_queued[f"completed:{event.native_item_ref}"] = now
         return await ingest_queued(self, binding, events)
 
     CoreService.ingest_queued = timed_ingest  # type: ignore[method-assign]
@@ -614,19 +620,25 @@ def _instrument(rec: Records) -> None:
 
     Broadcast.publish = timed_publish  # type: ignore[method-assign]
 
-    send = WebSocketChannel.send
+    send_many = WebSocketChannel.send_many
+    ports: dict[int, int] = {}
 
-    async def timed_send(self: Any, frame: bytes) -> None:
+    async def timed_send_many(self: Any, frames: Sequence[bytes]) -> None:
         before = time.monotonic()
-        await send(self, frame)
-        head = frame[:160]
-        if b'"method":"event"' in head:
-            m = SEND_SEQ.search(head)
-            if m is not None:
-                port = self._ws.remote.port
-                rec.sends.append((before, time.monotonic(), int(port), int(m.group(1)), len(frame)))
+        await send_many(self, frames)
+        after = time.monotonic()
+        port = ports.get(id(self))
+        if port is None:
+            # getpeername per frame would add a system call per frame to the daemon.
+            port = ports[id(self)] = int(self._ws.remote.port)
+        for frame in frames:
+            head = frame[:160]
+            if b'"method":"event"' in head:
+                m = SEND_SEQ.search(head)
+                if m is not None:
+                    rec.sends.append((before, after, port, int(m.group(1)), len(frame)))
 
-    WebSocketChannel.send = timed_send  # type: ignore[method-assign]
+    WebSocketChannel.send_many = timed_send_many  # type: ignore[method-assign]
 
 
 def _watch_gc(rec: Records) -> None:
@@ -701,6 +713,8 @@ def daemon_child(args: argparse.Namespace) -> int:
             rec.steps = steps.report(rec.stream_start, rec.stream_end)
         if prof is not None:
             prof.disable()
+            # Kept with the state dir (--keep) for a closer look: python -m pstats FILE.
+            prof.dump_stats(Path(args.daemon_child).parent / "daemon.prof")
             out = io.StringIO()
             pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(35)
             rec.profile = out.getvalue()
@@ -928,6 +942,12 @@ def analyse(args: argparse.Namespace, driven: Driven, rec: dict[str, Any]) -> An
     upsert_lat: list[float] = []
     upsert_started: list[float] = []
     upsert_completed: list[float] = []
+    item_queued: dict[str, float] = rec["item_queued"]
+    upsert_from_queued: list[float] = []
+    by_item: dict[str, list[float]] = {}
+    publish_first: dict[str, float] = {}
+    upsert_read_to_queued: list[float] = []
+    upsert_queued_to_publish: list[float] = []
     flush_lat: list[float] = []
     first_lat: list[float] = []
     every_lat: list[float] = []
@@ -997,7 +1017,16 @@ def analyse(args: argparse.Namespace, driven: Driven, rec: dict[str, Any]) -> An
                 if key in markers:
                     lat = recv - read[markers[key]]
                     upsert_lat.append(lat)
+                    by_item.setdefault(key, []).append(lat)
                     (upsert_started if status == "running" else upsert_completed).append(lat)
+                    queued = item_queued.get(key)
+                    if queued is not None:
+                        upsert_from_queued.append(recv - queued)
+                        if sub.index == 0:
+                            upsert_read_to_queued.append(queued - read[markers[key]])
+                            if seq in publish_at:
+                                upsert_queued_to_publish.append(publish_at[seq] - queued)
+                                publish_first[key] = publish_at[seq]
         per_sub_events.append(n_events)
         per_sub_seqs.append(seqs)
         stamps_seen.append(len(stamps))
@@ -1038,11 +1067,14 @@ def analyse(args: argparse.Namespace, driven: Driven, rec: dict[str, Any]) -> An
         "latency_item_upsert_read_to_subscriber": summary(upsert_lat),
         "latency_item_started_read_to_subscriber": summary(upsert_started),
         "latency_item_completed_read_to_subscriber": summary(upsert_completed),
+        "latency_item_upsert_queued_to_subscriber": summary(upsert_from_queued),
         "latency_delta_flush_to_subscriber": summary(flush_lat),
         "latency_delta_first_frame_to_subscriber": summary(first_lat),
         "latency_delta_every_frame_to_subscriber": summary(every_lat),
         "latency_publish_to_subscriber": summary(publish_lat),
         "breakdown": {
+            "item_frame_read_to_queued": summary(upsert_read_to_queued),
+            "item_queued_to_publish": summary(upsert_queued_to_publish),
             "coalescing_window_first_read_to_flush": summary(window),
             "flush_to_publish": summary(flush_to_publish),
             "publish_to_server_send_done": summary(publish_to_sent),
@@ -1102,6 +1134,10 @@ def analyse(args: argparse.Namespace, driven: Driven, rec: dict[str, Any]) -> An
         row("  of which item/started", fig["latency_item_started_read_to_subscriber"]),
         row("  of which item/completed", fig["latency_item_completed_read_to_subscriber"]),
         row(
+            "item upserts: pump queued -> subscriber",
+            fig["latency_item_upsert_queued_to_subscriber"],
+        ),
+        row(
             "deltas: coalescer flush -> subscriber",
             fig["latency_delta_flush_to_subscriber"],
             f"p99 < {TARGET_P99_MS:.0f}: {verdict(fig['pass_delta_flush_p99'])}",
@@ -1119,6 +1155,8 @@ def analyse(args: argparse.Namespace, driven: Driven, rec: dict[str, Any]) -> An
         row("every event: publish -> subscriber (info)", fig["latency_publish_to_subscriber"]),
         "",
         "  breakdown (ms)",
+        row("item: frame read -> pump queued it", be["item_frame_read_to_queued"]),
+        row("item: queued -> commit published", be["item_queued_to_publish"]),
         row("window: first frame read -> flush", be["coalescing_window_first_read_to_flush"]),
         row("flush -> commit published", be["flush_to_publish"]),
         row("published -> server send done", be["publish_to_server_send_done"]),
@@ -1126,6 +1164,18 @@ def analyse(args: argparse.Namespace, driven: Driven, rec: dict[str, Any]) -> An
         row("  of which send start -> send done", be["server_send_start_to_done"]),
         row("server send done -> subscriber", be["server_send_done_to_subscriber"]),
         row("first -> last subscriber, same event", be["first_to_last_subscriber_per_event"]),
+        "",
+        "  slowest item upserts (frame read -> last subscriber; read -> queued -> published): "
+        + "; ".join(
+            f"{key} {max(lats) * 1e3:.0f} ms"
+            + (
+                f" ({(item_queued[key] - read[markers[key]]) * 1e3:.0f} / "
+                f"{(publish_first.get(key, math.nan) - item_queued[key]) * 1e3:.0f})"
+                if key in item_queued
+                else ""
+            )
+            for key, lats in sorted(by_item.items(), key=lambda kv: -max(kv[1]))[:3]
+        ),
         "",
         f"daemon GC during the stream: {len(gcs)} passes "
         f"({fig['gc_during_stream']['gen2_passes']} full), "
@@ -1217,7 +1267,16 @@ def main(argv: list[str] | None = None) -> int:
                     raise RuntimeError("the daemon did not start")
                 hello = json.loads(line)
                 token = read_token(state)
-                driven = trio.run(_drive, args, int(hello["port"]), token, int(hello["pid"]), work)
+                # The subscribers keep every frame they get (~70k strings): cyclic GC
+                # passes over that heap would stall all 50 of them and be counted as
+                # daemon latency. Nothing they keep forms a cycle.
+                gc.disable()
+                try:
+                    driven = trio.run(
+                        _drive, args, int(hello["port"]), token, int(hello["pid"]), work
+                    )
+                finally:
+                    gc.enable()
                 proc.stdin.write(b"stop\n")
                 proc.stdin.flush()
                 proc.wait(timeout=60)
