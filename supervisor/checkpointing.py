@@ -18,6 +18,7 @@ import trio
 from adapters.errors import AdapterError
 from supervisor.session import SessionFailed
 from t3orch import gitstore
+from t3orch.commands.checkpoints import require_run_checkpoint
 from t3orch.ids import CommandId
 from t3orch.service import CommandResult, CoreService
 from t3orch.store.errors import CommandRejected
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _ENDED = ("completed", "interrupted", "failed")
+_NODE_OPEN = ("pending", "running", "waiting")
 
 
 @attrs.define(eq=False)
@@ -93,6 +95,8 @@ class Checkpointer:
             return
         prev = self.previous(thread_id, run.ordinal)
         base = await gitstore.resolve(root, prev.ref) if prev is not None else None
+        # Subagents whose end was not seen (closed by the turn's end) get theirs first.
+        await self._children(root, thread_id, run, None, at_barrier=True)
         ref = gitstore.checkpoint_ref(thread_id, run.ordinal)
         commit, _ = await gitstore.capture(
             root, ref, f"t3orch checkpoint: thread {thread_id} run {run.ordinal}", base
@@ -100,6 +104,64 @@ class Checkpointer:
         files = await gitstore.numstat(root, base, commit)
         await self.core.record_checkpoint(
             run.id, thread.cwd, ref, files, prev.id if prev is not None and base else None
+        )
+
+    async def after_subagent(self, thread_id: str, run_id: str, child_ref: str | None) -> None:
+        """A subagent of the run finished: checkpoint its scope (never advancing the count).
+
+        ``child_ref``: the native thread of a child that ended a turn (Codex), whose
+        scope gets a checkpoint even if it has one. Any ended subagent without a
+        checkpoint gets one too. Never raises, like :meth:`after_run`.
+        """
+        try:
+            run = self._row("run", run_id)
+            thread = self._row("thread", thread_id)
+            if run is None or thread is None:
+                return
+            root = await gitstore.work_tree_root(thread.cwd)
+            if root is not None:
+                await self._children(root, thread_id, run, child_ref, at_barrier=False)
+        except (gitstore.GitError, OSError, trio.TooSlowError, CommandRejected) as exc:
+            log.warning("child checkpoint of %s run %s failed: %s", thread_id, run_id, exc)
+            await self.core.note(None, "warning", "checkpoint_failed", f"{thread_id}: {exc}")
+
+    async def _children(
+        self, root: str, thread_id: str, run: Any, child_ref: str | None, *, at_barrier: bool
+    ) -> None:
+        scopes = [
+            s
+            for s in self._rows("checkpoint_scope", thread_id)
+            if s.run_id == run.id and not s.advances_app_run_count
+        ]
+        if not scopes:
+            return
+        cps = self._rows("checkpoint", thread_id)
+        for scope in sorted(scopes, key=lambda s: s.created_at):
+            mine = sorted(
+                (c for c in cps if c.scope_id == scope.id), key=lambda c: c.ordinal_within_scope
+            )
+            node = self._row("node", scope.node_id)
+            pt = self._row("provider_thread", scope.provider_thread_id)
+            ended = at_barrier or (node is not None and node.status not in _NODE_OPEN)
+            named = child_ref is not None and pt is not None and pt.native_thread_ref == child_ref
+            if not named and (mine or not ended):
+                continue
+            await self._capture_child(root, thread_id, run, scope, mine[-1] if mine else None)
+
+    async def _capture_child(
+        self, root: str, thread_id: str, run: Any, scope: Any, last: Any | None
+    ) -> None:
+        # Parented on the scope's previous checkpoint, else on the previous run's.
+        parent = last if last is not None else self.previous(thread_id, run.ordinal)
+        base = await gitstore.resolve(root, parent.ref) if parent is not None else None
+        n = (last.ordinal_within_scope if last is not None else 0) + 1
+        ref = gitstore.child_checkpoint_ref(thread_id, scope.id, n)
+        commit, _ = await gitstore.capture(
+            root, ref, f"t3orch checkpoint: thread {thread_id} run {run.ordinal} subagent", base
+        )
+        files = await gitstore.numstat(root, base, commit)
+        await self.core.record_child_checkpoint(
+            scope.id, ref, files, parent.id if parent is not None and base else None
         )
 
     async def rollback(
@@ -118,11 +180,9 @@ class Checkpointer:
             return await self.core.rollback(
                 thread_id, checkpoint_id, reverted={}, closed=[], command_id=command_id
             )
-        cp = self._row("checkpoint", checkpoint_id)
-        if cp is None or cp.thread_id != thread_id or cp.app_run_ordinal is None:
-            raise CommandRejected(
-                "unknown_checkpoint", f"no checkpoint {checkpoint_id!r} on {thread_id}"
-            )
+        cp = require_run_checkpoint(
+            self._row("checkpoint", checkpoint_id), checkpoint_id, thread_id
+        )
         runs = self._rows("run", thread_id)
         runner = manager.runners.get(thread_id)
         if (runner is not None and runner.busy) or any(

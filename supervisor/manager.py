@@ -438,6 +438,7 @@ class SessionManager:
         runner.recover_runs = self.recover_runs
         runner.delta_handoff_limit = self.delta_handoff_limit
         runner.on_turn_ending = self._checkpoint_at_barrier
+        runner.on_subagent_ended = self.checkpointer.after_subagent
         runner.stall_after_s = self.stall_after_s
         runner.kill_stalled_after_s = self.kill_stalled_after_s
         self.runners[thread_id] = runner

@@ -36,8 +36,11 @@ from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.coalesce import DeltaCoalescer
 from t3orch.provider_events import (
+    Diagnostic,
+    ItemCompleted,
     ProviderEvent,
     RuntimeExited,
+    SubagentRun,
     TurnCompleted,
 )
 from t3orch.service import CoreService
@@ -70,6 +73,20 @@ def _start_failure(exc: BaseException) -> BaseException | None:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc if isinstance(exc, (AdapterError, OSError)) else None
+
+
+def _subagent_end(event: ProviderEvent) -> tuple[str | None] | None:
+    """``(child native thread ref,)`` when ``event`` says a subagent finished, else None.
+
+    A subagent item completing (Claude's Task result; Codex's spawn call), or a
+    Codex child thread ending a turn (its ``subagent_turn_completed`` diagnostic).
+    """
+    if isinstance(event, ItemCompleted) and isinstance(event.content, SubagentRun):
+        return (event.content.child_native_thread_ref,)
+    if isinstance(event, Diagnostic) and event.code == "subagent_turn_completed":
+        ref = event.detail.get("threadId")
+        return (ref if isinstance(ref, str) else None,)
+    return None
 
 
 @attrs.define(eq=False)
@@ -105,6 +122,8 @@ class SessionRunner:
     delta_handoff_limit: int | None = None
     #: Called at a completed turn's barrier, before its terminal event (checkpoints).
     on_turn_ending: Callable[[str, str], Awaitable[None]] | None = None
+    #: Called once a subagent's end is committed: (thread, run, child native thread ref).
+    on_subagent_ended: Callable[[str, str, str | None], Awaitable[None]] | None = None
     #: The ``provider_recovery`` attempt prepared when this runtime crashed mid-turn.
     recovery: TurnBinding | None = None
     #: No frame for this long during a turn is a stall: reported (G3), and killed
@@ -477,6 +496,14 @@ class SessionRunner:
             chunk.append(event)
             if isinstance(event, RuntimeExited) and self._should_recover(event):
                 await self._prepare_recovery()
+            ended = _subagent_end(event)
+            if ended is not None and self.on_subagent_ended and self.active_turn is not None:
+                # Its end committed first, so the checkpoint finds the scope ended.
+                run_id = self.active_turn.run_id
+                await self._ingest(chunk)
+                chunk = []
+                await self.on_subagent_ended(self.thread_id, run_id, ended[0])
+                continue
             if isinstance(event, TurnCompleted) and event.status == "completed":
                 await self._completion_barrier(chunk)
             if isinstance(event, (TurnCompleted, RuntimeExited)):

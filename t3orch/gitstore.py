@@ -79,6 +79,11 @@ def checkpoint_ref(thread_id: str, ordinal: int) -> str:
     return f"{REF_PREFIX}/{thread_id}/{ordinal}"
 
 
+def child_checkpoint_ref(thread_id: str, scope_id: str, ordinal: int) -> str:
+    # Beside the run refs, not under one: a ref cannot also be a ref directory.
+    return f"{REF_PREFIX}/{thread_id}/subagents/{scope_id}/{ordinal}"
+
+
 async def _snapshot_tree(root: str, index: str) -> str:
     env = {"GIT_INDEX_FILE": index}
     await _git(root, "add", "-A", ".", env=env)
@@ -156,6 +161,7 @@ __all__: Sequence[str] = [
     "GitError",
     "capture",
     "checkpoint_ref",
+    "child_checkpoint_ref",
     "diff",
     "numstat",
     "resolve",

@@ -238,6 +238,12 @@ class CoreService:
         decide = checkpoints.record_checkpoint(run_id, cwd, ref, files, parent_id)
         return await self._run(decide, None, "checkpoint.record")
 
+    async def record_child_checkpoint(
+        self, scope_id: str, ref: str, files: Sequence[FileStat], parent_id: str | None
+    ) -> CommandResult:
+        decide = checkpoints.record_child_checkpoint(scope_id, ref, files, parent_id)
+        return await self._run(decide, None, "checkpoint.record_child")
+
     async def checkpoints_disabled(self, thread_id: str, cwd: str, reason: str) -> None:
         await self._run(
             checkpoints.checkpoints_disabled(thread_id, cwd, reason), None, "checkpoint.disabled"

@@ -118,7 +118,8 @@ async def checkpoint_list(conn: Connection, p: P.CheckpointList) -> Any:
         "threadId": p.thread_id,
         "enabled": root is not None,
         "reason": None if root is not None else f"{thread.cwd} is not in a git work tree",
-        "checkpoints": sorted(cps, key=lambda c: c.app_run_ordinal or 0),
+        # Oldest first: a run's subagent checkpoints come before the run's own.
+        "checkpoints": sorted(cps, key=lambda c: c.captured_at),
     }
 
 

@@ -178,7 +178,8 @@ async def cmd_checkpoints(client: ApiClient, args: argparse.Namespace) -> int:
         rows.append(
             [
                 cp["id"],
-                str(cp["appRunOrdinal"]),
+                # A subagent's checkpoint does not advance the run count.
+                "subagent" if cp["appRunOrdinal"] is None else str(cp["appRunOrdinal"]),
                 cp["status"],
                 f"{len(cp['files'])} files +{adds} -{dels}",
                 cp["capturedAt"],

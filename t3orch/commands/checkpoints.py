@@ -19,6 +19,13 @@ from t3orch.store.errors import CommandRejected
 from t3orch.store.interface import Decide, Decision, StateView
 
 
+def summaries(files: Sequence[FileStat]) -> list[CheckpointFileSummary]:
+    return [
+        CheckpointFileSummary(path=f.path, additions=f.additions, deletions=f.deletions)
+        for f in files
+    ]
+
+
 def latest_checkpoint(view: StateView, thread_id: str, before_ordinal: int) -> Checkpoint | None:
     """The checkpoint of the newest run before ``before_ordinal`` that has one (not rolled back)."""
     runs = {r.id: r for r in view.select("run", thread_id=thread_id)}
@@ -75,10 +82,7 @@ def record_checkpoint(
             app_run_ordinal=run.ordinal,
             ref=ref,
             status="ready",
-            files=[
-                CheckpointFileSummary(path=f.path, additions=f.additions, deletions=f.deletions)
-                for f in files
-            ],
+            files=summaries(files),
             captured_at=now,
         )
         ch.emit(CheckpointUpserted(checkpoint=checkpoint))
@@ -105,6 +109,64 @@ def record_checkpoint(
         return Decision(ch.drafts, {"checkpointId": cp_id, "ref": ref})
 
     return decide
+
+
+def record_child_checkpoint(
+    scope_id: str, ref: str, files: Sequence[FileStat], parent_id: str | None
+) -> Decide:
+    """A subagent scope's checkpoint: it never advances the run count (no ``appRunOrdinal``).
+
+    A scope may get several (``ordinalWithinScope``): one each time its child ends.
+    """
+
+    def decide(view: StateView) -> Decision:
+        scope = view.get("checkpoint_scope", scope_id)
+        if scope is None or scope.advances_app_run_count:
+            raise CommandRejected("unknown_scope", f"no child checkpoint scope {scope_id!r}")
+        n = 1 + sum(
+            1
+            for c in view.select("checkpoint", thread_id=scope.thread_id)
+            if c.scope_id == scope.id
+        )
+        cp_id = derived_id(CheckpointId, scope.id, str(n))
+        ch = Changes(view)
+        ch.put(
+            "checkpoint",
+            Checkpoint(
+                id=cp_id,
+                thread_id=scope.thread_id,
+                scope_id=scope.id,
+                run_id=scope.run_id,
+                node_id=scope.node_id,
+                parent_checkpoint_id=CheckpointId(parent_id) if parent_id else None,
+                ordinal_within_scope=n,
+                app_run_ordinal=None,
+                ref=ref,
+                status="ready",
+                files=summaries(files),
+                captured_at=view.now(),
+            ),
+        )
+        return Decision(ch.drafts, {"checkpointId": cp_id, "ref": ref})
+
+    return decide
+
+
+def require_run_checkpoint(
+    checkpoint: Checkpoint | None, checkpoint_id: str, thread_id: str
+) -> Checkpoint:
+    """The checkpoint a rollback goes to: a run's, on this thread."""
+    if checkpoint is None or checkpoint.thread_id != thread_id:
+        raise CommandRejected(
+            "unknown_checkpoint", f"no checkpoint {checkpoint_id!r} on {thread_id}"
+        )
+    if checkpoint.app_run_ordinal is None:
+        raise CommandRejected(
+            "subagent_checkpoint",
+            f"checkpoint {checkpoint_id} is a subagent's (it does not advance the run count); "
+            "roll back to a run's checkpoint",
+        )
+    return checkpoint
 
 
 def checkpoints_disabled(thread_id: str, cwd: str, reason: str) -> Decide:
@@ -142,11 +204,8 @@ def rollback(
 
     def decide(view: StateView) -> Decision:
         thread = require_thread(view, thread_id)
-        cp = view.get("checkpoint", checkpoint_id)
-        if cp is None or cp.thread_id != thread_id or cp.app_run_ordinal is None:
-            raise CommandRejected(
-                "unknown_checkpoint", f"no checkpoint {checkpoint_id!r} on {thread_id}"
-            )
+        cp = require_run_checkpoint(view.get("checkpoint", checkpoint_id), checkpoint_id, thread_id)
+        assert cp.app_run_ordinal is not None
         ch = Changes(view)
         now = view.now()
         runs = view.select("run", thread_id=thread_id)
@@ -203,5 +262,7 @@ __all__ = [
     "checkpoints_disabled",
     "latest_checkpoint",
     "record_checkpoint",
+    "record_child_checkpoint",
+    "require_run_checkpoint",
     "rollback",
 ]

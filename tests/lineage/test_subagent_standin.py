@@ -4,7 +4,7 @@
 (``collabAgentToolCall`` ``spawnAgent``) whose own Codex thread runs a turn
 before the parent answers. Checked: the graph it leaves, that its message stays
 out of the default view, and that its checkpoint scope nests under the run's
-without advancing the run count.
+and gets a checkpoint without advancing the run count.
 """
 
 from __future__ import annotations
@@ -67,7 +67,11 @@ async def test_a_subagent_whose_child_scope_does_not_advance_the_run_count(
             parent = by_id[scope.parent_scope_id]
             assert parent.kind == "root_run" and parent.run_id == sub.run_id
         cps = r.rows("checkpoint", tid)
-        assert sorted(c.app_run_ordinal for c in cps) == [1, 2]
+        # One per run, plus one per subagent that does not count: the runs count 1, 2.
+        assert sorted(c.app_run_ordinal for c in cps if c.app_run_ordinal) == [1, 2]
+        children = [c for c in cps if c.app_run_ordinal is None]
+        assert sorted(c.scope_id for c in children) == sorted(s.checkpoint_scope_id for s in subs)
+        assert all(c.ref.startswith(f"refs/t3orch/checkpoints/{tid}/subagents/") for c in children)
 
         with r.core.reader.snapshot():
             detail = thread_detail(r.core.reader, tid)
