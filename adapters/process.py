@@ -173,6 +173,15 @@ class ChildProcess:
             await self._stdout.aclose()
         return line
 
+    async def receive_lines(self) -> list[bytes | OversizedLine]:
+        try:
+            lines = await self._reader.receive_lines()
+        except trio.ClosedResourceError:
+            return []  # as in receive_line
+        if not lines:
+            await self._stdout.aclose()
+        return lines
+
     async def close_stdin(self) -> None:
         self._stdin_closed = True
         await self._stdin.aclose()

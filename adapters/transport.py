@@ -10,7 +10,7 @@ pipes. All three implement these two protocols.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import attrs
 
@@ -72,6 +72,18 @@ class ProviderProcess(Protocol):
 
     async def kill(self) -> None:
         """Kill the process (and its process group where there is one) at once."""
+
+
+@runtime_checkable
+class LineBatches(Protocol):
+    """A :class:`ProviderProcess` that can also hand out every line it has read at once.
+
+    Optional: a busy provider writes thousands of small frames per second, and
+    one call per pipe read instead of one per line matters on that path.
+    """
+
+    async def receive_lines(self) -> list[bytes | OversizedLine]:
+        """The lines read so far, in order (at least one); ``[]`` at end of stream."""
 
 
 class ProcessLauncher(Protocol):

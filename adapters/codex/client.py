@@ -2,7 +2,7 @@
 
 Outgoing requests are built by jsonrpcclient (Codex tolerates its ``"jsonrpc"``
 field) with our own id counter; replies are parsed back through it into
-``Ok``/``Error``. Incoming lines are decoded by :func:`decode_frame` and handed,
+``Ok``/``Error``. Incoming lines are decoded by :func:`decode_frames` and handed,
 in stdout order, to one ``on_frame`` callback. A response is dispatched to that
 callback *before* its waiter wakes, so events implied by a reply (the thread
 ref of ``thread/start``) keep their place among the notifications around it.
@@ -23,10 +23,10 @@ import jsonrpcclient
 import msgspec
 import trio
 
-from adapters.codex.frames import Frame, Malformed, Response, decode_frame, decode_params
+from adapters.codex.frames import Frame, Malformed, Response, decode_frames, decode_params
 from adapters.errors import ProviderGone, ProviderProtocolError, ProviderTimeout
 from adapters.protocol import RawFrameSink
-from adapters.transport import OversizedLine, ProviderProcess
+from adapters.transport import LineBatches, OversizedLine, ProviderProcess
 
 
 @attrs.define
@@ -42,7 +42,10 @@ class Call:
 
 
 #: ``on_frame(frame, raw_event_id, call)``: ``call`` is the request a Response answers.
-FrameCallback = Callable[[Frame, str, Call | None], Awaitable[None]]
+#: It returns ``None`` when it has handled the frame without waiting (the usual
+#: case, and the only one for a delta), else an awaitable that finishes the job:
+#: a coroutine per frame would cost more than decoding the frame.
+FrameCallback = Callable[[Frame, str, Call | None], Awaitable[None] | None]
 
 
 class CodexClient:
@@ -70,24 +73,38 @@ class CodexClient:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Read stdout until it ends; then every waiting request fails with ProviderGone."""
         task_status.started()
+        process = self._process
+        receive_lines = (
+            process.receive_lines if isinstance(process, LineBatches) else self._receive_one
+        )
+        record = self._raw.record
+        on_frame = self._on_frame
         try:
-            while True:
-                line = await self._process.receive_line()
-                if line is None:
-                    break
-                await self._dispatch(line)
+            while lines := await receive_lines():
+                for line, frame in zip(lines, decode_frames(lines), strict=True):
+                    if isinstance(line, OversizedLine):
+                        raw_id = record("incoming", line.head)
+                    else:
+                        raw_id = record("incoming", line)
+                    if isinstance(frame, Response):
+                        await self._dispatch_response(frame, raw_id)
+                        continue
+                    unfinished = on_frame(frame, raw_id, None)
+                    if unfinished is not None:
+                        await unfinished
         finally:
             self._fail_pending("the codex process closed its stdout")
 
-    async def _dispatch(self, line: bytes | OversizedLine) -> None:
-        data = line.head if isinstance(line, OversizedLine) else line
-        raw_id = self._raw.record("incoming", data)
-        frame = decode_frame(line)
-        call = None
-        if isinstance(frame, Response) and isinstance(frame.id, int):
-            call = self._pending.pop(frame.id, None)
-        await self._on_frame(frame, raw_id, call)
-        if call is not None and isinstance(frame, Response):
+    async def _receive_one(self) -> list[bytes | OversizedLine]:
+        line = await self._process.receive_line()
+        return [] if line is None else [line]
+
+    async def _dispatch_response(self, frame: Response, raw_id: str) -> None:
+        call = self._pending.pop(frame.id, None) if isinstance(frame.id, int) else None
+        unfinished = self._on_frame(frame, raw_id, call)
+        if unfinished is not None:
+            await unfinished
+        if call is not None:
             self._settle(call, frame)
 
     def _settle(self, call: Call, frame: Response) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 import attrs
@@ -65,6 +66,7 @@ class CodexRuntime:
         self._process = process
         self._config = config
         self._events = events
+        self._send_nowait = events.send_nowait
         self._options = options or CodexOptions()
         self.mapper = CodexMapper(model=config.model)
         self.client = CodexClient(
@@ -249,17 +251,17 @@ class CodexRuntime:
         )
         self.exited.set()
 
-    async def _on_frame(self, frame: Frame, raw_id: str, call: Call | None) -> None:
+    def _on_frame(self, frame: Frame, raw_id: str, call: Call | None) -> Awaitable[None] | None:
+        """Translate one frame and send its events; see :data:`FrameCallback`."""
         if isinstance(frame, Delta):
             params = frame.params
-            await self._emit(self.mapper.delta(params.item_id, params.delta, raw_id))
-            return
+            return self._send(self.mapper.delta(params.item_id, params.delta, raw_id))
         if isinstance(frame, Notification):
             events = self.mapper.notification(frame.method, frame.params, raw_id)
         elif isinstance(frame, ServerRequest):
             events = self.mapper.server_request(frame.id, frame.method, frame.params, raw_id)
             if frame.method == ATTESTATION:
-                await self.client.reply_error(frame.id, METHOD_NOT_FOUND, "attestation unsupported")
+                return self._refuse_attestation(frame.id, events)
         elif isinstance(frame, Response):
             if call is None:
                 events = self.mapper.unexpected_response(frame.id, raw_id)
@@ -271,26 +273,52 @@ class CodexRuntime:
             events = self.mapper.bad_line(
                 frame.code, frame.reason, frame.head, frame.length, raw_id
             )
+        for index, event in enumerate(events):
+            unfinished = self._send(event)
+            if unfinished is not None:
+                return self._emit_rest(unfinished, events[index + 1 :])
+        return None
+
+    def _send(self, event: ProviderEvent) -> Awaitable[None] | None:
+        """Send without a checkpoint (one per event would dominate the cost of a delta);
+        only a full channel needs an await, which is what applies backpressure."""
+        try:
+            self._send_nowait(event)
+        except trio.WouldBlock:
+            return self._emit(event)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            _dropped(event)
+        return None
+
+    async def _emit_rest(self, unfinished: Awaitable[None], rest: list[ProviderEvent]) -> None:
+        await unfinished
+        for event in rest:
+            await self._emit(event)
+
+    async def _refuse_attestation(self, request_id: int | str, events: list[ProviderEvent]) -> None:
+        await self.client.reply_error(request_id, METHOD_NOT_FOUND, "attestation unsupported")
         for event in events:
             await self._emit(event)
 
     async def _emit(self, event: ProviderEvent) -> None:
         try:
-            # A checkpoint per event would dominate the cost of a delta; block (and
-            # so apply backpressure) only when the channel is full.
             try:
                 self._events.send_nowait(event)
             except trio.WouldBlock:
                 await self._events.send(event)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            # Nobody listens any more (the session is being torn down): the raw
-            # frame log still has the frame.
-            log.debug("codex event dropped, channel closed: %s", type(event).__name__)
+            _dropped(event)
 
     def _require_thread(self, method: str) -> str:
         if self._thread is None:
             raise AdapterError(f"codex: {method}: no thread is open (call open_thread first)")
         return self._thread
+
+
+def _dropped(event: ProviderEvent) -> None:
+    # Nobody listens any more (the session is being torn down): the raw frame
+    # log still has the frame.
+    log.debug("codex event dropped, channel closed: %s", type(event).__name__)
 
 
 def _thread_id(result: Any, method: str) -> str:
