@@ -85,9 +85,11 @@ class IdFactory:
         self._last = 0
 
     def new(self, kind: Callable[[str], IdT]) -> IdT:
-        value = (self._clock_ms() << 64) | self._rng.getrandbits(64)
-        if value <= self._last:
-            value = self._last + 1
+        ms = self._clock_ms()
+        last = self._last
+        # Same millisecond (or the clock stepped back): the counter breaks the tie,
+        # as documented; randomness is drawn once per millisecond.
+        value = last + 1 if ms <= last >> 64 else (ms << 64) | self._rng.getrandbits(64)
         self._last = value
         return kind(f"{_prefix(kind)}_{value:028x}")
 

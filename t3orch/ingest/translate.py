@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -73,9 +74,16 @@ _CHANNELS: dict[str | None, tuple[str | None, bool]] = {
 
 
 def item_ids(turn: TurnBinding, native_item_ref: str) -> tuple[TurnItemId, NodeId]:
+    return _item_ids(turn.provider_turn_id, native_item_ref)
+
+
+@functools.lru_cache(maxsize=4096)
+def _item_ids(provider_turn_id: str, native_item_ref: str) -> tuple[TurnItemId, NodeId]:
+    # Every streamed delta names its item: two hashes per delta showed in the
+    # store's profile, and a streaming item's ids are asked for again and again.
     return (
-        derived_id(TurnItemId, turn.provider_turn_id, native_item_ref),
-        derived_id(NodeId, turn.provider_turn_id, native_item_ref),
+        derived_id(TurnItemId, provider_turn_id, native_item_ref),
+        derived_id(NodeId, provider_turn_id, native_item_ref),
     )
 
 

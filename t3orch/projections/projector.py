@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-import attrs
 import msgspec
 
 from t3orch.domain.message import ConversationMessage
@@ -46,17 +45,19 @@ _encode = msgspec.json.encode
 class RowSink(Protocol):
     def get_row(self, kind: str, id: str) -> Row | None: ...
 
-    def append_chunk(self, chunk: Chunk) -> None: ...
+    def append_chunk(self, chunk: Chunk) -> None:
+        """Streamed text the item's row does not hold yet (the SQLite store keeps it in
+        the log: the delta event is the chunk)."""
 
-    def drop_chunks(self, item_id: str) -> None: ...
+    def drop_chunks(self, item_id: str) -> None:
+        """The item's row now holds all its text so far."""
 
     def put_row(self, row: Row) -> None:
         """Insert, or update everything but ``position`` (a row keeps its first one)."""
 
 
-@attrs.frozen
-class Concerns:
-    """The app ids an event concerns: indexed columns of the log."""
+class Concerns(msgspec.Struct, frozen=True, kw_only=True):
+    """The app ids an event concerns: indexed columns of the log (one per event)."""
 
     thread_id: str | None = None
     run_id: str | None = None
@@ -65,7 +66,12 @@ class Concerns:
 
 
 def concerns(payload: EventPayload) -> Concerns:
+    # Cases are tried in order: the streamed kinds (most of a busy log) come first.
     match payload:
+        case TurnItemDelta(thread_id=t):
+            return Concerns(thread_id=t)
+        case TurnItemUpserted(item=i):
+            return Concerns(thread_id=i.thread_id, run_id=i.run_id, node_id=i.node_id)
         case ThreadUpserted(thread=t):
             return Concerns(thread_id=t.id)
         case RunUpserted(run=r):
@@ -82,10 +88,6 @@ def concerns(payload: EventPayload) -> Concerns:
             return Concerns(node_id=t.node_id)
         case RuntimeRequestUpserted(request=r):
             return Concerns(thread_id=r.thread_id, node_id=r.node_id)
-        case TurnItemUpserted(item=i):
-            return Concerns(thread_id=i.thread_id, run_id=i.run_id, node_id=i.node_id)
-        case TurnItemDelta(thread_id=t):
-            return Concerns(thread_id=t)
         case PlanUpserted(plan=p):
             return Concerns(thread_id=p.thread_id, run_id=p.run_id, node_id=p.node_id)
         case CheckpointScopeUpserted(scope=s):
@@ -136,6 +138,15 @@ def _project_message(sink: RowSink, seq: int, item: TurnItem) -> None:
 def apply(env: EventEnvelope, sink: RowSink) -> None:
     seq = env.sequence
     match env.payload:
+        case TurnItemDelta(item_id=item_id, text=text, field=field, replace=replace):
+            # Appended, not folded: readers fold pending chunks into the item (see
+            # store.kinds.fold_chunks); the item's next upsert carries the text.
+            sink.append_chunk(Chunk(seq, item_id, field, replace, text))
+        case TurnItemUpserted(item=i):
+            # Ingest builds every upsert from the folded item: its chunks are in it.
+            _upsert(sink, seq, "turn_item", i.id, i.thread_id, i.status, i)
+            sink.drop_chunks(i.id)
+            _project_message(sink, seq, i)
         case ThreadUpserted(thread=t):
             status = "archived" if t.archived_at else "active"
             _upsert(sink, seq, "thread", t.id, t.id, status, t)
@@ -153,15 +164,6 @@ def apply(env: EventEnvelope, sink: RowSink) -> None:
             _upsert(sink, seq, "provider_turn", t.id, None, t.status, t)
         case RuntimeRequestUpserted(request=r):
             _upsert(sink, seq, "runtime_request", r.id, r.thread_id, r.status, r)
-        case TurnItemUpserted(item=i):
-            # Ingest builds every upsert from the folded item: its chunks are in it.
-            _upsert(sink, seq, "turn_item", i.id, i.thread_id, i.status, i)
-            sink.drop_chunks(i.id)
-            _project_message(sink, seq, i)
-        case TurnItemDelta(item_id=item_id, text=text, field=field, replace=replace):
-            # Appended, not folded: readers fold pending chunks into the item (see
-            # store.kinds.fold_chunks); the item's next upsert carries the text.
-            sink.append_chunk(Chunk(seq, item_id, field, replace, text))
         case PlanUpserted(plan=p):
             _upsert(sink, seq, "plan", p.id, p.thread_id, p.status, p)
         case CheckpointScopeUpserted(scope=s):

@@ -2,8 +2,8 @@
 
 Writes happen through *submissions*: a ``decide`` function that reads current
 state through a :class:`StateView` and returns the events to append. The
-backend runs each submission inside the batch's transaction (under a savepoint,
-so a rejected one rolls back alone), applies the projections to the rows and
+backend runs each submission inside the batch's transaction (a rejected one
+rolls back alone, leaving the others of its batch), applies the projections to the rows and
 moves the projection cursor in that same transaction, and records the command
 receipt there too. That makes a duplicate command id a pure lookup.
 """
@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import attrs
+import msgspec
 
 from t3orch.events import EventDraft, EventEnvelope
 from t3orch.ids import CommandId
@@ -36,8 +37,10 @@ class StateView(Protocol):
         """The batch's timestamp (ISO 8601, UTC): one clock read per transaction."""
 
 
-@attrs.frozen
-class Decision:
+class Decision(msgspec.Struct, frozen=True):
+    """What a submission decided: one per submission, so a msgspec struct (several
+    times cheaper to build than a frozen attrs class; the writer makes thousands)."""
+
     events: Sequence[EventDraft]
     #: A JSON-able result returned to the caller and stored in the receipt.
     result: Any = None
@@ -46,8 +49,7 @@ class Decision:
 Decide = Callable[[StateView], Decision]
 
 
-@attrs.frozen
-class Submission:
+class Submission(msgspec.Struct, frozen=True):
     decide: Decide
     command_id: CommandId | None = None
     command_type: str = "internal"
@@ -63,8 +65,7 @@ class CommandReceipt:
     result: Any
 
 
-@attrs.frozen
-class Outcome:
+class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     """What happened to one submission of a batch."""
 
     events: Sequence[EventEnvelope] = ()

@@ -55,7 +55,13 @@ KINDS: dict[str, EntityKind] = {
 
 @attrs.frozen
 class Row:
-    """One stored projection row; ``position`` orders rows within a thread."""
+    """One stored projection row; ``position`` orders rows within a thread.
+
+    ``updated_seq`` is the sequence of the event that last wrote the row (0 for rows
+    last written before schema v5): a turn item's streamed text after it is still
+    in the log only. It is bookkeeping of the store, not of the projection, so rows
+    compare equal without it.
+    """
 
     kind: str
     id: str
@@ -63,14 +69,17 @@ class Row:
     position: int
     status: str | None
     body: bytes
+    updated_seq: int = attrs.field(default=0, eq=False)
 
     def decode(self) -> Any:
         return KINDS[self.kind].decoder.decode(self.body)
 
 
-@attrs.frozen
-class Chunk:
-    """Streamed text not yet folded into its item's row (``seq`` is the event's)."""
+class Chunk(msgspec.Struct, frozen=True):
+    """Streamed text not yet folded into its item's row (``seq`` is its delta event's).
+
+    A msgspec struct, not attrs: one is made per streamed delta in the writer.
+    """
 
     seq: int
     item_id: str

@@ -22,26 +22,35 @@ from t3orch.store.errors import StoreClosed, StoreError
 from t3orch.store.interface import Decide, EventStore, Outcome, Submission
 
 
-@attrs.define
 class _Pending:
-    submission: Submission
-    done: trio.Event = attrs.field(factory=trio.Event)
-    outcome: Outcome | None = None
-    failure: BaseException | None = None
+    """A queued submission and, once committed, its outcome (one per submission)."""
+
+    __slots__ = ("done", "failure", "outcome", "submission")
+
+    def __init__(self, submission: Submission) -> None:
+        self.submission = submission
+        self.done = trio.Event()
+        self.outcome: Outcome | None = None
+        self.failure: BaseException | None = None
 
 
-@attrs.frozen
 class Ticket:
     """A queued submission; ``outcome()`` waits for its commit."""
 
-    _pending: _Pending
+    __slots__ = ("_pending",)
+
+    def __init__(self, pending: _Pending) -> None:
+        self._pending = pending
 
     @property
     def done(self) -> bool:
         return self._pending.done.is_set()
 
     async def outcome(self) -> Outcome:
-        await self._pending.done.wait()
+        # A streaming producer mostly asks after tickets already committed: no
+        # need to pass through the scheduler for those.
+        if not self._pending.done.is_set():
+            await self._pending.done.wait()
         if self._pending.failure is not None:
             raise self._pending.failure
         assert self._pending.outcome is not None
@@ -101,7 +110,14 @@ class EventWriter:
             raise StoreClosed("the event writer has stopped")
         pending = _Pending(Submission(decide, command_id, command_type))
         try:
-            await self._send.send(pending)
+            # Only a full queue is a reason to wait (that is the backpressure);
+            # a scheduler pass per queued batch showed up in the store bench.
+            self._send.send_nowait(pending)
+        except trio.WouldBlock:
+            try:
+                await self._send.send(pending)
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                raise StoreClosed("the event writer has stopped") from None
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise StoreClosed("the event writer has stopped") from None
         return Ticket(pending)

@@ -10,9 +10,26 @@ from collections.abc import Callable
 
 import pytest
 
+from t3orch.domain.base import ProviderRef
 from t3orch.domain.thread import AppThread, ModelSelection
-from t3orch.events import EventDraft, ProviderDiagnostic, ThreadUpserted
-from t3orch.ids import CommandId, ProjectId, ThreadId
+from t3orch.domain.turn_items import AssistantMessage
+from t3orch.events import (
+    EventDraft,
+    ProviderDiagnostic,
+    ThreadUpserted,
+    TurnItemDelta,
+    TurnItemUpserted,
+)
+from t3orch.ids import (
+    CommandId,
+    MessageId,
+    NodeId,
+    ProjectId,
+    ProviderTurnId,
+    RunId,
+    ThreadId,
+    TurnItemId,
+)
 from t3orch.projections.check import compare, rebuild
 from t3orch.store.errors import CommandRejected
 from t3orch.store.interface import Decision, EventStore, StateView, Submission
@@ -61,6 +78,49 @@ def diag(n: int) -> Submission:
 
 def reject(view: StateView) -> Decision:
     raise CommandRejected("nope", "refused on purpose")
+
+
+ITEM = TurnItemId("itm_0001")
+
+
+def item(text: str = "", status: str = "running") -> AssistantMessage:
+    now = "2026-11-30T00:00:00.000Z"
+    return AssistantMessage(
+        message_id=MessageId("msg_0001"),
+        text=text,
+        id=ITEM,
+        thread_id=ThreadId("thr_0001"),
+        run_id=RunId("run_0001"),
+        node_id=NodeId("nod_0001"),
+        provider_turn_id=ProviderTurnId("ptn_0001"),
+        native_item_ref=ProviderRef(value="m1", strength="scoped"),
+        status=status,  # type: ignore[arg-type]
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def put_item(text: str = "", status: str = "running") -> Submission:
+    drafts = [EventDraft(payload=TurnItemUpserted(item=item(text, status)))]
+    return Submission(lambda view: Decision(drafts))
+
+
+def stream(*texts: str) -> Submission:
+    drafts = [
+        EventDraft(payload=TurnItemDelta(item_id=ITEM, thread_id=ThreadId("thr_0001"), text=t))
+        for t in texts
+    ]
+    return Submission(lambda view: Decision(drafts))
+
+
+def read_text(view: StateView) -> Decision:
+    """Returns the item's text as this submission's decider sees it."""
+    return Decision([], view.get("turn_item", ITEM).text)
+
+
+def read_then_reject(view: StateView) -> Decision:
+    view.get("turn_item", ITEM)
+    raise CommandRejected("nope", "refused after reading")
 
 
 class StoreContract:
@@ -151,6 +211,39 @@ class StoreContract:
         rows = store.rows("thread")
         assert [r.id for r in rows] == ["thr_0001", "thr_0002"]
         assert rows[0].decode().title == "renamed"
+
+    def test_streamed_text_is_seen_by_later_submissions_and_batches(
+        self, open_store: OpenStore
+    ) -> None:
+        store = open_store()
+        outcomes = store.commit_batch(
+            [
+                upsert(1),
+                put_item(),
+                stream("hel", "lo"),
+                Submission(read_text),
+                Submission(read_then_reject),
+                stream(" wor"),
+                Submission(read_text),
+            ]
+        )
+        assert [o.result for o in outcomes[3:4] + outcomes[6:]] == ["hello", "hello wor"]
+        assert outcomes[4].error is not None and outcomes[4].error.code == "nope"
+        store.commit_batch([stream("ld")])
+        (seen,) = store.commit_batch([Submission(read_text)])
+        assert seen.result == "hello world"
+        assert store.last_sequence() == store.projection_sequence() == 6
+
+    def test_an_upsert_folds_the_streamed_text_away(self, open_store: OpenStore) -> None:
+        store = open_store()
+        store.commit_batch([upsert(1), put_item(), stream("draft")])
+        store.commit_batch([put_item("final", "completed"), stream(" late")])
+        (seen,) = store.commit_batch([Submission(read_text)])
+        # A terminal item ignores deltas that arrive after it completed.
+        assert seen.result == "final"
+        store.commit_batch([put_item("again"), stream("+1")])
+        (seen,) = store.commit_batch([Submission(read_text)])
+        assert seen.result == "again+1"
 
     def test_rows_equal_a_rebuild(self, open_store: OpenStore) -> None:
         store = open_store()

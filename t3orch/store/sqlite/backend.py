@@ -13,7 +13,7 @@ import msgspec
 
 from t3orch.clock import WallClock, iso, system_clock
 from t3orch.domain.vocab import TURN_ITEM_TERMINAL
-from t3orch.events import Correlation, EventEnvelope, EventPayload, event_type
+from t3orch.events import Correlation, EventEnvelope, EventPayload, TurnItemDelta, event_type
 from t3orch.ids import (
     CommandId,
     EventId,
@@ -162,15 +162,13 @@ class SQLiteStore:
         if self.readonly:
             raise StoreError(f"{self.path}: opened read-only")
         conn = self._conn
-        view = _TxnView(conn, iso(self._clock()), self._known)
-        outcomes: list[Outcome] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
             # The single writer holds the write lock: it numbers events itself, so
-            # they can be inserted with one executemany per submission.
-            view.next_sequence = self._head() + 1
-            for sub in submissions:
-                outcomes.append(self._run_one(view, sub))
+            # the batch's events go in with one executemany at its end.
+            view = _TxnView(conn, iso(self._clock()), self._known, self._head())
+            outcomes = [self._run_one(view, sub) for sub in submissions]
+            view.flush_events()
             if view.last_sequence:
                 conn.execute(
                     "UPDATE projection_state SET last_sequence = ? WHERE name = 'rows'",
@@ -190,7 +188,6 @@ class SQLiteStore:
         return outcomes
 
     def _run_one(self, view: _TxnView, sub: Submission) -> Outcome:
-        conn = self._conn
         if sub.command_id is not None:
             existing = self._receipt(sub.command_id)
             if existing is not None:
@@ -199,45 +196,31 @@ class SQLiteStore:
                     result_sequence=existing.result_sequence,
                     duplicate=True,
                 )
-        conn.execute("SAVEPOINT sub")
-        first_sequence = view.next_sequence
+        # Nothing a submission writes reaches SQLite before it is kept: events,
+        # rows and its receipt are staged in the view, so a rejected submission
+        # rolls back alone by dropping them (no savepoint per submission).
+        view.begin()
         try:
             decision = sub.decide(view)
+            command_id = sub.command_id
             envelopes = [
-                self._append(view, draft.payload, draft.correlation, sub.command_id)
+                self._append(view, draft.payload, draft.correlation, command_id)
                 for draft in decision.events
             ]
-            view.flush()
-            receipt = None
-            if sub.command_id is not None:
-                head = envelopes[-1].sequence if envelopes else view.next_sequence - 1
-                receipt = CommandReceipt(
-                    sub.command_id, sub.command_type, view.now(), head, decision.result
-                )
-                conn.execute(
-                    "INSERT INTO command_receipts VALUES (?, ?, ?, ?, ?)",
-                    (
-                        receipt.command_id,
-                        receipt.command_type,
-                        receipt.accepted_at,
-                        receipt.result_sequence,
-                        _encode(receipt.result),
-                    ),
-                )
-            conn.execute("RELEASE sub")
         except sqlite3.Error:
             raise
         except Exception as exc:
-            # A rejected (or buggy) submission rolls back alone; the batch goes on.
-            conn.execute("ROLLBACK TO sub")
-            conn.execute("RELEASE sub")
-            self._known.clear()  # it may name rows this rollback removed
-            view.forget(first_sequence)
+            view.forget()
             if not isinstance(exc, CommandRejected):
                 exc = CommandRejected("internal_error", f"{type(exc).__name__}: {exc}")
             return Outcome(error=exc)
-        view.keep()
         head = envelopes[-1].sequence if envelopes else view.next_sequence - 1
+        receipt = None
+        if sub.command_id is not None:
+            receipt = CommandReceipt(
+                sub.command_id, sub.command_type, view.now(), head, decision.result
+            )
+        view.keep(receipt)
         return Outcome(events=envelopes, result=decision.result, result_sequence=head)
 
     def _append(
@@ -251,13 +234,14 @@ class SQLiteStore:
         event_id = self._ids.new(EventId)
         kind = event_type(payload)
         sequence = view.next_sequence
-        view.next_sequence += 1
+        view.next_sequence = sequence + 1
+        now = view.now()
         view.events.append(
             (
                 sequence,
                 event_id,
                 kind,
-                view.now(),
+                now,
                 c.thread_id,
                 c.run_id,
                 c.node_id,
@@ -271,17 +255,16 @@ class SQLiteStore:
             sequence=sequence,
             event_id=event_id,
             type=kind,
-            occurred_at=view.now(),
-            thread_id=cast(ThreadId | None, c.thread_id),
-            run_id=cast(RunId | None, c.run_id),
-            node_id=cast(NodeId | None, c.node_id),
-            provider_session_id=cast(ProviderSessionId | None, c.provider_session_id),
+            occurred_at=now,
+            thread_id=cast("ThreadId | None", c.thread_id),
+            run_id=cast("RunId | None", c.run_id),
+            node_id=cast("NodeId | None", c.node_id),
+            provider_session_id=cast("ProviderSessionId | None", c.provider_session_id),
             command_id=command_id,
             correlation=correlation,
             payload=payload,
         )
         apply(env, view)
-        view.pending_sequence = sequence
         return env
 
     # -- reading ---------------------------------------------------------------
@@ -361,10 +344,15 @@ class SQLiteStore:
 
     @_guarded
     def all_chunks(self) -> list[Chunk]:
-        cur = self._conn.execute(
-            "SELECT seq, item_id, field, replace, text FROM item_chunks ORDER BY seq"
+        """Every streamed delta not yet folded into its item's row (``t3orch check``)."""
+        folded = dict(
+            self._conn.execute("SELECT id, updated_seq FROM rows WHERE kind = 'turn_item'")
         )
-        return [Chunk(r[0], r[1], r[2], bool(r[3]), r[4]) for r in cur.fetchall()]
+        cur = self._conn.execute(
+            "SELECT sequence, payload FROM events WHERE type = 'turn_item.delta' ORDER BY sequence"
+        )
+        chunks = (_chunk(seq, payload) for seq, payload in cur)
+        return [c for c in chunks if c.seq > folded.get(c.item_id, 0)]
 
     @_guarded
     def rows_window(
@@ -441,70 +429,104 @@ KNOWN_ROWS = 16_384
 
 
 class _TxnView:
-    """State view and row sink over the open transaction's connection."""
+    """State view and row sink over the open transaction.
+
+    What a submission writes is staged here and reaches SQLite when it is kept:
+    its rows and receipt at once (later submissions read them), its events at the
+    end of the batch in one executemany. Streamed text of kept submissions that is
+    not in SQLite yet is indexed by item, so folding a streaming item reads it
+    from memory.
+    """
 
     def __init__(
-        self, conn: sqlite3.Connection, now: str, known: dict[tuple[str, str], None]
+        self, conn: sqlite3.Connection, now: str, known: dict[tuple[str, str], None], head: int
     ) -> None:
         self._known = known
         self._conn = conn
         self._now = now
+        #: The log's head in SQLite: a row written after it has no stored deltas.
+        self._stored_head = head
+        #: The projection cursor: the last event of a kept submission.
         self.last_sequence = 0
-        self.pending_sequence = 0
-        self.next_sequence = 1
-        #: Rows waiting for the submission's executemany (see ``flush``).
+        self.next_sequence = head + 1
+        #: Event rows of the batch, inserted by ``flush_events``.
         self.events: list[tuple[Any, ...]] = []
-        self.chunks: list[tuple[Any, ...]] = []
+        #: Where the current submission's events start, and its first sequence.
+        self._mark = 0
+        self._first_sequence = self.next_sequence
+        #: The current submission's row upserts and streamed text, in order.
+        self._rows: list[tuple[Any, ...]] = []
+        self._chunks: list[Chunk] = []
+        #: Kept streamed text of this batch, by item.
+        self._batch_chunks: dict[str, list[Chunk]] = {}
 
     def now(self) -> str:
         return self._now
 
-    def keep(self) -> None:
-        self.last_sequence = max(self.last_sequence, self.pending_sequence)
+    # -- a submission's life ----------------------------------------------------
 
-    def forget(self, next_sequence: int) -> None:
-        """A submission rolled back: drop what it buffered, reuse its sequences."""
-        self.pending_sequence = self.last_sequence
-        self.next_sequence = next_sequence
-        self.events.clear()
-        self.chunks.clear()
+    def begin(self) -> None:
+        self._mark = len(self.events)
+        self._first_sequence = self.next_sequence
 
-    def flush(self) -> None:
-        """Insert the submission's buffered events and chunks (before its savepoint ends)."""
+    def keep(self, receipt: CommandReceipt | None) -> None:
+        if self._rows:
+            self._conn.executemany(_UPSERT_ROW, self._rows)
+            for r in self._rows:
+                if r[0] == "turn_item":
+                    self._remember(r[0], r[1])
+            self._rows.clear()
+        if self._chunks:
+            for c in self._chunks:
+                self._batch_chunks.setdefault(c.item_id, []).append(c)
+            self._chunks.clear()
+        if receipt is not None:
+            self._conn.execute(
+                "INSERT INTO command_receipts VALUES (?, ?, ?, ?, ?)",
+                (
+                    receipt.command_id,
+                    receipt.command_type,
+                    receipt.accepted_at,
+                    receipt.result_sequence,
+                    _encode(receipt.result),
+                ),
+            )
+        if len(self.events) > self._mark:
+            self.last_sequence = self.events[-1][0]
+
+    def forget(self) -> None:
+        """The submission was rejected: drop what it staged, reuse its sequences."""
+        del self.events[self._mark :]
+        self._rows.clear()
+        self._chunks.clear()
+        self.next_sequence = self._first_sequence
+
+    def flush_events(self) -> None:
+        """Insert the batch's events (every submission is kept or forgotten by now)."""
         if self.events:
-            self._conn.executemany(
-                f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                self.events,
-            )
-            self.events.clear()
-        if self.chunks:
-            self._conn.executemany(
-                "INSERT INTO item_chunks (seq, item_id, field, replace, text) "
-                "VALUES (?, ?, ?, ?, ?)",
-                self.chunks,
-            )
-            self.chunks.clear()
+            self._conn.executemany(_INSERT_EVENT, self.events)
+
+    # -- RowSink ------------------------------------------------------------------
 
     def get_row(self, kind: str, id: str) -> Row | None:
         return _row(self._conn, kind, id)
 
     def put_row(self, row: Row) -> None:
-        if row.kind == "turn_item":
-            self._remember(row.kind, row.id)
-        # An update keeps the row's first position: order is creation order.
-        self._conn.execute(
-            "INSERT INTO rows (kind, id, thread_id, position, status, body) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (kind, id) DO UPDATE SET "
-            "thread_id = excluded.thread_id, status = excluded.status, body = excluded.body",
-            (row.kind, row.id, row.thread_id, row.position, row.status, row.body),
+        # ``row.position`` is the writing event's sequence: a new row keeps it as
+        # its position (creation order), every write records it as updated_seq.
+        self._rows.append(
+            (row.kind, row.id, row.thread_id, row.position, row.status, row.body, row.position)
         )
 
     def append_chunk(self, chunk: Chunk) -> None:
-        self.chunks.append((chunk.seq, chunk.item_id, chunk.field, int(chunk.replace), chunk.text))
+        # Nothing to write: the delta event is in the log, after the item's
+        # updated_seq. Kept in memory for reads until the batch's events go in.
+        self._chunks.append(chunk)
 
     def drop_chunks(self, item_id: str) -> None:
-        self.chunks[:] = [c for c in self.chunks if c[1] != item_id]
-        self._conn.execute("DELETE FROM item_chunks WHERE item_id = ?", (item_id,))
+        """Nothing to write: the item's upsert moves its updated_seq past its deltas."""
+
+    # -- StateView ------------------------------------------------------------------
 
     def exists(self, kind: str, id: str) -> bool:
         # Rows are never deleted, so a row seen once exists for good: every streamed
@@ -523,36 +545,61 @@ class _TxnView:
             self._known.pop(next(iter(self._known)))
         self._known[(kind, id)] = None
 
+    def _fold(self, row: Row) -> Row:
+        if row.kind != "turn_item" or row.status in _TERMINAL_ITEM:
+            return row
+        stored = _chunks(self._conn, row) if row.updated_seq < self._stored_head else []
+        pending = [c for c in self._batch_chunks.get(row.id, ()) if c.seq > row.updated_seq]
+        return fold_chunks(row, stored + pending)
+
     def get(self, kind: str, id: str) -> Any | None:
         row = _row(self._conn, kind, id)
-        return None if row is None else _folded(self._conn, row).decode()
+        return None if row is None else self._fold(row).decode()
 
     def select(self, kind: str, *, thread_id: str | None = None) -> list[Any]:
-        return [_folded(self._conn, r).decode() for r in _rows(self._conn, kind, thread_id)]
+        return [self._fold(r).decode() for r in _rows(self._conn, kind, thread_id)]
 
     def select_by_status(self, kind: str, statuses: Sequence[str]) -> list[Any]:
-        return [
-            _folded(self._conn, r).decode() for r in _rows_by_status(self._conn, kind, statuses)
-        ]
+        return [self._fold(r).decode() for r in _rows_by_status(self._conn, kind, statuses)]
 
 
-_ROW_COLUMNS = "kind, id, thread_id, position, status, body"
+_INSERT_EVENT = f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+# An update keeps the row's first position: order is creation order.
+_UPSERT_ROW = (
+    "INSERT INTO rows (kind, id, thread_id, position, status, body, updated_seq) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (kind, id) DO UPDATE SET "
+    "thread_id = excluded.thread_id, status = excluded.status, body = excluded.body, "
+    "updated_seq = excluded.updated_seq"
+)
+_delta_decoder = msgspec.json.Decoder(TurnItemDelta)
+
+
+def _chunk(seq: int, payload: bytes) -> Chunk:
+    d = _delta_decoder.decode(payload)
+    return Chunk(seq, d.item_id, d.field, d.replace, d.text)
+
+
+_ROW_COLUMNS = "kind, id, thread_id, position, status, body, updated_seq"
 _TERMINAL_ITEM = frozenset(TURN_ITEM_TERMINAL)
 
 
-def _chunks(conn: sqlite3.Connection, item_id: str) -> list[Chunk]:
+def _chunks(conn: sqlite3.Connection, row: Row) -> list[Chunk]:
+    """The item's deltas after its last write: its thread's, filtered by item."""
+    # instr() skips the thread's other items' deltas without decoding them.
     cur = conn.execute(
-        "SELECT seq, item_id, field, replace, text FROM item_chunks WHERE item_id = ? ORDER BY seq",
-        (item_id,),
+        "SELECT sequence, payload FROM events WHERE thread_id = ? AND sequence > ? "
+        "AND type = 'turn_item.delta' AND instr(payload, ?) ORDER BY sequence",
+        (row.thread_id, row.updated_seq, row.id.encode()),
     )
-    return [Chunk(r[0], r[1], r[2], bool(r[3]), r[4]) for r in cur.fetchall()]
+    chunks = (_chunk(seq, payload) for seq, payload in cur)
+    return [c for c in chunks if c.item_id == row.id]
 
 
 def _folded(conn: sqlite3.Connection, row: Row) -> Row:
     """A turn item with the streamed text it has not folded in yet."""
     if row.kind != "turn_item" or row.status in _TERMINAL_ITEM:
         return row
-    return fold_chunks(row, _chunks(conn, row.id))
+    return fold_chunks(row, _chunks(conn, row))
 
 
 def _row(conn: sqlite3.Connection, kind: str, id: str) -> Row | None:

@@ -92,7 +92,22 @@ CREATE TABLE item_chunks (
 CREATE INDEX item_chunks_item ON item_chunks (item_id, seq)
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+# v5: the log is the store of streamed text. A delta event no longer writes a chunk
+# row as well (86% of a busy log are deltas: the chunk table doubled the rows each
+# commit wrote); a row records the sequence of the event that last wrote it, and a
+# turn item's pending text is its thread's deltas after that sequence. Items with
+# chunks get the sequence just before their first chunk, the rest the log's head.
+_V5 = """
+ALTER TABLE rows ADD COLUMN updated_seq INTEGER NOT NULL DEFAULT 0;
+UPDATE rows SET updated_seq = coalesce(
+    (SELECT min(c.seq) - 1 FROM item_chunks AS c WHERE c.item_id = rows.id),
+    (SELECT seq FROM sqlite_sequence WHERE name = 'events'),
+    0
+) WHERE kind = 'turn_item';
+DROP TABLE item_chunks
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
