@@ -2,11 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol
+
 import psutil
 import trio
 
 from adapters.process import ChildProcess, TrioProcessLauncher
-from adapters.transport import LaunchSpec
+from adapters.transport import LaunchSpec, ProviderProcess
+from t3orch.domain.vocab import ProviderKind
+
+
+class SupervisedLauncher(Protocol):
+    """What a session launches its provider with; ``current`` is what the stop ladder signals.
+
+    ``current`` is None for a process that is not an OS child (a replayed transcript).
+    """
+
+    async def launch(self, spec: LaunchSpec) -> ProviderProcess: ...
+
+    @property
+    def current(self) -> ChildProcess | None: ...
+
+
+#: Makes a session's launcher, given its provider kind and the nursery processes live in.
+LauncherFactory = Callable[[ProviderKind, trio.Nursery], SupervisedLauncher]
 
 
 def process_start_time(pid: int | None) -> float | None:
@@ -20,6 +40,8 @@ def process_start_time(pid: int | None) -> float | None:
 
 
 class RecordingLauncher:
+    """Real child processes, remembered for the stop ladder."""
+
     def __init__(self, nursery: trio.Nursery) -> None:
         self._inner = TrioProcessLauncher(nursery)
         self.children: list[ChildProcess] = []

@@ -21,6 +21,7 @@ import trio
 from adapters.errors import AdapterError, NotSupported, StaleRequest
 from adapters.protocol import ProviderAdapter, RequestAnswer
 from supervisor.checkpointing import Checkpointer
+from supervisor.launcher import LauncherFactory
 from supervisor.providers import ProviderSettings, adapter_for, runtime_config
 from supervisor.session import RawSinkFactory, SessionFailed, SessionRunner
 from t3orch.domain.vocab import ProviderKind
@@ -84,6 +85,8 @@ class SessionManager:
     #: A run whose provider crashed mid-turn goes on as a ``provider_recovery``
     #: attempt on a new runtime (within the restart intensity) instead of failing.
     recover_runs: bool = False
+    #: How runtimes launch their provider (tests: replayed transcripts); default real processes.
+    launcher_factory: LauncherFactory | None = None
     #: ``daemon.max_delta_handoff_chars``: past it a return gets a fresh provider thread.
     delta_handoff_limit: int | None = None
     started_at: float = 0.0
@@ -437,6 +440,7 @@ class SessionManager:
             runner.raw_factory = self.raw_factory
         runner.recover_runs = self.recover_runs
         runner.delta_handoff_limit = self.delta_handoff_limit
+        runner.launcher_factory = self.launcher_factory
         runner.on_turn_ending = self._checkpoint_at_barrier
         runner.on_subagent_ended = self.checkpointer.after_subagent
         runner.stall_after_s = self.stall_after_s

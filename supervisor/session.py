@@ -31,7 +31,12 @@ from adapters.protocol import (
     ResumeRefs,
     RuntimeConfig,
 )
-from supervisor.launcher import RecordingLauncher, process_start_time
+from supervisor.launcher import (
+    LauncherFactory,
+    RecordingLauncher,
+    SupervisedLauncher,
+    process_start_time,
+)
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.coalesce import DeltaCoalescer
@@ -101,9 +106,11 @@ class SessionRunner:
     #: The run whose dispatch opened this runtime (consumes a resume-fallback handoff).
     first_run_id: str | None = None
 
+    #: How the provider is launched (default: a real child process).
+    launcher_factory: LauncherFactory | None = None
     binding: SessionBinding | None = None
     runtime: ProviderRuntime | None = None
-    launcher: RecordingLauncher | None = None
+    launcher: SupervisedLauncher | None = None
     #: Text to prepend to the next turn (a resume-fallback summary), sent once.
     pending_context: str | None = None
     active_turn: TurnBinding | None = None
@@ -162,7 +169,11 @@ class SessionRunner:
         started = False
         try:
             async with trio.open_nursery() as nursery:
-                self.launcher = RecordingLauncher(nursery)
+                self.launcher = (
+                    self.launcher_factory(self.provider, nursery)
+                    if self.launcher_factory is not None
+                    else RecordingLauncher(nursery)
+                )
                 nursery.start_soon(self._pump, receive)
                 try:
                     async with self.adapter.open_runtime(

@@ -7,6 +7,7 @@ The stand-in versions (always run) are in ``tests/lineage``.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import ExitStack, asynccontextmanager
@@ -19,9 +20,12 @@ import pytest
 from fixtures.fakes import messages_api, responses_api
 from fixtures.fakes.claude_env import FAKE_MODEL, claude_dirs, claude_env, find_claude_binary
 from fixtures.fakes.codex_home import make_codex_home, make_work_dir, resolve_codex_binary
+from fixtures.record.supervised import TranscriptRecorder
 from supervisor.providers import ProviderSettings
 from tests.supervisor.support import Rig, rig
 
+#: Set to a directory (``fixtures/lineage``) to record each scenario's transcripts there.
+RECORD_DIR = os.environ.get("T3ORCH_RECORD_LINEAGE")
 CLAUDE = find_claude_binary()
 CODEX = resolve_codex_binary()
 WAIT_S = 60.0
@@ -82,8 +86,20 @@ async def both(tmp_path: Path) -> AsyncIterator[Both]:
                 request_timeout_s=WAIT_S,
             ),
         }
-        async with rig(tmp_path / "e.db", providers=providers) as r:
+        recorder = TranscriptRecorder(tmp_path) if RECORD_DIR else None
+        async with rig(tmp_path / "e.db", providers=providers, launcher_factory=recorder) as r:
             yield Both(r, work, Path(codex_env["CODEX_HOME"]), codex_fake, claude_fake)
+        if recorder is not None:
+            # ``tests/real/test_lineage_real.py::test_x (call)`` → ``x``.
+            test = os.environ["PYTEST_CURRENT_TEST"].split("::")[-1].split()[0]
+            recorder.write(
+                Path(RECORD_DIR),
+                test.removeprefix("test_"),
+                f"Recorded by {test} in tests/real/test_lineage_real.py "
+                "(T3ORCH_RECORD_LINEAGE): the real supervisor and adapters driving the real "
+                "binaries against the loopback fake model servers. Replayed by "
+                "tests/lineage/test_recorded_lineage.py.",
+            )
 
 
 async def test_codex_claude_codex_delta_handoff_reaches_the_model(tmp_path: Path) -> None:
