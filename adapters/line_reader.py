@@ -75,12 +75,12 @@ class BoundedLineReader:
                 line = await self._receive_line()
                 return [] if line is None else [line]
             await self._fill()
-        end = self._buffer.rfind(b"\n")
-        complete = bytes(self._buffer[:end])
-        del self._buffer[: end + 1]
+        data = bytes(self._buffer)
+        lines = data.split(b"\n")
+        # The last piece is a line still incomplete (usually empty): it stays buffered.
+        self._buffer[:] = lines.pop()
         self._scanned = 0
-        lines = complete.split(b"\n")
-        if len(complete) <= self._max:
+        if len(data) <= self._max:
             return list(lines)
         return [oversized(line) if len(line) > self._max else line for line in lines]
 

@@ -59,7 +59,7 @@ sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != _HERE]
 
 import supervisor.session as session_mod  # noqa: E402
 from adapters.codex.adapter import CodexAdapter  # noqa: E402
-from adapters.codex.frames import Delta, Notification, decode_frame  # noqa: E402
+from adapters.codex.frames import Delta, Notification, decode_frames  # noqa: E402
 from adapters.codex.mapper import CodexMapper  # noqa: E402
 from adapters.diagnostics import RotatingRawLog  # noqa: E402
 from adapters.line_reader import BoundedLineReader  # noqa: E402
@@ -420,25 +420,44 @@ class _ChunkStream:
         await trio.lowlevel.checkpoint()
 
 
+def pipe_reads(lines: list[bytes]) -> list[list[bytes]]:
+    """``lines`` cut as 64 KiB pipe reads would hand them out: whole lines, at least one."""
+    reads: list[list[bytes]] = []
+    current: list[bytes] = []
+    size = 0
+    for line in lines:
+        current.append(line)
+        size += len(line) + 1
+        if size >= CHUNK_BYTES:
+            reads.append(current)
+            current, size = [], 0
+    if current:
+        reads.append(current)
+    return reads
+
+
 class FastCodexProcess:
     """A :class:`~adapters.transport.ProviderProcess` answering from a :class:`Stream`.
 
     ``initialize``, ``thread/start`` and each ``turn/start`` are answered at once, the
-    ``turn/start`` reply followed by that turn's lines. ``receive_line`` pops lines
-    without waiting and yields to trio once per ``CHUNK_BYTES`` (a pipe read); with
-    ``framing=True`` the lines go through the real ``BoundedLineReader`` instead.
+    ``turn/start`` reply followed by that turn's lines. ``receive_lines`` hands out one
+    ``CHUNK_BYTES`` read of whole lines per call without waiting (the reads are cut
+    before the clock starts, as the lines are encoded before it) and yields to trio
+    once per read, as a pipe read would; ``receive_line`` hands out the same lines one
+    at a time. With ``framing=True`` the lines go through the real ``BoundedLineReader``.
     """
 
     def __init__(self, stream: Stream, *, framing: bool = False) -> None:
         self._stream = stream
         self._turn = 0
-        self._lines: deque[bytes] = deque()
+        self._turn_reads = [pipe_reads(turn) for turn in stream.turns]
+        self._reads: deque[list[bytes]] = deque()
+        self._partial: deque[bytes | OversizedLine] = deque()
         self._blob = bytearray()
         self._wake = trio.Event()
         self._stdout_open = True
         self._status: ExitStatus | None = None
         self._exited = trio.Event()
-        self._since_yield = 0
         self._reader = BoundedLineReader(_ChunkStream(self), DEFAULT_MAX_LINE_BYTES)  # type: ignore[arg-type]
         self._framing = framing
         self.delivered = 0
@@ -447,12 +466,13 @@ class FastCodexProcess:
     def pid(self) -> int | None:
         return None
 
-    def _emit(self, lines: list[bytes]) -> None:
+    def _emit(self, reads: list[list[bytes]]) -> None:
         if self._framing:
-            self._blob += b"\n".join(lines)
-            self._blob += b"\n"
+            for lines in reads:
+                self._blob += b"\n".join(lines)
+                self._blob += b"\n"
         else:
-            self._lines.extend(lines)
+            self._reads.extend(reads)
         self._wake.set()
 
     async def send_line(self, line: bytes) -> None:
@@ -461,18 +481,19 @@ class FastCodexProcess:
         frame = msgspec.json.decode(line)
         method, request_id = frame.get("method"), frame.get("id")
         if method == "initialize":
-            self._emit([self._stream.initialize])
+            self._emit([[self._stream.initialize]])
         elif method == "thread/start":
-            self._emit([self._stream.thread_start])
+            self._emit([[self._stream.thread_start]])
         elif method == "turn/start":
             if self._turn >= len(self._stream.turns):
                 raise RuntimeError("the bench asked for more turns than the stream holds")
             result = self._stream.turn_results[self._turn]
             reply = _line({"id": request_id, "result": result})
-            self._emit([reply, *self._stream.turns[self._turn]])
+            first, *rest = self._turn_reads[self._turn]
+            self._emit([[reply, *first], *rest])
             self._turn += 1
         elif request_id is not None:
-            self._emit([_line({"id": request_id, "result": {}})])
+            self._emit([[_line({"id": request_id, "result": {}})]])
         await trio.lowlevel.checkpoint()
 
     async def next_chunk(self, max_bytes: int) -> bytes:
@@ -481,29 +502,39 @@ class FastCodexProcess:
                 return b""
             self._wake = trio.Event()
             await self._wake.wait()
-        chunk = bytes(self._blob[:max_bytes])
+        with memoryview(self._blob) as view:
+            chunk = bytes(view[:max_bytes])
         del self._blob[:max_bytes]
         return chunk
 
-    async def receive_line(self) -> bytes | OversizedLine | None:
+    async def receive_lines(self) -> list[bytes | OversizedLine]:
         if self._framing:
-            framed = await self._reader.receive_line()
-            if framed is not None:
-                self.delivered += 1
+            framed = await self._reader.receive_lines()
+            self.delivered += len(framed)
             return framed
-        lines = self._lines
-        while not lines:
+        if self._partial:  # what receive_line left of a read
+            lines = list(self._partial)
+            self._partial.clear()
+            return lines
+        while not self._reads:
             if not self._stdout_open:
-                return None
+                return []
             self._wake = trio.Event()
             await self._wake.wait()
-        line = lines.popleft()
-        self.delivered += 1
-        self._since_yield += len(line) + 1
-        if self._since_yield >= CHUNK_BYTES:
-            self._since_yield = 0
-            await trio.lowlevel.checkpoint()
-        return line
+        await trio.lowlevel.checkpoint()
+        read: list[bytes | OversizedLine] = list(self._reads.popleft())
+        self.delivered += len(read)
+        return read
+
+    async def receive_line(self) -> bytes | OversizedLine | None:
+        """The same lines one at a time (the adapter reads them with ``receive_lines``)."""
+        if self._framing:
+            framed = await self._reader.receive_line()
+            self.delivered += framed is not None
+            return framed
+        if not self._partial:
+            self._partial.extend(await self.receive_lines())
+        return self._partial.popleft() if self._partial else None
 
     async def close_stdin(self) -> None:
         self._finish(ExitStatus(code=0, signal=None))
@@ -716,32 +747,34 @@ async def adapter_and_log(stream: Stream, directory: Path, drain: int | None = N
 
 
 def stage_decode(lines: list[bytes]) -> Run:
-    """``decode_frame`` alone (the Delta fast path for deltas)."""
+    """``decode_frames`` alone, a 64 KiB read at a time (the Delta fast path for deltas)."""
+    reads = pipe_reads(lines)
     start = time.perf_counter()
-    for line in lines:
-        decode_frame(line)
+    for read in reads:
+        decode_frames(list(read))
     return Run(time.perf_counter() - start, len(lines))
 
 
-def _route(lines: list[bytes], raw: RawFrameSink | None, sink: Callable[[Any], None]) -> None:
+def _route(reads: list[list[bytes]], raw: RawFrameSink | None, sink: Callable[[Any], None]) -> None:
     mapper = CodexMapper()
     raw_id = "raw"
-    for line in lines:
-        if raw is not None:
-            raw_id = raw.record("incoming", line)
-        frame = decode_frame(line)
-        if isinstance(frame, Delta):
-            sink(mapper.delta(frame.params.item_id, frame.params.delta, raw_id))
-        elif isinstance(frame, Notification):
-            for event in mapper.notification(frame.method, frame.params, raw_id):
-                sink(event)
+    for read in reads:
+        for line, frame in zip(read, decode_frames(list(read)), strict=True):
+            if raw is not None:
+                raw_id = raw.record("incoming", line)
+            if isinstance(frame, Delta):
+                sink(mapper.delta(frame.params.item_id, frame.params.delta, raw_id))
+            elif isinstance(frame, Notification):
+                for event in mapper.notification(frame.method, frame.params, raw_id):
+                    sink(event)
 
 
 def stage_map(lines: list[bytes], raw: RawFrameSink | None) -> Run:
-    """``decode_frame`` + the mapper (as ``CodexRuntime._on_frame`` routes), events dropped."""
+    """``decode_frames`` + the mapper (as ``CodexRuntime._on_frame`` routes), events dropped."""
     kept: deque[Any] = deque(maxlen=1)
+    reads = pipe_reads(lines)
     start = time.perf_counter()
-    _route(lines, raw, kept.append)
+    _route(reads, raw, kept.append)
     return Run(time.perf_counter() - start, len(lines))
 
 
@@ -763,13 +796,14 @@ async def stage_channel(lines: list[bytes]) -> Run:
                     break
             send.send_nowait(event)
 
+    reads = pipe_reads(lines)
     start = time.perf_counter()
-    _route(lines, NullRawSink(), put)
+    _route(reads, NullRawSink(), put)
     return Run(time.perf_counter() - start, len(lines))
 
 
 async def stage_line_reader(stream: Stream) -> Run:
-    """The real ``BoundedLineReader`` alone, over 64 KiB reads of the whole stream."""
+    """The real ``BoundedLineReader.receive_lines`` alone, over 64 KiB reads of the stream."""
     blob = b"".join(line + b"\n" for line in stream.lines())
 
     class Blob:
@@ -787,8 +821,8 @@ async def stage_line_reader(stream: Stream) -> Run:
     reader = BoundedLineReader(Blob(), DEFAULT_MAX_LINE_BYTES)  # type: ignore[arg-type]
     n = 0
     start = time.perf_counter()
-    while await reader.receive_line() is not None:
-        n += 1
+    while lines := await reader.receive_lines():
+        n += len(lines)
     return Run(time.perf_counter() - start, n)
 
 
@@ -928,7 +962,7 @@ def main(argv: list[str] | None = None) -> int:
     tries = max(args.runs, 5)
     stages: list[tuple[str, str, Run]] = [
         ("bare", "bare msgspec.json.decode", best_of(tries, bare_decode, part)),
-        ("decode_frame", "decode_frame (Delta fast path)", best_of(tries, stage_decode, part)),
+        ("decode_frame", "decode_frames (Delta fast path)", best_of(tries, stage_decode, part)),
         (
             "map",
             "+ mapper (_on_frame routing)",

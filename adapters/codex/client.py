@@ -88,9 +88,7 @@ class CodexClient:
                         raw_id = record("incoming", line)
                     if isinstance(frame, Response):
                         await self._dispatch_response(frame, raw_id)
-                        continue
-                    unfinished = on_frame(frame, raw_id, None)
-                    if unfinished is not None:
+                    elif (unfinished := on_frame(frame, raw_id, None)) is not None:
                         await unfinished
         finally:
             self._fail_pending("the codex process closed its stdout")

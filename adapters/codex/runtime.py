@@ -69,6 +69,7 @@ class CodexRuntime:
         self._send_nowait = events.send_nowait
         self._options = options or CodexOptions()
         self.mapper = CodexMapper(model=config.model)
+        self._delta = self.mapper.delta
         self.client = CodexClient(
             process, raw, self._on_frame, request_timeout_s=config.request_timeout_s
         )
@@ -255,7 +256,16 @@ class CodexRuntime:
         """Translate one frame and send its events; see :data:`FrameCallback`."""
         if isinstance(frame, Delta):
             params = frame.params
-            return self._send(self.mapper.delta(params.item_id, params.delta, raw_id))
+            delta = self._delta(params.item_id, params.delta, raw_id)
+            # No checkpoint per event: it would cost more than the delta itself. Only
+            # a full channel needs an await, which is what applies backpressure.
+            try:
+                self._send_nowait(delta)
+            except trio.WouldBlock:
+                return self._emit(delta)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                _dropped(delta)
+            return None
         if isinstance(frame, Notification):
             events = self.mapper.notification(frame.method, frame.params, raw_id)
         elif isinstance(frame, ServerRequest):
@@ -274,29 +284,19 @@ class CodexRuntime:
                 frame.code, frame.reason, frame.head, frame.length, raw_id
             )
         for index, event in enumerate(events):
-            unfinished = self._send(event)
-            if unfinished is not None:
-                return self._emit_rest(unfinished, events[index + 1 :])
+            try:
+                self._send_nowait(event)
+            except trio.WouldBlock:
+                return self._emit_all(events[index:])
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                _dropped(event)
         return None
-
-    def _send(self, event: ProviderEvent) -> Awaitable[None] | None:
-        """Send without a checkpoint (one per event would dominate the cost of a delta);
-        only a full channel needs an await, which is what applies backpressure."""
-        try:
-            self._send_nowait(event)
-        except trio.WouldBlock:
-            return self._emit(event)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            _dropped(event)
-        return None
-
-    async def _emit_rest(self, unfinished: Awaitable[None], rest: list[ProviderEvent]) -> None:
-        await unfinished
-        for event in rest:
-            await self._emit(event)
 
     async def _refuse_attestation(self, request_id: int | str, events: list[ProviderEvent]) -> None:
         await self.client.reply_error(request_id, METHOD_NOT_FOUND, "attestation unsupported")
+        await self._emit_all(events)
+
+    async def _emit_all(self, events: list[ProviderEvent]) -> None:
         for event in events:
             await self._emit(event)
 
