@@ -97,6 +97,7 @@ TurnItemStatus = Literal[
 TURN_ITEM_TERMINAL: frozenset[str] = frozenset(
     {"completed", "failed", "declined", "interrupted", "cancelled"}
 )
+TURN_ITEM_OPEN: tuple[str, ...] = ("pending", "running", "waiting")
 
 #: How strongly a native ref binds to an app entity (lessons §1).
 BindingStrength = Literal["exact", "scoped", "ordinal", "fingerprint", "synthetic"]

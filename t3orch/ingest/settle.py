@@ -17,6 +17,7 @@ from t3orch.domain.vocab import (
     ATTEMPT_TERMINAL,
     NODE_TERMINAL,
     RUN_TERMINAL,
+    TURN_ITEM_OPEN,
     TURN_ITEM_TERMINAL,
     TURN_TERMINAL,
 )
@@ -124,9 +125,7 @@ def close_open_items(
     """Close items a turn left streaming (Codex never completes an interrupted message)."""
     n = 0
     now = ch.now()
-    for item in ch.select("turn_item", thread_id=thread_id):
-        if item.status in TURN_ITEM_TERMINAL:
-            continue
+    for item in ch.select_by_status("turn_item", TURN_ITEM_OPEN, thread_id=thread_id):
         if provider_turn_id is not None and item.provider_turn_id != provider_turn_id:
             continue
         ch.put("turn_item", msgspec.structs.replace(item, status=status, updated_at=now))
@@ -150,9 +149,7 @@ def expire_requests(
     """Pending requests can no longer be answered: expire them, not resumable."""
     n = 0
     now = ch.now()
-    for req in ch.select("runtime_request", thread_id=thread_id):
-        if req.status != "pending":
-            continue
+    for req in ch.select_by_status("runtime_request", ("pending",), thread_id=thread_id):
         if provider_turn_id is not None and req.provider_turn_id != provider_turn_id:
             continue
         ch.put(

@@ -569,8 +569,8 @@ def _request_closed(
     if b.thread_id is not None:
         still_pending = [
             r
-            for r in ch.select("runtime_request", thread_id=b.thread_id)
-            if r.status == "pending" and r.provider_turn_id == t.provider_turn_id
+            for r in ch.select_by_status("runtime_request", ("pending",), thread_id=b.thread_id)
+            if r.provider_turn_id == t.provider_turn_id
         ]
         run = ch.get("run", t.run_id)
         if not still_pending and run is not None and run.status == "waiting":

@@ -31,7 +31,11 @@ class StateView(Protocol):
 
     def select(self, kind: str, *, thread_id: str | None = None) -> list[Any]: ...
 
-    def select_by_status(self, kind: str, statuses: Sequence[str]) -> list[Any]: ...
+    def select_by_status(
+        self, kind: str, statuses: Sequence[str], *, thread_id: str | None = None
+    ) -> list[Any]:
+        """Rows whose status is one of ``statuses`` (of one thread, if given): an
+        indexed read, unlike ``select`` of a whole thread's rows."""
 
     def now(self) -> str:
         """The batch's timestamp (ISO 8601, UTC): one clock read per transaction."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import msgspec
 import pytest
 
 from t3orch.domain.base import ProviderRef
@@ -244,6 +245,30 @@ class StoreContract:
         store.commit_batch([put_item("again"), stream("+1")])
         (seen,) = store.commit_batch([Submission(read_text)])
         assert seen.result == "again+1"
+
+    def test_select_by_status_of_one_thread(self, open_store: OpenStore) -> None:
+        store = open_store()
+        other = msgspec.structs.replace(item("b"), id=TurnItemId("itm_0002"), thread_id="thr_0002")
+        done = msgspec.structs.replace(item("c", "completed"), id=TurnItemId("itm_0003"))
+        drafts = [EventDraft(payload=TurnItemUpserted(item=i)) for i in (item("a"), other, done)]
+        store.commit_batch([Submission(lambda view: Decision(drafts))])
+
+        def live(thread_id: str | None) -> Submission:
+            return Submission(
+                lambda view: Decision(
+                    [],
+                    [
+                        i.id
+                        for i in view.select_by_status(
+                            "turn_item", ("pending", "running"), thread_id=thread_id
+                        )
+                    ],
+                )
+            )
+
+        mine, everyone = store.commit_batch([live("thr_0001"), live(None)])
+        assert mine.result == ["itm_0001"]
+        assert everyone.result == ["itm_0001", "itm_0002"]
 
     def test_rows_equal_a_rebuild(self, open_store: OpenStore) -> None:
         store = open_store()

@@ -559,8 +559,11 @@ class _TxnView:
     def select(self, kind: str, *, thread_id: str | None = None) -> list[Any]:
         return [self._fold(r).decode() for r in _rows(self._conn, kind, thread_id)]
 
-    def select_by_status(self, kind: str, statuses: Sequence[str]) -> list[Any]:
-        return [self._fold(r).decode() for r in _rows_by_status(self._conn, kind, statuses)]
+    def select_by_status(
+        self, kind: str, statuses: Sequence[str], *, thread_id: str | None = None
+    ) -> list[Any]:
+        rows = _rows_by_status(self._conn, kind, statuses, thread_id)
+        return [self._fold(r).decode() for r in rows]
 
 
 _INSERT_EVENT = f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -623,11 +626,20 @@ def _rows(conn: sqlite3.Connection, kind: str, thread_id: str | None) -> list[Ro
     return [Row(*r) for r in cur.fetchall()]
 
 
-def _rows_by_status(conn: sqlite3.Connection, kind: str, statuses: Sequence[str]) -> list[Row]:
+def _rows_by_status(
+    conn: sqlite3.Connection, kind: str, statuses: Sequence[str], thread_id: str | None = None
+) -> list[Row]:
     marks = ",".join("?" * len(statuses))
+    where = f"kind = ? AND status IN ({marks})"
+    args: tuple[Any, ...] = (kind, *statuses)
+    if thread_id is not None:
+        where += " AND thread_id = ?"
+        args += (thread_id,)
+    # Live rows are few, a thread's rows many: without the hint SQLite picks the
+    # thread index and reads every row of the thread to test its status.
     cur = conn.execute(
-        f"SELECT {_ROW_COLUMNS} FROM rows WHERE kind = ? AND status IN ({marks}) "
+        f"SELECT {_ROW_COLUMNS} FROM rows INDEXED BY rows_status WHERE {where} "
         "ORDER BY position, id",
-        (kind, *statuses),
+        args,
     )
     return [Row(*r) for r in cur.fetchall()]
