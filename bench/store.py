@@ -328,6 +328,7 @@ def bare_phase(source: Path, target: Path, batch: int, sync: Sync) -> dict[str, 
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {sync}")
         conn.execute("PRAGMA journal_size_limit = 33554432")
+        conn.execute("PRAGMA cache_size = -16384")
         migrate(conn)
         written = written_bytes()
         started = time.perf_counter()
