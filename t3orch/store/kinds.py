@@ -88,13 +88,10 @@ class Chunk(msgspec.Struct, frozen=True):
     text: str
 
 
-def fold_chunks(row: Row, chunks: list[Chunk]) -> Row:
-    """The row with its pending streamed text applied."""
-    if not chunks:
-        return row
+def fold_item(item: Any, chunks: list[Chunk]) -> Any:
+    """The turn item with its pending streamed text applied."""
     from t3orch.domain.turn_items import delta_target
 
-    item = KINDS["turn_item"].decoder.decode(row.body)
     # Concatenate per field first: one struct copy, not one per chunk.
     parts: dict[str, list[str]] = {}
     for c in chunks:
@@ -107,5 +104,13 @@ def fold_chunks(row: Row, chunks: list[Chunk]) -> Row:
             parts[name].append(c.text)
     if parts:
         item = msgspec.structs.replace(item, **{k: "".join(v) for k, v in parts.items()})
+    return item
+
+
+def fold_chunks(row: Row, chunks: list[Chunk]) -> Row:
+    """The row with its pending streamed text applied."""
+    if not chunks:
+        return row
+    item = fold_item(row.decode(), chunks)
     folded: Row = attrs.evolve(row, body=msgspec.json.encode(item))
     return folded

@@ -32,7 +32,7 @@ from t3orch.store.errors import (
     StoreFull,
 )
 from t3orch.store.interface import CommandReceipt, Outcome, Submission
-from t3orch.store.kinds import Chunk, Row, fold_chunks
+from t3orch.store.kinds import Chunk, Row, fold_chunks, fold_item
 from t3orch.store.sqlite.schema import APPLICATION_ID, SCHEMA_VERSION, migrate, read_version
 
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
@@ -548,25 +548,28 @@ class _TxnView:
             self._known.pop(next(iter(self._known)))
         self._known[(kind, id)] = None
 
-    def _fold(self, row: Row) -> Row:
+    def _decoded(self, row: Row) -> Any:
+        """The row's value; a streaming item with its pending text folded in."""
         if row.kind != "turn_item" or row.status in _TERMINAL_ITEM:
-            return row
+            return row.decode()
         stored = _chunks(self._conn, row) if row.updated_seq < self._stored_head else []
         pending = [c for c in self._batch_chunks.get(row.id, ()) if c.seq > row.updated_seq]
-        return fold_chunks(row, stored + pending)
+        chunks = stored + pending
+        # Folded as a value: the decision wants the item, not its JSON.
+        return fold_item(row.decode(), chunks) if chunks else row.decode()
 
     def get(self, kind: str, id: str) -> Any | None:
         row = _row(self._conn, kind, id)
-        return None if row is None else self._fold(row).decode()
+        return None if row is None else self._decoded(row)
 
     def select(self, kind: str, *, thread_id: str | None = None) -> list[Any]:
-        return [self._fold(r).decode() for r in _rows(self._conn, kind, thread_id)]
+        return [self._decoded(r) for r in _rows(self._conn, kind, thread_id)]
 
     def select_by_status(
         self, kind: str, statuses: Sequence[str], *, thread_id: str | None = None
     ) -> list[Any]:
         rows = _rows_by_status(self._conn, kind, statuses, thread_id)
-        return [self._fold(r).decode() for r in rows]
+        return [self._decoded(r) for r in rows]
 
 
 _INSERT_EVENT = f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
