@@ -59,7 +59,14 @@ class DeltaCoalescer:
         return out
 
     def flush_due(self, now: float) -> list[ProviderEvent]:
-        due = {key[0] for key, b in self._buffers.items() if now - b.first_at >= self.window_s}
+        # Buffers are kept in the order they opened, so the oldest comes first and
+        # the scan stops at the first one not yet due: a delta usually costs one
+        # comparison, not one per open buffer.
+        due: dict[str, None] = {}
+        for key, b in self._buffers.items():
+            if now - b.first_at < self.window_s:
+                break
+            due[key[0]] = None
         out: list[ProviderEvent] = []
         for ref in due:
             out.extend(self._take(ref))
@@ -67,14 +74,14 @@ class DeltaCoalescer:
 
     def flush_all(self) -> list[ProviderEvent]:
         out: list[ProviderEvent] = []
-        for ref in {key[0] for key in self._buffers}:
+        for ref in dict.fromkeys(key[0] for key in self._buffers):
             out.extend(self._take(ref))
         return out
 
     def next_deadline(self) -> float | None:
-        if not self._buffers:
-            return None
-        return min(b.first_at for b in self._buffers.values()) + self.window_s
+        for b in self._buffers.values():
+            return b.first_at + self.window_s
+        return None
 
     def _take(self, ref: str) -> list[ProviderEvent]:
         out: list[ProviderEvent] = []

@@ -237,3 +237,19 @@ async def test_delta_channels_go_to_their_fields(tmp_path: Path) -> None:
         with core.reader.snapshot():
             rebuilt, _, _ = rebuild(core.reader.iter_events())
             assert compare(core.reader.all_rows(), rebuilt) == []
+
+
+def test_coalescer_flushes_due_buffers_in_the_order_they_opened() -> None:
+    c = DeltaCoalescer(window_s=1.0)
+    assert c.next_deadline() is None
+    for i, ref in enumerate(["c", "a", "b"]):
+        assert c.push(ItemDelta(native_item_ref=ref, text=f"{ref}1"), now=i * 0.1) == []
+    assert c.next_deadline() == 1.0
+    # "c" and "a" have waited a window; "b" (opened at 0.2) has not.
+    out = c.push(ItemDelta(native_item_ref="a", text="a2"), now=1.15)
+    assert [(e.native_item_ref, e.text) for e in out if isinstance(e, ItemDelta)] == [
+        ("c", "c1"),
+        ("a", "a1a2"),
+    ]
+    assert c.next_deadline() == 1.2
+    assert [e.native_item_ref for e in c.flush_all() if isinstance(e, ItemDelta)] == ["b"]
