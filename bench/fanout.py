@@ -13,19 +13,29 @@ Prints figures; it is not a timed test (issue 6, section Benchmark). Two process
   frame goes through the real Codex adapter → session pump → ``DeltaCoalescer`` →
   ``CoreService.ingest_queued`` → writer (group commit) → broadcast → API stream →
   WebSocket.
-* **The subscribers** (this process): ``--subscribers`` WebSocket clients on
-  127.0.0.1 with the bearer token, each subscribed to the thread's ``threadDetail``.
-  The daemon's CPU is measured on its own process (psutil), so the subscribers'
-  work is not in it.
+* **The subscribers**: ``--subscribers`` WebSocket clients on 127.0.0.1 with the
+  bearer token, each subscribed to the thread's ``threadDetail``, spread over
+  ``--reader-procs`` processes of ``bench/ws_harness.py``: the real handshake and
+  subscribe, then raw non-blocking sockets in one ``selectors`` loop and a tiny frame
+  parser (server frames are unmasked). A frame is stamped with the time of the
+  ``recv`` that completed it and decoded only after the run. The daemon's CPU is
+  measured on its own process (psutil), so the subscribers' work is not in it.
+* **The physical floor**, in the same run once the daemon has stopped: one process
+  (``ws_harness.py floor``) writes the frames subscriber 0 got, grouped and timed as
+  the daemon published them, to as many loopback sockets, read by the same readers;
+  and 200 4 KiB writes + ``fdatasync`` in the state dir. The daemon's figures are
+  printed as ratios to the fan-out floor.
 
 Stamps: delta ``k`` of the turn carries ``[#k]`` at the start of its text; the
 provider records the CLOCK_MONOTONIC time at which the adapter *read* each frame
-(``receive_line`` returned it), by index. A subscriber stamps each frame when
-``get_message`` returns it; a coalesced ``turn_item.delta`` names every delta in it.
+(``receive_line`` returned it), by index. A subscriber stamps each frame on arrival
+(above); a coalesced ``turn_item.delta`` names every delta in it.
 Both processes use ``time.monotonic`` (one clock for the machine). The daemon also
 records (in-process wrappers; no t3orch code changed) when each coalesced delta left
 the coalescer (``ingest_queued``), each ``commit_batch``, each publish, each frame
-sent on each connection, and each cyclic GC pass; those give the breakdown.
+sent on each connection, and each cyclic GC pass; those give the breakdown. "Send
+done" is when the write loop resumes after ``send_all``, which can be after the
+subscriber already read the bytes (trio reschedules it behind other tasks).
 ``--steps`` also times the daemon's trio task steps and loop ticks.
 
 Latencies printed (p50/p99/max over every subscriber × event):
@@ -42,8 +52,9 @@ flush; the first-frame figure is held to ``window + 20 ms`` (see docs/performanc
 
 Run: ``python bench/fanout.py [--subscribers N] [--rate R] [--seconds S] [--json]``
 (what-ifs and diagnostics: ``--sync NORMAL``, ``--ascii``, ``--switch-interval MS``,
-``--steps``, ``--profile``). Exit status 0 only when the item-upsert and delta-flush
-targets pass and every subscriber got every event without a resync.
+``--steps``, ``--profile``, ``--reader-procs N``). Exit status 0 only when the
+item-upsert and delta-flush targets pass and every subscriber got every event without
+a resync.
 """
 
 from __future__ import annotations
@@ -730,15 +741,110 @@ def _item_range(text: str) -> tuple[int, int]:
 
 
 # == the subscriber side ===============================================================
+# The subscribers are ``bench/ws_harness.py reader`` processes: raw sockets, a real
+# handshake and subscribe, a tiny frame parser, frames stamped on arrival and decoded
+# here only after the run. The same readers then read the bare loopback fan-out
+# (``ws_harness.py floor``): the physical floor the daemon's figures are set against.
+
+HARNESS = _HERE / "ws_harness.py"
+
+
+def _harness() -> Any:
+    spec = importlib.util.spec_from_file_location("_bench_ws_harness", HARNESS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @attrs.define
 class Sub:
     index: int
     port: int = 0
-    #: (receive time, frame text) of every frame after the subscribe response.
-    frames: list[tuple[float, str]] = attrs.field(factory=list)
-    subscribed_at: float = 0.0
+    #: (receive time, frame) of every text frame, the subscribe response included.
+    frames: list[tuple[float, bytes]] = attrs.field(factory=list)
+
+
+class HarnessProc:
+    """One harness process and the lines it prints (``ready``, ``run-ended``, ...)."""
+
+    def __init__(self, proc: trio.Process, out: Path) -> None:
+        self.proc = proc
+        self.out = out
+        self.said: dict[str, trio.Event] = {}
+        self.values: dict[str, str] = {}
+
+    def event(self, word: str) -> trio.Event:
+        return self.said.setdefault(word, trio.Event())
+
+    async def follow(self) -> None:
+        assert self.proc.stdout is not None
+        buf = b""
+        async for chunk in self.proc.stdout:
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                word, _, value = line.decode().partition(" ")
+                self.values[word] = value
+                self.event(word).set()
+
+    async def say(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        await self.proc.stdin.send_all(line.encode() + b"\n")
+
+
+async def _spawn(nursery: trio.Nursery, argv: list[str], out: Path) -> HarnessProc:
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, str(HARNESS), *argv, "--out", str(out)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    hp = HarnessProc(proc, out)
+    nursery.start_soon(hp.follow)
+    return hp
+
+
+async def _start_readers(
+    nursery: trio.Nursery,
+    args: argparse.Namespace,
+    root: Path,
+    tag: str,
+    port: int,
+    token_file: Path,
+    thread_id: str,
+) -> list[HarnessProc]:
+    procs = max(1, min(args.reader_procs, args.subscribers))
+    readers: list[HarnessProc] = []
+    first = 0
+    for i in range(procs):
+        count = args.subscribers // procs + (1 if i < args.subscribers % procs else 0)
+        argv = ["reader", "--port", str(port), "--token-file", str(token_file)]
+        argv += ["--thread", thread_id, "--count", str(count), "--first-index", str(first)]
+        if first == 0:
+            argv.append("--watch-run")
+        readers.append(await _spawn(nursery, argv, root / f"{tag}-reader{i}.bin"))
+        first += count
+    with trio.fail_after(60):
+        for r in readers:
+            await r.event("ready").wait()
+    return readers
+
+
+async def _stop_readers(readers: list[HarnessProc]) -> list[Sub]:
+    harness = _harness()
+    subs: dict[int, Sub] = {}
+    for r in readers:
+        await r.say("stop")
+    for r in readers:
+        with trio.fail_after(60):
+            await r.event("done").wait()
+            await r.proc.wait()
+        ports, frames = harness.read_frames(r.out)
+        for index, port in ports.items():
+            subs[index] = Sub(index, port)
+        for t, index, payload in frames:
+            subs[index].frames.append((t, payload))
+    return [subs[i] for i in sorted(subs)]
 
 
 async def _rpc(ws: trio_websocket.WebSocketConnection, rid: int, method: str, params: Any) -> Any:
@@ -756,77 +862,27 @@ def _headers(token: str) -> list[tuple[bytes, bytes]]:
     return [(b"authorization", f"Bearer {token}".encode())]
 
 
-async def _subscriber(
-    sub: Sub,
-    url: str,
-    token: str,
-    thread_id: str,
-    ready: trio.MemorySendChannel[int],
-    run_done: trio.Event,
-    run_id: list[str],
-    stop: trio.Event,
-) -> None:
-    async with trio_websocket.open_websocket_url(
-        url,
-        extra_headers=_headers(token),
-        max_message_size=256 * 1024 * 1024,
-        receive_buffer_size=RECEIVE_BYTES,
-    ) as ws:
-        sub.port = int(ws.local.port)  # type: ignore[union-attr]
-        sub.subscribed_at = time.monotonic()
-        await _rpc(ws, 1, "subscribe", {"topic": "threadDetail", "threadId": thread_id})
-        await ready.send(sub.index)
-        frames = sub.frames
-        with trio.CancelScope() as scope:
-
-            async def stopper() -> None:
-                await stop.wait()
-                scope.cancel()
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(stopper)
-                try:
-                    while True:
-                        msg = await ws.get_message()
-                        now = time.monotonic()
-                        assert isinstance(msg, str)
-                        frames.append((now, msg))
-                        if (
-                            sub.index == 0
-                            and '"run.upserted"' in msg
-                            and run_id
-                            and run_id[0] in msg
-                        ):
-                            env = msgspec.json.decode(msg)["params"]["event"]
-                            run = env["payload"]["run"]
-                            if run["id"] == run_id[0] and run["status"] in TERMINAL_RUN:
-                                run_done.set()
-                finally:
-                    nursery.cancel_scope.cancel()
-
-
 @attrs.define
 class Driven:
     subs: list[Sub]
     thread_id: str
     run_id: str
     cpu: list[tuple[float, float]]
+    #: The reader processes' CPU, summed.
     own_cpu: list[tuple[float, float]]
 
 
 async def _drive(
-    args: argparse.Namespace, port: int, token: str, daemon_pid: int, work: Path
+    args: argparse.Namespace, port: int, token: str, daemon_pid: int, root: Path
 ) -> Driven:
     url = f"ws://127.0.0.1:{port}/"
     daemon = psutil.Process(daemon_pid)
-    me = psutil.Process()
     cpu: list[tuple[float, float]] = []
     own_cpu: list[tuple[float, float]] = []
-    subs = [Sub(i) for i in range(args.subscribers)]
-    run_done = trio.Event()
-    stop = trio.Event()
-    run_id: list[str] = []
-    async with trio_websocket.open_websocket_url(url, extra_headers=_headers(token)) as control:
+    async with (
+        trio_websocket.open_websocket_url(url, extra_headers=_headers(token)) as control,
+        trio.open_nursery() as nursery,
+    ):
         created = await _rpc(
             control,
             1,
@@ -834,46 +890,138 @@ async def _drive(
             {
                 "commandId": "fanout-create",
                 "provider": "codex",
-                "cwd": str(work),
+                "cwd": str(root / "work"),
                 "title": "fanout",
             },
         )
         thread_id = str(created["result"]["threadId"])
-        async with trio.open_nursery() as nursery:
+        readers = await _start_readers(
+            nursery, args, root, "daemon", port, root / "state" / "api-token", thread_id
+        )
+        procs = [psutil.Process(r.proc.pid) for r in readers]
 
-            async def sample() -> None:
-                while True:
-                    t = daemon.cpu_times()
-                    o = me.cpu_times()
-                    now = time.monotonic()
-                    cpu.append((now, t.user + t.system))
-                    own_cpu.append((now, o.user + o.system))
-                    await trio.sleep(0.25)
+        async def sample() -> None:
+            while True:
+                t = daemon.cpu_times()
+                own = 0.0
+                for p in procs:
+                    with contextlib.suppress(psutil.Error):
+                        o = p.cpu_times()
+                        own += o.user + o.system
+                now = time.monotonic()
+                cpu.append((now, t.user + t.system))
+                own_cpu.append((now, own))
+                await trio.sleep(0.25)
 
-            nursery.start_soon(sample)
-            ready_send, ready_recv = trio.open_memory_channel[int](args.subscribers)
-            for sub in subs:
-                nursery.start_soon(
-                    _subscriber, sub, url, token, thread_id, ready_send, run_done, run_id, stop
-                )
-            with trio.fail_after(60):
-                for _ in subs:
-                    await ready_recv.receive()
-            await trio.sleep(0.5)  # let the snapshots drain
-            sent = await _rpc(
-                control,
-                2,
-                "run.send",
-                {"commandId": "fanout-send", "threadId": thread_id, "text": "stream, please"},
-            )
-            run_id.append(str(sent["result"]["runId"]))
-            with trio.fail_after(args.seconds * 4 + 60):
-                await run_done.wait()
-            await trio.sleep(0.5)  # stragglers
-            stop.set()
-            await trio.sleep(0.3)
-            nursery.cancel_scope.cancel()
-    return Driven(subs, thread_id, run_id[0], cpu, own_cpu)
+        nursery.start_soon(sample)
+        await trio.sleep(0.5)  # let the snapshots drain
+        sent = await _rpc(
+            control,
+            2,
+            "run.send",
+            {"commandId": "fanout-send", "threadId": thread_id, "text": "stream, please"},
+        )
+        run_id = str(sent["result"]["runId"])
+        with trio.fail_after(args.seconds * 4 + 60):
+            await readers[0].event("run-ended").wait()
+        await trio.sleep(0.5)  # stragglers
+        subs = await _stop_readers(readers)
+        nursery.cancel_scope.cancel()
+    return Driven(subs, thread_id, run_id, cpu, own_cpu)
+
+
+# -- the physical floor ------------------------------------------------------------------
+
+
+@attrs.define
+class Floor:
+    #: Bare fan-out: batch written (first socket) -> frame read, over subscribers x events.
+    fanout: list[float]
+    #: One 4 KiB write + fdatasync in the state dir's file system.
+    fdatasync: list[float]
+    sizes: int
+
+
+def _floor_schedule(
+    sub: Sub, publish: list[list[Any]]
+) -> list[tuple[float, list[bytes], list[int]]]:
+    """Subscriber 0's event frames, grouped as the daemon published them, at its times."""
+    batch_of: dict[int, int] = {}
+    for i, (_t, first, last) in enumerate(publish):
+        for seq in range(first, last + 1):
+            batch_of[seq] = i
+    grouped: dict[int, tuple[list[bytes], list[int]]] = {}
+    for _recv, frame in sub.frames:
+        m = SEND_SEQ.search(frame[:200])
+        if m is None or b'"method":"event"' not in frame[:200]:
+            continue
+        seq = int(m.group(1))
+        if seq in batch_of:
+            frames, seqs = grouped.setdefault(batch_of[seq], ([], []))
+            frames.append(frame)
+            seqs.append(seq)
+    t0 = publish[0][0] if publish else 0.0
+    return [(publish[i][0] - t0, *grouped[i]) for i in sorted(grouped)]
+
+
+def measure_fdatasync(directory: Path, count: int = 200) -> list[float]:
+    """The disk's floor for a commit: a small write and its fdatasync, ``count`` times."""
+    out: list[float] = []
+    path = directory / "fdatasync.probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        block = b"x" * 4096
+        for _ in range(count):
+            t = time.perf_counter()
+            os.write(fd, block)
+            os.fdatasync(fd)
+            out.append(time.perf_counter() - t)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return out
+
+
+async def _floor(args: argparse.Namespace, root: Path, sub: Sub, rec: dict[str, Any]) -> Floor:
+    schedule = _floor_schedule(sub, rec["publish"])
+    path = root / "floor.schedule"
+    with path.open("wb") as f:
+        for offset, frames, seqs in schedule:
+            line = [offset, [fr.decode("latin-1") for fr in frames], seqs]
+            f.write(json.dumps(line).encode() + b"\n")
+    token_file = root / "floor-token"
+    token_file.write_text("floor")
+    async with trio.open_nursery() as nursery:
+        writer = await _spawn(
+            nursery,
+            ["floor", "--count", str(args.subscribers), "--schedule", str(path)],
+            root / "floor.stamps",
+        )
+        with trio.fail_after(30):
+            await writer.event("port").wait()
+        readers = await _start_readers(
+            nursery, args, root, "floor", int(writer.values["port"]), token_file, "floor"
+        )
+        await writer.event("connected").wait()
+        await writer.say("go")
+        with trio.fail_after(args.seconds * 4 + 60):
+            await writer.event("done").wait()
+        await trio.sleep(0.3)
+        subs = await _stop_readers(readers)
+        await writer.say("bye")
+        await writer.proc.wait()
+        nursery.cancel_scope.cancel()
+    stamp: dict[int, float] = {}
+    for t, seqs in json.loads((root / "floor.stamps").read_text()):
+        for seq in seqs:
+            stamp[seq] = t
+    lat: list[float] = []
+    for s in subs:
+        for recv, frame in s.frames:
+            m = SEND_SEQ.search(frame[:200])
+            if m is not None and int(m.group(1)) in stamp:
+                lat.append(recv - stamp[int(m.group(1))])
+    return Floor(lat, measure_fdatasync(root), len(schedule))
 
 
 # == analysis ===========================================================================
@@ -923,7 +1071,9 @@ class Analysis:
     lines: list[str]
 
 
-def analyse(args: argparse.Namespace, driven: Driven, rec: dict[str, Any]) -> Analysis:
+def analyse(
+    args: argparse.Namespace, driven: Driven, rec: dict[str, Any], floor: Floor
+) -> Analysis:
     read: list[float] = rec["read"]
     delta_read: list[float] = rec["delta_read"]
     markers: dict[str, int] = rec["markers"]
@@ -1092,7 +1242,26 @@ def analyse(args: argparse.Namespace, driven: Driven, rec: dict[str, Any]) -> An
         },
         "daemon_cpu_percent": round(cpu_avg, 1),
         "daemon_cpu_peak_1s_percent": round(cpu_peak, 1),
-        "subscriber_process_cpu_percent": round(own_avg, 1),
+        "subscriber_processes_cpu_percent": round(own_avg, 1),
+        "floor": {
+            "fanout_write_to_subscriber": summary(floor.fanout),
+            "fdatasync_4k": summary(floor.fdatasync),
+            "batches": floor.sizes,
+        },
+    }
+    fl = fig["floor"]["fanout_write_to_subscriber"]
+    sync = fig["floor"]["fdatasync_4k"]
+
+    def ratio(figure: dict[str, Any], base: dict[str, Any], q: str) -> float:
+        return round(figure[q] / base[q], 1) if base[q] > 0 else math.nan
+
+    fig["ratio_to_floor"] = {
+        name: {q: ratio(fig[key], fl, q) for q in ("p50_ms", "p99_ms")}
+        for name, key in (
+            ("item_upsert_read_to_subscriber", "latency_item_upsert_read_to_subscriber"),
+            ("delta_flush_to_subscriber", "latency_delta_flush_to_subscriber"),
+            ("publish_to_subscriber", "latency_publish_to_subscriber"),
+        )
     }
     up99 = fig["latency_item_upsert_read_to_subscriber"]["p99_ms"]
     fl99 = fig["latency_delta_flush_to_subscriber"]["p99_ms"]
@@ -1182,7 +1351,21 @@ def analyse(args: argparse.Namespace, driven: Driven, rec: dict[str, Any]) -> An
         f"{fig['gc_during_stream']['total_ms']:.0f} ms in all, longest "
         f"{fig['gc_during_stream']['max_ms']:.1f} ms",
         f"daemon CPU during the stream: {cpu_avg:.1f}% of one core (peak 1 s: {cpu_peak:.1f}%); "
-        f"subscriber process: {own_avg:.1f}%",
+        f"subscriber processes ({args.reader_procs}, raw-socket readers): {own_avg:.1f}%",
+        "",
+        "  physical floor of this machine, measured in this run (ms)",
+        row(
+            "bare fan-out: write -> subscriber",
+            fl,
+            f"(one process, the same frames to {args.subscribers} loopback sockets "
+            "at the daemon's publish times, the same readers)",
+        ),
+        row("4 KiB write + fdatasync (the disk)", sync),
+        "  ratio to the bare fan-out floor (p50 / p99):",
+        *(
+            f"    {name.replace('_', ' '):<42} {r['p50_ms']:>6}x {r['p99_ms']:>6}x"
+            for name, r in fig["ratio_to_floor"].items()
+        ),
         f"no resync and complete delivery: {verdict(fig['pass_no_resync'])}",
     ]
     return Analysis(fig, lines)
@@ -1215,6 +1398,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--steps", action="store_true", help="time the daemon's trio task steps and loop ticks"
+    )
+    parser.add_argument(
+        "--reader-procs",
+        type=int,
+        default=2,
+        help="processes the subscribers are spread over (bench/ws_harness.py readers)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the state dir")
     parser.add_argument("--daemon-child", default=None, help=argparse.SUPPRESS)
@@ -1267,16 +1456,7 @@ def main(argv: list[str] | None = None) -> int:
                     raise RuntimeError("the daemon did not start")
                 hello = json.loads(line)
                 token = read_token(state)
-                # The subscribers keep every frame they get (~70k strings): cyclic GC
-                # passes over that heap would stall all 50 of them and be counted as
-                # daemon latency. Nothing they keep forms a cycle.
-                gc.disable()
-                try:
-                    driven = trio.run(
-                        _drive, args, int(hello["port"]), token, int(hello["pid"]), work
-                    )
-                finally:
-                    gc.enable()
+                driven = trio.run(_drive, args, int(hello["port"]), token, int(hello["pid"]), root)
                 proc.stdin.write(b"stop\n")
                 proc.stdin.flush()
                 proc.wait(timeout=60)
@@ -1287,7 +1467,10 @@ def main(argv: list[str] | None = None) -> int:
                 sys.stderr.write(err_path.read_text()[-4000:])
                 raise
         rec = json.loads((root / "records.json").read_bytes())
-        result = analyse(args, driven, rec)
+        # The floor runs once the daemon is gone: the machine's own cost of the same
+        # fan-out (same frames, same schedule, same readers), measured in this run.
+        floor = trio.run(_floor, args, root, driven.subs[0], rec)
+        result = analyse(args, driven, rec, floor)
         result.figures["load_average_at_start"] = [round(x, 2) for x in load]
         result.figures["cpus"] = os.cpu_count()
         result.figures["wall_seconds"] = round(time.perf_counter() - started, 1)
