@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from adapters.diagnostics import (
     REDACTED,
@@ -209,3 +211,99 @@ def test_suspect_prefilter_skips_usage_counters_but_not_credentials() -> None:
     assert suspect(b'{"params":{"accessToken":"abc"}}')
     assert suspect(b'{"env":"GITHUB_TOKEN=abc"}')
     assert suspect(b'{"headers":{"Authorization":"Bearer abc"}}')
+
+
+# Key names and how ``sensitive_key`` judges them: the pre-filter must agree exactly.
+KEYS = [
+    "accessToken",
+    "access_token",
+    "token",
+    "refreshToken",
+    "apiKey",
+    "api_key",
+    "x-api-key",
+    "OPENAI_API_KEY",
+    "clientSecret",
+    "password",
+    "passwd",
+    "db_password",
+    "Authorization",
+    "proxy-authorization",
+    "Cookie",
+    "Set-Cookie",
+    "contentTokenCount",
+    "tokenUsage",
+    "inputTokens",
+    "maxOutputTokens",
+    "tokenizer",
+    "keyboard",
+    "passage",
+    "cookieJar",
+    "secretsManager",
+    "text",
+]
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_suspect_flags_exactly_the_keys_that_name_a_credential(key: str) -> None:
+    from adapters.diagnostics import suspect
+
+    line = json.dumps({"params": {"item": [{key: "value"}]}}, separators=(",", ":")).encode()
+    assert suspect(line) == sensitive_key(key)
+    spaced = json.dumps({"params": {key: "value"}}).encode()  # ": " after the key
+    assert suspect(spaced) == sensitive_key(key)
+
+
+TEXTS = [
+    "plain words",
+    "GITHUB_TOKEN=ghp_abc",
+    "export OPENAI_API_KEY='sk-1'",
+    "DB_PASSWORD: hunter2",
+    "Authorization: Bearer abc.def",
+    "bearer\tabc",
+    "the secret password is in the cookie jar",
+    "contentTokenCount tokenUsage inputTokens",
+    "a key=value pair",
+    'quoted "token": inside text',
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.recursive(
+        st.sampled_from(TEXTS) | st.integers() | st.none(),
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(KEYS), inner, max_size=3)
+        ),
+        max_leaves=8,
+    )
+)
+def test_a_line_the_prefilter_passes_has_nothing_to_redact(value: object) -> None:
+    from adapters.diagnostics import suspect
+
+    for line in (json.dumps(value).encode(), json.dumps(value, separators=(",", ":")).encode()):
+        if not suspect(line):
+            assert redact(json.loads(line)) == json.loads(line)
+
+
+def test_a_large_completed_item_is_stored_as_is_and_its_secrets_still_redacted(
+    tmp_path: Path,
+) -> None:
+    from adapters.diagnostics import suspect
+
+    prose = "the secret password for the cookie, " * 3000  # words, not credentials
+    item = {"type": "agentMessage", "id": "msg_1", "text": prose}
+    params = {"threadId": "t", "turnId": "u", "item": item, "contentTokenCount": 5}
+    clean = json.dumps({"method": "item/completed", "params": params}).encode()
+    assert not suspect(clean)
+    leaked = json.dumps(
+        {"method": "item/completed", "params": {**params, "item": {**item, "apiKey": "sk-1"}}}
+    ).encode()
+    env = clean.replace(b"the secret", b"GITHUB_TOKEN=ghp_1 the secret", 1)
+    with open_log(tmp_path) as log:
+        for line in (clean, leaked, env):
+            log.record("incoming", line)
+        clean_rec, leaked_rec, env_rec = records(log)
+    assert clean_rec["payload"] == json.loads(clean)
+    assert leaked_rec["payload"]["params"]["item"]["apiKey"] == REDACTED
+    assert "ghp_1" not in json.dumps(env_rec["payload"])
