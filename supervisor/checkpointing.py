@@ -79,9 +79,12 @@ class Checkpointer:
     async def _after_run(self, thread_id: str, run_id: str, ending: bool) -> None:
         run = self._row("run", run_id)
         thread = self._row("thread", thread_id)
-        if run is None or thread is None or run.started_at is None:
+        if run is None or thread is None:
             return
-        if not ending and run.status not in _ENDED:
+        # After the fact, only a run that started (one that failed to start changed
+        # nothing). At the barrier its turn is completing, so it worked, even if the
+        # provider never said the turn started: skipping it here was silent.
+        if not ending and (run.started_at is None or run.status not in _ENDED):
             return
         if run.checkpoint_id is not None:
             return

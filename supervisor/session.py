@@ -559,6 +559,13 @@ class SessionRunner:
         before, last = chunk[:-1], chunk[-1]
         if before:
             await self._ingest(before)
+        else:
+            # The turn's earlier events came in earlier batches, queued and not awaited
+            # (mid-turn batches never are). When a turn's frames arrive in one burst the
+            # TurnCompleted can be a batch of its own while those are still uncommitted:
+            # without this wait the checkpointer read a run that had not started yet,
+            # skipped it, and the run completed with no checkpoint and no diagnostic.
+            await self._drain_inflight()
         chunk[:] = [last]
         await self.on_turn_ending(self.thread_id, self.active_turn.run_id)
 

@@ -6,7 +6,8 @@ the real supervisor and adapters driving the pinned ``codex`` and ``claude``
 against the fake model servers. Here the same scenarios run through the real
 supervisor, adapters, store and projections, with only the provider processes
 replaced: each launch plays the next recorded segment of its provider, strictly
-(a frame of a shape the binary never got fails the test). Files the scenario
+(a frame of a shape the binary never got fails the test) and with no delays (each
+turn's frames in one burst). Files the scenario
 changes by hand are changed here the same way; what the model received is
 checked in the real tests, here what we sent (the raw frames) and what we recorded.
 """
@@ -48,7 +49,9 @@ class Replay:
 
     async def checkpointed(self, tid: str, text: str) -> Any:
         run = await self.send(tid, text)
-        return await self.r.wait_for(lambda: (x := self.r.row("run", run.id)).checkpoint_id and x)
+        # Taken at the completion barrier, before the run's end is committed.
+        assert run.checkpoint_id is not None, run
+        return run
 
     def sent_texts(self) -> list[str]:
         """The user text of every turn our adapters sent, both providers, in order."""
