@@ -147,7 +147,9 @@ class Records:
     #: ``started:<ref>`` / ``completed:<ref>`` → when the pump queued it for ingest.
     item_queued: dict[str, float] = attrs.field(factory=dict)
     #: Per commit: (start, end, submissions) of ``commit_batch`` (writer thread).
-    commits: list[tuple[float, float, int]] = attrs.field(factory=list)
+    #: ... and the writer thread's CPU time in it: wall minus CPU is waiting (disk, GIL).
+    #: ... and how long its COMMIT statement took.
+    commits: list[tuple[float, float, int, float, float]] = attrs.field(factory=list)
     #: Per publish: (time, first sequence, last sequence).
     publish: list[tuple[float, int, int]] = attrs.field(factory=list)
     #: Per WebSocket event frame sent: (before send, after send, client port, sequence).
@@ -586,7 +588,7 @@ class PacedLauncher:
         return None  # no child to signal: the stop ladder ends at the protocol close
 
 
-def _instrument(rec: Records) -> None:
+def _instrument(rec: Records, args: argparse.Namespace) -> None:
     """Wrap (in this process only) the points the breakdown needs: flush, commit, publish, send."""
     from t3orch.api.transport import WebSocketChannel
     from t3orch.provider_events import ItemCompleted, ItemDelta, ItemStarted
@@ -612,13 +614,39 @@ def _instrument(rec: Records) -> None:
     CoreService.ingest_queued = timed_ingest  # type: ignore[method-assign]
 
     commit_batch = SQLiteStore.commit_batch
+    connect = SQLiteStore._connect
+    commit_stmt = [0.0]
+
+    def traced_connect(self: Any, synchronous: Any) -> Any:
+        conn = connect(self, synchronous)
+        if not self.readonly:
+            if args.wal_autocheckpoint is not None:
+                conn.execute(f"PRAGMA wal_autocheckpoint = {args.wal_autocheckpoint}")
+
+            if not args.commit_trace:
+                return conn
+
+            def trace(statement: str) -> None:
+                # When the COMMIT statement starts: its fsync (and any WAL checkpoint
+                # it triggers) is the rest of commit_batch.
+                if statement == "COMMIT":
+                    commit_stmt[0] = time.monotonic()
+
+            conn.set_trace_callback(trace)
+        return conn
+
+    SQLiteStore._connect = traced_connect  # type: ignore[method-assign]
 
     def timed_commit(self: Any, submissions: Sequence[Any]) -> Any:
         start = time.monotonic()
+        cpu = time.thread_time()
         try:
             return commit_batch(self, submissions)
         finally:
-            rec.commits.append((start, time.monotonic(), len(submissions)))
+            end = time.monotonic()
+            rec.commits.append(
+                (start, end, len(submissions), time.thread_time() - cpu, end - commit_stmt[0])
+            )
 
     SQLiteStore.commit_batch = timed_commit  # type: ignore[method-assign]
 
@@ -637,7 +665,9 @@ def _instrument(rec: Records) -> None:
     async def timed_send_many(self: Any, frames: Sequence[bytes]) -> None:
         before = time.monotonic()
         await send_many(self, frames)
-        after = time.monotonic()
+        note(self, before, time.monotonic(), frames)
+
+    def note(self: Any, before: float, after: float, frames: Sequence[bytes]) -> None:
         port = ports.get(id(self))
         if port is None:
             # getpeername per frame would add a system call per frame to the daemon.
@@ -689,7 +719,7 @@ async def _daemon_main(args: argparse.Namespace, rec: Records) -> None:
         return PacedCodexProcess(shapes, turn, rec, args.rate)
 
     session_mod.RecordingLauncher = lambda nursery: PacedLauncher(make)  # type: ignore[attr-defined,assignment,return-value]
-    _instrument(rec)
+    _instrument(rec, args)
     _watch_gc(rec)
     config = Config(
         daemon=DaemonConfig(synchronous=args.sync),
@@ -1205,7 +1235,9 @@ def analyse(
         "reader_behind_schedule": summary(behind),
         "stored_events_for_thread": len(all_seqs),
         "commits": len(rec["commits"]),
-        "commit_ms": summary([e - s for s, e, _ in rec["commits"]]),
+        "commit_ms": summary([e - s for s, e, *_ in rec["commits"]]),
+        "commit_cpu_ms": summary([c[3] for c in rec["commits"]]),
+        "commit_statement_ms": summary([c[4] for c in rec["commits"]]),
         "events_per_subscriber_per_s": {
             "min": round(min(rate_events), 2),
             "mean": round(sum(rate_events) / len(rate_events), 2),
@@ -1285,8 +1317,15 @@ def analyse(
         f"{fig['reader_behind_schedule']['max_ms']:.2f} ms",
         f"store: {len(all_seqs):,} events for the thread, {len(rec['commits']):,} commits "
         f"(commit_batch p50 {fig['commit_ms']['p50_ms']:.2f} ms, "
-        f"p99 {fig['commit_ms']['p99_ms']:.2f} ms; "
-        f"synchronous={args.sync})",
+        f"p99 {fig['commit_ms']['p99_ms']:.2f} ms; the writer thread's CPU in it p50 "
+        f"{fig['commit_cpu_ms']['p50_ms']:.2f} ms, p99 {fig['commit_cpu_ms']['p99_ms']:.2f} ms; "
+        + (
+            f"its COMMIT statement p50 {fig['commit_statement_ms']['p50_ms']:.2f} ms, p99 "
+            f"{fig['commit_statement_ms']['p99_ms']:.2f} ms; "
+            if args.commit_trace
+            else ""
+        )
+        + f"synchronous={args.sync})",
         f"delivery: {args.subscribers} subscribers, events/s each during the stream: min "
         f"{min(rate_events):.1f}, mean {sum(rate_events) / len(rate_events):.1f}, max "
         f"{max(rate_events):.1f} ({fig['bytes_per_subscriber_per_s'] / 1e3:,.0f} kB/s); "
@@ -1405,6 +1444,18 @@ def main(argv: list[str] | None = None) -> int:
         default=2,
         help="processes the subscribers are spread over (bench/ws_harness.py readers)",
     )
+    parser.add_argument(
+        "--commit-trace",
+        action="store_true",
+        help="time the COMMIT statement (an SQLite trace callback per statement: it slows "
+        "the writer, so it is off by default)",
+    )
+    parser.add_argument(
+        "--wal-autocheckpoint",
+        type=int,
+        default=None,
+        help="what-if: the writer's PRAGMA wal_autocheckpoint (pages; SQLite's default 1000)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the state dir")
     parser.add_argument("--daemon-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1443,6 +1494,12 @@ def main(argv: list[str] | None = None) -> int:
         *(["--steps"] if args.steps else []),
         *(["--ascii"] if args.ascii else []),
         *(["--switch-interval", str(args.switch_interval)] if args.switch_interval else []),
+        *(["--commit-trace"] if args.commit_trace else []),
+        *(
+            ["--wal-autocheckpoint", str(args.wal_autocheckpoint)]
+            if args.wal_autocheckpoint is not None
+            else []
+        ),
     ]
     try:
         with err_path.open("wb") as err:
