@@ -109,6 +109,24 @@ def test_tool_output_gets_a_final_text_quoting_it(kind: str) -> None:
     assert reply.text == "tool output: Process exited with code 0"
 
 
+def test_spawn_agent_calls_the_multi_agent_namespace_then_waits_for_the_child() -> None:
+    spawn = plan_reply(body(user("SPAWN_AGENT: RUN_SHELL: echo hi > a.txt")))
+    assert isinstance(spawn, FunctionCallReply)
+    assert (spawn.namespace, spawn.name) == ("multi_agent_v1", "spawn_agent")
+    assert json.loads(spawn.arguments) == {"message": "RUN_SHELL: echo hi > a.txt"}
+    call = {"type": "function_call", "call_id": "call_1", "name": "spawn_agent"}
+    output = {"type": "function_call_output", "call_id": "call_1", "output": '{"agent_id":"a1"}'}
+    wait = plan_reply(body(user("SPAWN_AGENT: x"), call, output))
+    assert isinstance(wait, FunctionCallReply)
+    assert (wait.namespace, wait.name) == ("multi_agent_v1", "wait_agent")
+    assert json.loads(wait.arguments)["targets"] == ["a1"]
+    waited = {"type": "function_call", "call_id": "call_2", "name": "wait_agent"}
+    status = {"type": "function_call_output", "call_id": "call_2", "output": "done"}
+    note = user('<subagent_notification>\n{"agent_path":"a1"}\n</subagent_notification>')
+    final = plan_reply(body(user("SPAWN_AGENT: x"), call, output, waited, status, note))
+    assert isinstance(final, TextReply) and final.text == "subagent finished"
+
+
 # --- HTTP surface ------------------------------------------------------------------
 
 

@@ -25,6 +25,7 @@ from adapters.transcript import load_transcript
 from fixtures.fakes.codex_home import make_work_dir
 from fixtures.record.supervised import TranscriptLaunchers
 from supervisor.providers import ProviderSettings
+from tests.lineage.subagent_scenario import subagent_scenario
 from tests.lineage.support import FrameLog
 from tests.supervisor.support import Rig, rig
 
@@ -196,3 +197,18 @@ async def test_claude_rollback_starts_over_from_what_is_left(tmp_path: Path) -> 
         assert last.provider_thread_id != first.provider_thread_id
         text = b.sent_texts()[-1]
         assert "User: remember the word PAPAYA" in text and "MANGO" not in text
+
+
+async def test_codex_subagent_checkpoint_does_not_advance_the_run_count(tmp_path: Path) -> None:
+    async with replay(tmp_path, "codex_subagent_checkpoint_does_not_advance_the_run_count") as b:
+        await subagent_scenario(b.r, "codex", b.work, real=False)
+        spawns = [f for _, f in b.frames.sent if f.get("method") == "turn/start"]
+        assert len(spawns) == 2  # the child's turn was Codex's own, not one we started
+
+
+async def test_claude_subagent_checkpoint_does_not_advance_the_run_count(tmp_path: Path) -> None:
+    async with replay(tmp_path, "claude_subagent_checkpoint_does_not_advance_the_run_count") as b:
+        await subagent_scenario(b.r, "claude", b.work, real=False)
+        # The child's command asked us, and our answer went back to the CLI.
+        answers = [f for _, f in b.frames.sent if f.get("type") == "control_response"]
+        assert [a["response"]["response"]["behavior"] for a in answers] == ["allow"]

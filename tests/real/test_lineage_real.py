@@ -7,6 +7,7 @@ The stand-in versions (always run) are in ``tests/lineage``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import AsyncIterator
@@ -22,6 +23,7 @@ from fixtures.fakes.claude_env import FAKE_MODEL, claude_dirs, claude_env, find_
 from fixtures.fakes.codex_home import make_codex_home, make_work_dir, resolve_codex_binary
 from fixtures.record.supervised import TranscriptRecorder
 from supervisor.providers import ProviderSettings
+from tests.lineage.subagent_scenario import subagent_scenario
 from tests.supervisor.support import Rig, rig
 
 #: Set to a directory (``fixtures/lineage``) to record each scenario's transcripts there.
@@ -241,3 +243,23 @@ async def test_claude_rollback_starts_over_from_what_is_left(tmp_path: Path) -> 
         assert "User: remember the word PAPAYA" in text
         assert "MANGO" not in text
         assert last.provider_thread_id != first.provider_thread_id
+
+
+async def test_codex_subagent_checkpoint_does_not_advance_the_run_count(tmp_path: Path) -> None:
+    async with both(tmp_path) as b:
+        await subagent_scenario(b.r, "codex", b.work, real=True)
+        # The child thread made its own model requests (its command, its report).
+        children = [
+            q
+            for q in b.codex_fake.requests
+            if responses_api.user_texts(q)[-1:] == ["RUN_SHELL: echo child > child.txt"]
+        ]
+        assert len(children) == 2
+
+
+async def test_claude_subagent_checkpoint_does_not_advance_the_run_count(tmp_path: Path) -> None:
+    async with both(tmp_path) as b:
+        await subagent_scenario(b.r, "claude", b.work, real=True)
+        # The subagent's own requests reached the fake as a subagent's.
+        system = [json.dumps(q.get("system")) for q in b.claude_fake.requests]
+        assert sum("cc_is_subagent=true" in s for s in system) == 2
