@@ -1390,7 +1390,8 @@ def analyse(
         f"{fig['gc_during_stream']['total_ms']:.0f} ms in all, longest "
         f"{fig['gc_during_stream']['max_ms']:.1f} ms",
         f"daemon CPU during the stream: {cpu_avg:.1f}% of one core (peak 1 s: {cpu_peak:.1f}%); "
-        f"subscriber processes ({args.reader_procs}, raw-socket readers): {own_avg:.1f}%",
+        f"subscriber processes ({max(1, min(args.reader_procs, args.subscribers))}, "
+        f"raw-socket readers): {own_avg:.1f}%",
         "",
         "  physical floor of this machine, measured in this run (ms)",
         row(
