@@ -55,6 +55,10 @@ class SystemFrame(_Frame, tag="system", frozen=True):
     retry_delay_ms: float | None = None
     error_status: int | None = None
     error: Any = None
+    # task_started / task_progress / task_notification (a subagent's lifecycle):
+    # the child's own id, and the Agent/Task tool use that runs it.
+    task_id: str | None = None
+    tool_use_id: str | None = None
 
 
 class Delta(msgspec.Struct, kw_only=True, frozen=True):

@@ -58,6 +58,7 @@ from t3orch.provider_events import (
     RequestResolved,
     RuntimeExited,
     SessionReady,
+    SubagentRun,
     ThreadRefsLearned,
     TurnCompleted,
     TurnStarted,
@@ -269,14 +270,33 @@ class ClaudeMapper:
         if frame.subtype in ("status", "session_state_changed"):
             # Progress signals with no canonical meaning; turns end on `result`.
             return []
+        detail: dict[str, Any] = {"subtype": frame.subtype}
+        if frame.task_id is not None:
+            detail.update(task_id=frame.task_id, tool_use_id=frame.tool_use_id)
+        if frame.subtype == "task_started":
+            self._task_started(frame.tool_use_id, frame.task_id)
         return [
             Diagnostic(
                 level="info",
                 code="claude.system",
                 message=f"system frame {frame.subtype!r}",
-                detail={"subtype": frame.subtype},
+                detail=detail,
             )
         ]
+
+    def _task_started(self, tool_use_id: str | None, task_id: str | None) -> None:
+        """The CLI named the subagent an Agent/Task call runs: its child thread ref.
+
+        It arrives after the tool use started, so the ref goes on the item's
+        completion (the result, or the turn's end closing it), which is where
+        ingest gives the child provider thread its ``nativeThreadRef``.
+        """
+        tool = self._tools.get(tool_use_id) if tool_use_id else None
+        if tool is None or task_id is None or not isinstance(tool.content, SubagentRun):
+            return
+        tool.content = msgspec.structs.replace(tool.content, child_native_thread_ref=task_id)
+        if tool_use_id in self._open:
+            self._open[tool_use_id] = tool.content
 
     def _init(self, frame: SystemFrame) -> list[ProviderEvent]:
         events: list[ProviderEvent] = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from adapters.claude.mapper import ClaudeMapper
@@ -577,3 +579,34 @@ def test_task_tool_is_a_subagent_and_its_frames_are_its_children() -> None:
             ),
         )
     ]
+
+
+def _task_started(task_id: str, tool_use_id: str) -> dict[str, Any]:
+    # As Claude 2.1.327 sends it (fixtures/lineage/claude_subagent_*.claude.ndjson).
+    return {
+        "type": "system",
+        "subtype": "task_started",
+        "task_id": task_id,
+        "tool_use_id": tool_use_id,
+        "description": "write child.txt",
+        "subagent_type": "general-purpose",
+        "task_type": "local_agent",
+        "uuid": "u-task",
+        "session_id": "s1",
+    }
+
+
+def test_task_started_names_the_subagents_child_thread() -> None:
+    mapper, _ = started_mapper()
+    feed(mapper, assistant("m1", tool_use("ag1", "Agent", {"prompt": "p"}), "a1"))
+    [note] = feed(mapper, _task_started("abc123", "ag1"))
+    assert isinstance(note, Diagnostic) and note.code == "claude.system"
+    assert note.detail == {"subtype": "task_started", "task_id": "abc123", "tool_use_id": "ag1"}
+    [done] = feed(mapper, tool_result("ag1", "report"))
+    assert isinstance(done, ItemCompleted) and isinstance(done.content, SubagentRun)
+    assert done.content.child_native_thread_ref == "abc123"
+    # A subagent the turn's end closes carries it too; an unknown tool use changes nothing.
+    feed(mapper, assistant("m2", tool_use("ag2", "Agent", {"prompt": "q"}), "a2"))
+    feed(mapper, _task_started("def456", "ag2"), _task_started("zzz", "nope"))
+    closed = [e for e in feed(mapper, result()) if isinstance(e, ItemCompleted)]
+    assert [e.content.child_native_thread_ref for e in closed] == ["def456"]  # type: ignore[union-attr]

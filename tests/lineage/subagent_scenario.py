@@ -100,8 +100,22 @@ async def subagent_scenario(r: Rig, provider: str, work: Path, *, real: bool) ->
     assert (child.owner_node_id, child.id) == (sub.id, sub.provider_thread_id)
     assert child.id != run1.provider_thread_id == run2.provider_thread_id
     assert child.native_thread_ref == item.child_native_thread_ref
-    if provider == "codex":
-        assert child.native_thread_ref  # receiverThreadIds[0]: the child's own Codex thread
+    assert child.native_thread_ref
+    parent_ref = r.row("provider_thread", run1.provider_thread_id).native_thread_ref
+    assert child.native_thread_ref != parent_ref
+    if provider == "claude":
+        # The CLI's task_id: named by `system/task_started` for this Agent call.
+        started = [
+            e.payload.detail
+            for e in r.core.reader.read_events(0, 100_000)
+            if e.type == "provider.diagnostic"
+            and e.payload.code == "claude.system"
+            and e.payload.detail.get("subtype") == "task_started"
+        ]
+        assert [d["task_id"] for d in started] == [child.native_thread_ref]
+        assert item.native_item_ref is not None
+        assert started[0]["tool_use_id"] == item.native_item_ref.value
+    # (Codex: receiverThreadIds[0], the child's own Codex thread.)
     assert r.row("provider_thread", run1.provider_thread_id).owner_node_id is None
 
     # The child's items (its command, its report) are hidden, on the child's thread.
