@@ -24,7 +24,7 @@ from supervisor.checkpointing import Checkpointer
 from supervisor.launcher import LauncherFactory
 from supervisor.providers import ProviderSettings, adapter_for, runtime_config
 from supervisor.session import RawSinkFactory, SessionFailed, SessionRunner
-from t3orch.domain.vocab import ProviderKind
+from t3orch.domain.vocab import ProviderKind, RuntimeMode
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.service import CommandResult, CoreService
 from t3orch.store.errors import CommandRejected
@@ -248,6 +248,28 @@ class SessionManager:
         self.kick(thread_id)
         return result
 
+    async def configure_thread(
+        self,
+        thread_id: str,
+        *,
+        cwd: str | None = None,
+        model: str | None = None,
+        runtime_mode: RuntimeMode | None = None,
+        command_id: str | None = None,
+    ) -> CommandResult:
+        """The thread's next runs use these settings; an idle runtime with others is retired.
+
+        Whether the next run resumes the thread's provider thread with them is decided
+        when its runtime opens (``SessionRunner._unless_unusable``).
+        """
+        result = await self.core.configure_thread(
+            thread_id, cwd=cwd, model=model, runtime_mode=runtime_mode, command_id=command_id
+        )
+        runner = self.runners.get(thread_id)
+        if runner is not None and not runner.busy and self._outdated(runner) is not None:
+            runner.stop("settings_changed")
+        return result
+
     def status(self) -> dict[str, Any]:
         return {
             "uptimeS": round(trio.current_time() - self.started_at, 3),
@@ -307,8 +329,9 @@ class SessionManager:
             )
             return
         runner = self.runners.get(thread_id)
-        if runner is not None and runner.provider != self._provider_of(thread_id):
-            await self.retire(runner)
+        outdated = None if runner is None else self._outdated(runner)
+        if runner is not None and outdated is not None:
+            await self.retire(runner, outdated)
             runner = None
         if runner is None or runner.exited.is_set():
             delay = self.restart.backoff(len(self._recent(crashes)))
@@ -347,16 +370,32 @@ class SessionManager:
     async def _checkpoint_at_barrier(self, thread_id: str, run_id: str) -> None:
         await self.checkpointer.after_run(thread_id, run_id, ending=True)
 
-    def _provider_of(self, thread_id: str) -> str | None:
+    def _outdated(self, runner: SessionRunner) -> str | None:
+        """Why ``runner`` cannot serve its thread's next run, or None.
+
+        The thread now uses another provider, or other settings than the runtime
+        was started with (``thread.configure``): a new runtime is opened, and it
+        decides whether the provider thread can be resumed with them.
+        """
         with self.reader.snapshot():
-            row = self.reader.row("thread", thread_id)
-        return None if row is None else str(row.decode().default_provider)
+            row = self.reader.row("thread", runner.thread_id)
+        if row is None:
+            return None
+        thread = row.decode()
+        if runner.provider != thread.default_provider:
+            return "provider_switch"
+        settings = self.providers.get(runner.provider)
+        default_model = settings.model if settings is not None else None
+        wanted = (thread.cwd, thread.model_selection.model or default_model, thread.runtime_mode)
+        started = (runner.config.cwd, runner.config.model, runner.config.runtime_mode)
+        return "settings_changed" if wanted != started else None
 
     async def ensure_runner(self, thread_id: str) -> SessionRunner:
         """The thread's live runtime for its current provider, opened when there is none."""
         runner = self.runners.get(thread_id)
-        if runner is not None and runner.provider != self._provider_of(thread_id):
-            await self.retire(runner)
+        outdated = None if runner is None else self._outdated(runner)
+        if runner is not None and outdated is not None:
+            await self.retire(runner, outdated)
             runner = None
         if runner is None or runner.exited.is_set():
             runner = await self._open_runner(thread_id, None)
@@ -370,9 +409,9 @@ class SessionManager:
             self, thread_id, checkpoint_id, command_id=command_id
         )
 
-    async def retire(self, runner: SessionRunner) -> None:
-        """Stop a runtime whose provider the thread no longer uses; wait for its release."""
-        runner.stop("provider_switch")
+    async def retire(self, runner: SessionRunner, reason: str = "provider_switch") -> None:
+        """Stop a runtime the thread no longer uses as it is; wait for its release."""
+        runner.stop(reason)
         with trio.move_on_after(RETIRE_TIMEOUT_S):
             await runner.exited.wait()
             released = self._release_done.get(runner)

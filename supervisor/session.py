@@ -60,6 +60,11 @@ RawSinkFactory = Callable[[ProviderKind, str], RawFrameSink]
 #: Providers whose runtimes fork a provider thread natively (the stand-in plays a
 #: fixed transcript, so its forks are portable).
 NATIVE_FORK_PROVIDERS = frozenset({"codex", "claude"})
+#: The diagnostic code saying why a stored provider thread was not resumed.
+_REPLACED_BECAUSE = {
+    "settings_changed": "settings_incompatible",
+    "handoff_overflow": "handoff_size_exceeded",
+}
 #: Bound on the graceful part of a stop (protocol close) before signals.
 CLOSE_GRACE_S = 5.0
 TERM_GRACE_S = 3.0
@@ -161,7 +166,7 @@ class SessionRunner:
         binding = await self.core.open_session(self.thread_id, provider=self.provider)
         self.binding = binding
         if self._resume_refs() is not None:
-            binding = await self._unless_deltas_overflow(binding)
+            binding = await self._unless_unusable(binding)
         if self._resume_refs() is not None:
             self.config = attrs.evolve(self.config, resuming=True)
         send, receive = trio.open_memory_channel[ProviderEvent](1024)
@@ -223,20 +228,26 @@ class SessionRunner:
                     )
             self.exited.set()
 
-    async def _unless_deltas_overflow(self, binding: SessionBinding) -> SessionBinding:
-        """Before resuming: past the configured delta size, a fresh provider thread instead.
+    async def _unless_unusable(self, binding: SessionBinding) -> SessionBinding:
+        """Before resuming: a fresh provider thread when the stored one is not to be resumed.
 
-        Decided before the process starts, so it is started fresh, not resumed.
+        Its settings conflict with the run's (a changed cwd), or its delta handoffs
+        would pass the configured size. Decided before the process starts, so it
+        is started fresh, not resumed.
         """
-        if self.first_run_id is None or not self.delta_handoff_limit:
+        if self.first_run_id is None:
             return binding
-        fresh = await self.core.replace_if_deltas_overflow(
-            self.thread_id, binding.provider_session_id, self.first_run_id, self.delta_handoff_limit
+        fresh = await self.core.replace_if_unusable(
+            self.thread_id,
+            binding.provider_session_id,
+            self.first_run_id,
+            self.delta_handoff_limit or None,
         )
         if fresh is None:
             return binding
-        self.binding, self.pending_context, why = fresh
-        await self.core.note(binding.provider_session_id, "info", "handoff_size_exceeded", why)
+        self.binding, self.pending_context, why, tag = fresh
+        code = _REPLACED_BECAUSE[tag]
+        await self.core.note(binding.provider_session_id, "info", code, why)
         return self.binding
 
     async def _stall_watch(self) -> None:

@@ -21,7 +21,12 @@ from t3orch.commands import (
 )
 from t3orch.commands import reconcile as reconcile_mod
 from t3orch.commands.specs import CreateThread
-from t3orch.domain.vocab import ContextHandoffStrategy, ProviderKind, RunAttemptReason
+from t3orch.domain.vocab import (
+    ContextHandoffStrategy,
+    ProviderKind,
+    RunAttemptReason,
+    RuntimeMode,
+)
 from t3orch.gitstore import FileStat
 from t3orch.ids import (
     CommandId,
@@ -72,6 +77,21 @@ class CoreService:
         self, thread_id: str, *, command_id: str | None = None
     ) -> CommandResult:
         return await self._run(threads.archive_thread(thread_id), command_id, "thread.archive")
+
+    async def configure_thread(
+        self,
+        thread_id: str,
+        *,
+        cwd: str | None = None,
+        model: str | None = None,
+        runtime_mode: RuntimeMode | None = None,
+        command_id: str | None = None,
+    ) -> CommandResult:
+        """The settings of the thread's next runs (``commands.threads.configure_thread``)."""
+        decide = threads.configure_thread(
+            thread_id, cwd=cwd, model=model, runtime_mode=runtime_mode
+        )
+        return await self._run(decide, command_id, "thread.configure")
 
     async def send_message(
         self, thread_id: str, text: str, *, command_id: str | None = None
@@ -135,29 +155,32 @@ class CoreService:
             thread_id, session_id, self.ids.new(ProviderThreadId), run_id, reason
         )
         result = await self._run(decide, None, "provider_thread.replace")
-        binding, summary, _ = result.result
+        binding, summary, _, _ = result.result
         return binding, summary
 
-    async def replace_if_deltas_overflow(
-        self, thread_id: str, session_id: ProviderSessionId, run_id: str, limit: int
-    ) -> tuple[SessionBinding, str, str] | None:
-        """Before resuming: a fresh provider thread when its delta handoffs would pass ``limit``.
+    async def replace_if_unusable(
+        self, thread_id: str, session_id: ProviderSessionId, run_id: str, limit: int | None
+    ) -> tuple[SessionBinding, str, str, str] | None:
+        """Before resuming: a fresh provider thread when the thread's one is not to be resumed.
 
-        Returns the new binding, the full summary and why; None when resuming is fine.
+        Its settings conflict with the thread's, or its delta handoffs would pass
+        ``limit``. Returns the new binding, the full summary, why and the reason's tag
+        (``settings_changed``, ``handoff_overflow``); None when resuming is fine.
         """
         decide = handoff.replace_provider_thread(
             thread_id,
             session_id,
             self.ids.new(ProviderThreadId),
             run_id,
-            "handoff size",
+            "not resumable",
+            unusable_only=True,
             delta_limit=limit,
         )
         result = await self._run(decide, None, "provider_thread.replace")
         if result.result is None:
             return None
-        binding, summary, why = result.result
-        return binding, summary, why
+        binding, summary, why, tag = result.result
+        return binding, summary, why, tag
 
     async def switch_provider(
         self, thread_id: str, provider: ProviderKind, *, command_id: str | None = None

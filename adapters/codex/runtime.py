@@ -130,6 +130,10 @@ class CodexRuntime:
                 "approvalPolicy": approval,
                 "sandbox": sandbox,
             }
+            if self._config.model:
+                # A model chosen since the thread started applies to the resumed one
+                # (t3orch resumes across a model change: docs/decisions-lineage.md).
+                params["model"] = self._config.model
             try:
                 result = await self.client.request("thread/resume", params)
             except ProviderProtocolError as exc:

@@ -82,6 +82,17 @@ async def thread_switch_provider(conn: Connection, p: P.ThreadSwitchProvider) ->
     )
 
 
+async def thread_configure(conn: Connection, p: P.ThreadConfigure) -> Any:
+    res = await conn.ops.configure_thread(
+        p.thread_id,
+        cwd=p.cwd,
+        model=p.model,
+        runtime_mode=p.runtime_mode,
+        command_id=p.command_id,
+    )
+    return _committed(res)
+
+
 async def thread_fork(conn: Connection, p: P.ThreadFork) -> Any:
     res = await conn.core.service.fork_thread(
         p.thread_id, p.run_id, title=p.title, provider=p.provider, command_id=p.command_id
@@ -239,6 +250,7 @@ METHODS: dict[str, Method] = {
     "thread.create": Method(P.ThreadCreate, thread_create),
     "thread.archive": Method(P.ThreadArchive, thread_archive),
     "thread.switchProvider": Method(P.ThreadSwitchProvider, thread_switch_provider),
+    "thread.configure": Method(P.ThreadConfigure, thread_configure),
     "thread.fork": Method(P.ThreadFork, thread_fork),
     "thread.rollback": Method(P.ThreadRollback, thread_rollback),
     "thread.mergeBack": Method(P.ThreadMergeBack, thread_merge_back),

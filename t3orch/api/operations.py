@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 import attrs
 
 from t3orch.core import Core
-from t3orch.domain.vocab import RUN_TERMINAL, ProviderKind
+from t3orch.domain.vocab import RUN_TERMINAL, ProviderKind, RuntimeMode
 from t3orch.ids import CommandId
 from t3orch.service import CommandResult
 from t3orch.store.errors import CommandRejected
@@ -48,6 +48,17 @@ class Operations(Protocol):
     async def switch_provider(
         self, thread_id: str, provider: ProviderKind, *, command_id: str
     ) -> CommandResult: ...
+
+    async def configure_thread(
+        self,
+        thread_id: str,
+        *,
+        cwd: str | None,
+        model: str | None,
+        runtime_mode: RuntimeMode | None,
+        command_id: str,
+    ) -> CommandResult:
+        """The settings of the thread's next runs (cwd, model, runtime mode)."""
 
     async def rollback(
         self, thread_id: str, checkpoint_id: str, *, command_id: str
@@ -113,6 +124,20 @@ class CoreOperations:
     ) -> CommandResult:
         # Only a record: the handoff is materialized when a supervisor starts the next run.
         return await self.core.service.switch_provider(thread_id, provider, command_id=command_id)
+
+    async def configure_thread(
+        self,
+        thread_id: str,
+        *,
+        cwd: str | None,
+        model: str | None,
+        runtime_mode: RuntimeMode | None,
+        command_id: str,
+    ) -> CommandResult:
+        # Only a record: no runtime runs here to be retired.
+        return await self.core.service.configure_thread(
+            thread_id, cwd=cwd, model=model, runtime_mode=runtime_mode, command_id=command_id
+        )
 
     async def rollback(
         self, thread_id: str, checkpoint_id: str, *, command_id: str

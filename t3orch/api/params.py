@@ -63,6 +63,15 @@ class ThreadSwitchProvider(Params):
     provider: ProviderKind
 
 
+class ThreadConfigure(Params):
+    command_id: CommandIdField
+    thread_id: str
+    #: Each one given replaces the thread's setting for its next runs.
+    cwd: str | None = None
+    model: str | None = None
+    runtime_mode: RuntimeMode | None = None
+
+
 class ThreadFork(Params):
     command_id: CommandIdField
     thread_id: str

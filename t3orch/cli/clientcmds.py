@@ -57,6 +57,15 @@ def register(
     new.add_argument("--model", default=None)
     new.add_argument("--title", default=None)
     new.set_defaults(handler=lambda args: run_client(args, cmd_thread_new))
+    conf = tsub.add_parser(
+        "set", help="change the settings of a thread's next runs (cwd, model, runtime mode)"
+    )
+    common(conf)
+    conf.add_argument("thread")
+    conf.add_argument("--cwd", default=None, type=os.path.abspath)
+    conf.add_argument("--model", default=None)
+    conf.add_argument("--runtime-mode", default=None, choices=["approval-required", "full-access"])
+    conf.set_defaults(handler=lambda args: run_client(args, cmd_thread_set))
     p = add("send", "send a message (starts a run); prints the run id", cmd_send)
     p.add_argument("thread")
     p.add_argument("text")
@@ -215,6 +224,27 @@ async def cmd_thread_new(client: ApiClient, args: argparse.Namespace) -> int:
         _json(res)
     else:
         print(res["result"]["threadId"])
+    return 0
+
+
+async def cmd_thread_set(client: ApiClient, args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"commandId": command_id(), "threadId": args.thread}
+    for key, value in (
+        ("cwd", args.cwd),
+        ("model", args.model),
+        ("runtimeMode", args.runtime_mode),
+    ):
+        if value:
+            params[key] = value
+    res = await client.call("thread.configure", params)
+    if args.json:
+        _json(res)
+        return 0
+    changed = res["result"]["changed"]
+    if not changed:
+        print(f"{args.thread}: nothing changed")
+    for key, c in changed.items():
+        print(f"{args.thread}: {key} {c['from']} → {c['to']}")
     return 0
 
 

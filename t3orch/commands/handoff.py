@@ -1,8 +1,10 @@
 """A replacement provider thread seeded from the app's own history.
 
-Two reasons: resuming the old one failed (it becomes ``error``), or the delta
-handoffs it accumulated would pass the configured size (it becomes ``closed``:
-it still works, but a fresh conversation with one summary is better context).
+Three reasons: resuming the old one failed (it becomes ``error``); it was held
+with settings the run cannot use on it, a cwd that changed since (it becomes
+``closed``); or the delta handoffs it accumulated would pass the configured size
+(``closed`` too: it still works, but a fresh conversation with one summary is
+better context).
 The old provider thread is kept (with its native ref, for audit); a
 ``provider_handoff`` ContextTransfer records why, and a ``full_thread_summary``
 ContextHandoff carries the summary the next run sends to the new thread. A
@@ -24,6 +26,7 @@ from t3orch.domain.context import (
     RunOrdinalRange,
 )
 from t3orch.domain.provider import ProviderThread
+from t3orch.domain.thread import AppThread
 from t3orch.domain.turn_items import Handoff
 from t3orch.events import ContextHandoffUpserted, ContextTransferUpserted
 from t3orch.ids import (
@@ -48,6 +51,27 @@ _OVERFLOW = (
 )
 
 
+def _settings_changed(conflict: str) -> str:
+    return (
+        f"The earlier provider conversation for this thread was held with settings this "
+        f"run cannot use on it ({conflict}), so this is a fresh one."
+    )
+
+
+def settings_conflict(thread: AppThread, pt: ProviderThread) -> str | None:
+    """What ``pt``'s conversation was held with that a run of ``thread`` cannot use on it.
+
+    Only the cwd counts (docs/decisions-lineage.md): Claude keeps a session under its
+    cwd's project directory, and every earlier turn of either provider is about the
+    files of the old tree. The model and the runtime mode are given to the resuming
+    process (Claude's ``--model`` / permission flags, Codex's ``thread/resume``
+    overrides), so a change of them is used on the old conversation. None: resumable.
+    """
+    if pt.cwd is not None and pt.cwd != thread.cwd:
+        return f"cwd {pt.cwd} -> {thread.cwd}"
+    return None
+
+
 def thread_summary(
     view: StateView, thread_id: str, *, limit: int = MAX_SUMMARY_CHARS, why: str = _RESUME_FAILED
 ) -> str:
@@ -63,12 +87,16 @@ def replace_provider_thread(
     target_run_id: str,
     reason: str,
     *,
+    unusable_only: bool = False,
     delta_limit: int | None = None,
 ) -> Decide:
     """Replace the thread's active provider thread for ``target_run_id``.
 
-    ``delta_limit``: replace it only if the delta it would get for the run would
-    take its delta handoffs past that many characters (else decide nothing, None).
+    The result: (binding, summary, why, tag). ``unusable_only``: replace it only if
+    it is not to be resumed for the run (else decide nothing, None): its settings
+    conflict with the thread's (tag ``settings_changed``) or, with ``delta_limit``,
+    the delta it would get would take its delta handoffs past that many characters
+    (tag ``handoff_overflow``). Otherwise resuming it failed (``resume_fallback``).
     """
 
     def decide(view: StateView) -> Decision:
@@ -80,12 +108,21 @@ def replace_provider_thread(
         run = view.get("run", target_run_id)
         if run is None:
             raise CommandRejected("unknown_run", f"no run {target_run_id!r}")
-        why, old_status, tag = reason, "error", "resume_fallback"
-        if delta_limit is not None:
-            overflow = delta_overflow(view, run, old, delta_limit)
-            if overflow is None:
+        why, old_status, tag, intro = reason, "error", "resume_fallback", _RESUME_FAILED
+        if unusable_only:
+            conflict = settings_conflict(thread, old)
+            overflow = (
+                delta_overflow(view, run, old, delta_limit)
+                if conflict is None and delta_limit is not None
+                else None
+            )
+            if conflict is not None:
+                why = f"provider thread {old.id} is not resumed: {conflict}"
+                old_status, tag, intro = "closed", "settings_changed", _settings_changed(conflict)
+            elif overflow is not None:
+                why, old_status, tag, intro = overflow, "closed", "handoff_overflow", _OVERFLOW
+            else:
                 return Decision([], None)
-            why, old_status, tag = overflow, "closed", "handoff_overflow"
         ch = Changes(view)
         now = view.now()
         transfer_id = derived_id(ContextTransferId, new_provider_thread_id, tag)
@@ -96,9 +133,7 @@ def replace_provider_thread(
             if r.ordinal < run.ordinal and r.status != "rolled_back"
         ]
         covered = RunOrdinalRange(from_=1, to=max((r.ordinal for r in runs), default=0))
-        summary = thread_summary(
-            view, thread_id, why=_OVERFLOW if tag == "handoff_overflow" else _RESUME_FAILED
-        )
+        summary = thread_summary(view, thread_id, why=intro)
         supersede_run_handoff(ch, run.context_handoff_id)
         ch.put("provider_thread", msgspec.structs.replace(old, status=old_status, updated_at=now))
         ch.put(
@@ -118,6 +153,7 @@ def replace_provider_thread(
                 forked_from=None,
                 created_at=now,
                 updated_at=now,
+                cwd=thread.cwd,
             ),
         )
         ch.put(
@@ -197,7 +233,7 @@ def replace_provider_thread(
             provider_thread_id=new_provider_thread_id,
             thread_id=ThreadId(thread.id),
         )
-        return Decision(ch.drafts, (binding, summary, why))
+        return Decision(ch.drafts, (binding, summary, why, tag))
 
     return decide
 

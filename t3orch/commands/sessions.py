@@ -68,6 +68,7 @@ def open_session(
                 forked_from=None,
                 created_at=now,
                 updated_at=now,
+                cwd=thread.cwd,
             )
             ch.put("provider_thread", pt)
             ch.put(
@@ -75,9 +76,14 @@ def open_session(
                 msgspec.structs.replace(thread, active_provider_thread_id=pt.id, updated_at=now),
             )
         else:
+            # Not resumable yet (no turn completed with its ref): it starts afresh
+            # in the thread's cwd of now, so that is its cwd.
+            cwd = pt.cwd if pt.resume_ref_confirmed else thread.cwd
             ch.put(
                 "provider_thread",
-                msgspec.structs.replace(pt, provider_session_id=session_id, updated_at=now),
+                msgspec.structs.replace(
+                    pt, provider_session_id=session_id, cwd=cwd, updated_at=now
+                ),
             )
         binding = SessionBinding(
             provider=kind,

@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+from typing import Any
 
 import msgspec
 
 from t3orch.commands.specs import CreateThread
 from t3orch.domain.thread import AppThread, ModelSelection
+from t3orch.domain.vocab import RuntimeMode
 from t3orch.events import EventDraft, ThreadUpserted
 from t3orch.ids import ProjectId, ThreadId
 from t3orch.store.errors import CommandRejected
@@ -56,6 +58,48 @@ def archive_thread(thread_id: str) -> Decide:
         return Decision(
             [EventDraft(payload=ThreadUpserted(thread=archived))], {"threadId": thread_id}
         )
+
+    return decide
+
+
+def configure_thread(
+    thread_id: str,
+    *,
+    cwd: str | None = None,
+    model: str | None = None,
+    runtime_mode: RuntimeMode | None = None,
+) -> Decide:
+    """Change the settings the thread's next runs use (None: keep that one).
+
+    Only a record: the supervisor retires an idle runtime started with the old
+    settings, and the next run's runtime decides whether the thread's provider
+    thread can be resumed with the new ones (``commands.handoff.settings_conflict``).
+    The result names each setting that changed, old and new.
+    """
+    if cwd is not None and not os.path.isabs(cwd):
+        raise CommandRejected("invalid_cwd", f"cwd must be an absolute path, got {cwd!r}")
+
+    def decide(view: StateView) -> Decision:
+        thread = require_thread(view, thread_id)
+        if thread.archived_at is not None:
+            raise CommandRejected("thread_archived", f"thread {thread_id} is archived")
+        changed: dict[str, Any] = {}
+        new = thread
+        if cwd is not None and cwd != thread.cwd:
+            changed["cwd"] = {"from": thread.cwd, "to": cwd}
+            new = msgspec.structs.replace(new, cwd=cwd)
+        if model is not None and model != thread.model_selection.model:
+            changed["model"] = {"from": thread.model_selection.model, "to": model}
+            selection = msgspec.structs.replace(thread.model_selection, model=model)
+            new = msgspec.structs.replace(new, model_selection=selection)
+        if runtime_mode is not None and runtime_mode != thread.runtime_mode:
+            changed["runtimeMode"] = {"from": thread.runtime_mode, "to": runtime_mode}
+            new = msgspec.structs.replace(new, runtime_mode=runtime_mode)
+        result = {"threadId": thread_id, "changed": changed}
+        if not changed:
+            return Decision([], result)
+        new = msgspec.structs.replace(new, updated_at=view.now())
+        return Decision([EventDraft(payload=ThreadUpserted(thread=new))], result)
 
     return decide
 

@@ -73,6 +73,10 @@ class ProviderThread(Wire):
     #: A resume ref is trusted only after a turn completed with it (lessons §8 rule 2).
     resume_ref_confirmed: bool = False
     turn_count: int = 0
+    #: The working directory its conversation is held in (its first turn's); None
+    #: when not recorded (a subagent's, or a row from before it was). A run in another
+    #: cwd does not resume it (docs/decisions-lineage.md, settings incompatibility).
+    cwd: str | None = None
 
 
 class ProviderTurn(Wire):

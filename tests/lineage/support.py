@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import Any, Literal
 
 import attrs
@@ -10,7 +12,7 @@ import msgspec
 from adapters.protocol import ProviderAdapter
 from supervisor.providers import StandinAdapter, standin_settings
 from t3orch.domain.vocab import ProviderKind
-from tests.supervisor.support import Rig
+from tests.supervisor.support import Rig, rig
 
 #: Every kind is the stand-in (a Codex-shaped transcript), so switching always runs.
 STANDIN_PROVIDERS = {
@@ -22,6 +24,30 @@ STANDIN_PROVIDERS = {
 
 def standin_for_every_kind(kind: ProviderKind) -> ProviderAdapter:
     return StandinAdapter()
+
+
+def standin_rig(tmp_path: Path, **manager_options: Any) -> AbstractAsyncContextManager[Rig]:
+    """The real supervisor and core on ``tmp_path/e.db``, every kind played by the stand-in."""
+    return rig(
+        tmp_path / "e.db",
+        providers=STANDIN_PROVIDERS,
+        adapter_factory=standin_for_every_kind,
+        **manager_options,
+    )
+
+
+def handoff_of(r: Rig, run_id: str) -> Any:
+    """The handoff a run got (its ``contextHandoffId``)."""
+    return r.row("context_handoff", r.row("run", run_id).context_handoff_id)
+
+
+def notes(r: Rig, code: str) -> list[Any]:
+    """The committed ``provider.diagnostic`` payloads with ``code``."""
+    return [
+        e.payload
+        for e in r.core.reader.read_events(0, 100_000)
+        if e.type == "provider.diagnostic" and e.payload.code == code
+    ]
 
 
 async def send_completed(r: Rig, tid: str, text: str) -> str:

@@ -132,3 +132,27 @@ async def test_merge_back_and_handoff_regenerate(capsys: pytest.CaptureFixture[s
         assert code == 3 and "no context handoff 'hof_nope'" in err
         code, out, _ = await cli("handoffs", tid)
         assert "superseded" in out and "pending" in out
+
+
+async def test_thread_set_changes_the_next_runs_settings(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    async with running_api() as api:
+        cli = Cli(api, capsys)
+        code, out, err = await cli("thread", "new", "--provider", "standin", "--cwd", "/tmp")
+        assert code == 0, err
+        tid = out.strip()
+        code, out, err = await cli(
+            "thread", "set", tid, "--cwd", str(tmp_path), "--runtime-mode", "full-access"
+        )
+        assert code == 0, err
+        assert (
+            f"cwd /tmp → {tmp_path}" in out and "runtimeMode approval-required → full-access" in out
+        )
+        code, out, _ = await cli("thread", "set", tid, "--cwd", str(tmp_path))
+        assert "nothing changed" in out
+        detail = await cli.json("show", tid)
+        assert detail["thread"]["cwd"] == str(tmp_path)
+        assert detail["thread"]["runtimeMode"] == "full-access"
+        code, _, err = await cli("thread", "set", "thr_nope", "--model", "m")
+        assert code == 3 and "no thread 'thr_nope'" in err

@@ -5,38 +5,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.lineage.support import (
-    STANDIN_PROVIDERS,
-    FrameLog,
-    send_completed,
-    standin_for_every_kind,
-)
-from tests.supervisor.support import Rig, rig
-
-
-def _handoff_of(r: Rig, tid: str, run_id: str) -> object:
-    run = r.row("run", run_id)
-    return r.row("context_handoff", run.context_handoff_id)
+from tests.lineage.support import FrameLog, handoff_of, notes, send_completed, standin_rig
 
 
 async def test_deltas_accumulate_until_the_limit_then_a_fresh_provider_thread(
     tmp_path: Path,
 ) -> None:
     frames = FrameLog()
-    async with rig(
-        tmp_path / "e.db",
-        providers=STANDIN_PROVIDERS,
-        adapter_factory=standin_for_every_kind,
-        raw_factory=frames,
-        delta_handoff_limit=2000,
-    ) as r:
+    async with standin_rig(tmp_path, raw_factory=frames, delta_handoff_limit=2000) as r:
         tid = await r.thread("codex")
         run1 = await send_completed(r, tid, "codex run 1 APPLE")
         await r.manager.switch_provider(tid, "claude")
         await send_completed(r, tid, "claude run 2 short")
         await r.manager.switch_provider(tid, "codex")
         run3 = await send_completed(r, tid, "codex run 3")
-        first = _handoff_of(r, tid, run3)
+        first = handoff_of(r, run3)
         # Under the limit: the old codex conversation is resumed with a delta.
         assert first.strategy == "delta_since_target_last_seen"  # type: ignore[attr-defined]
         codex_pt = r.row("run", run1).provider_thread_id
@@ -53,17 +36,13 @@ async def test_deltas_accumulate_until_the_limit_then_a_fresh_provider_thread(
         assert r.row("provider_thread", codex_pt).status == "closed"
         fresh = r.row("provider_thread", run.provider_thread_id)
         assert (fresh.provider, fresh.owner_node_id) == ("codex", None)
-        handoff = _handoff_of(r, tid, run5)
+        handoff = handoff_of(r, run5)
         assert handoff.strategy == "full_thread_summary"  # type: ignore[attr-defined]
         covered = handoff.covered_run_ordinals  # type: ignore[attr-defined]
         assert (covered.from_, covered.to) == (1, 4)
         assert "APPLE" in handoff.summary_text  # type: ignore[attr-defined]
-        notes = [
-            e.payload
-            for e in r.core.reader.read_events(0, 10_000)
-            if e.type == "provider.diagnostic" and e.payload.code == "handoff_size_exceeded"
-        ]
-        assert len(notes) == 1 and "above the configured 2000" in notes[0].message
+        [note] = notes(r, "handoff_size_exceeded")
+        assert "above the configured 2000" in note.message
         # What the fresh Codex conversation was sent: the whole history, then the message.
         sent = frames.turn_texts("codex")[-1]
         assert "APPLE" in sent and sent.endswith("codex run 5")
@@ -74,12 +53,7 @@ async def test_deltas_accumulate_until_the_limit_then_a_fresh_provider_thread(
 
 
 async def test_a_large_limit_keeps_resuming(tmp_path: Path) -> None:
-    async with rig(
-        tmp_path / "e.db",
-        providers=STANDIN_PROVIDERS,
-        adapter_factory=standin_for_every_kind,
-        delta_handoff_limit=100_000,
-    ) as r:
+    async with standin_rig(tmp_path, delta_handoff_limit=100_000) as r:
         tid = await r.thread("codex")
         run1 = await send_completed(r, tid, "one")
         await r.manager.switch_provider(tid, "claude")
@@ -87,4 +61,4 @@ async def test_a_large_limit_keeps_resuming(tmp_path: Path) -> None:
         await r.manager.switch_provider(tid, "codex")
         run3 = await send_completed(r, tid, "three")
         assert r.row("run", run3).provider_thread_id == r.row("run", run1).provider_thread_id
-        assert _handoff_of(r, tid, run3).strategy == "delta_since_target_last_seen"  # type: ignore[attr-defined]
+        assert handoff_of(r, run3).strategy == "delta_since_target_last_seen"  # type: ignore[attr-defined]

@@ -10,12 +10,7 @@ from pathlib import Path
 import pytest
 
 from t3orch.store.errors import CommandRejected
-from tests.lineage.support import (
-    STANDIN_PROVIDERS,
-    FrameLog,
-    send_completed,
-    standin_for_every_kind,
-)
+from tests.lineage.support import FrameLog, send_completed, standin_rig
 from tests.supervisor.support import rig
 
 
@@ -30,12 +25,7 @@ async def test_a_regenerated_handoff_supersedes_the_old_and_goes_with_the_next_r
     tmp_path: Path,
 ) -> None:
     frames = FrameLog()
-    async with rig(
-        tmp_path / "e.db",
-        providers=STANDIN_PROVIDERS,
-        adapter_factory=standin_for_every_kind,
-        raw_factory=frames,
-    ) as r:
+    async with standin_rig(tmp_path, raw_factory=frames) as r:
         svc = r.core.service
         tid = await r.thread("codex")
         await send_completed(r, tid, "codex run 1 MANGO")

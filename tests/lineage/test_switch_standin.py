@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.lineage.support import STANDIN_PROVIDERS, FrameLog, standin_for_every_kind
+from tests.lineage.support import FrameLog, standin_rig
 from tests.supervisor.support import Rig, rig
 
 
@@ -23,12 +23,7 @@ async def _send(r: Rig, tid: str, text: str) -> str:
 
 async def test_codex_claude_codex_delta_handoff_covers_the_missed_runs(tmp_path: Path) -> None:
     frames = FrameLog()
-    async with rig(
-        tmp_path / "e.db",
-        providers=STANDIN_PROVIDERS,
-        adapter_factory=standin_for_every_kind,
-        raw_factory=frames,
-    ) as r:
+    async with standin_rig(tmp_path, raw_factory=frames) as r:
         tid = await r.thread("codex")
         for n in (1, 2):
             await _send(r, tid, f"codex run {n}")
@@ -84,9 +79,7 @@ async def test_codex_claude_codex_delta_handoff_covers_the_missed_runs(tmp_path:
 
 
 async def test_switching_to_the_same_provider_changes_nothing(tmp_path: Path) -> None:
-    async with rig(
-        tmp_path / "e.db", providers=STANDIN_PROVIDERS, adapter_factory=standin_for_every_kind
-    ) as r:
+    async with standin_rig(tmp_path) as r:
         tid = await r.thread("codex")
         await _send(r, tid, "one")
         head = r.core.reader.last_sequence()

@@ -163,6 +163,27 @@ async def test_resume_failure_on_return_falls_back_to_a_full_summary(tmp_path: P
         assert b.r.row("provider_thread", runs[0].provider_thread_id).status == "error"
 
 
+async def test_claude_after_a_cwd_change_starts_a_fresh_session(tmp_path: Path) -> None:
+    async with both(tmp_path) as b:
+        tid = await b.r.thread("claude", cwd=str(b.work))
+        first = await b.send(tid, "remember the word PAPAYA")
+        elsewhere = make_work_dir(tmp_path / "elsewhere")
+        await b.r.manager.configure_thread(tid, cwd=str(elsewhere))
+        last = await b.send(tid, "where are we")
+
+        # Not resumed: a new session, told the whole history, in the new directory.
+        assert last.provider_thread_id != first.provider_thread_id
+        old = b.r.row("provider_thread", first.provider_thread_id)
+        fresh = b.r.row("provider_thread", last.provider_thread_id)
+        assert old.status == "closed" and fresh.native_thread_ref != old.native_thread_ref
+        assert fresh.cwd == str(elsewhere)
+        text = b.claude_last_user_text()
+        assert "User: remember the word PAPAYA" in text and f"cwd {b.work} -> {elsewhere}" in text
+        assert b.r.manager.runners[tid].config.cwd == str(elsewhere)
+        handoff = b.r.row("context_handoff", last.context_handoff_id)
+        assert handoff.strategy == "full_thread_summary"
+
+
 async def test_codex_fork_at_an_earlier_run_is_native(tmp_path: Path) -> None:
     async with both(tmp_path) as b:
         tid = await b.r.thread("codex", cwd=str(b.work))
