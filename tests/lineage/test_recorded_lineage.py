@@ -10,6 +10,8 @@ replaced: each launch plays the next recorded segment of its provider, strictly
 turn's frames in one burst). Files the scenario
 changes by hand are changed here the same way; what the model received is
 checked in the real tests, here what we sent (the raw frames) and what we recorded.
+The steps and the record checks are shared with the real tests
+(``lineage_scenarios.py``, ``subagent_scenario.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from adapters.transcript import load_transcript
 from fixtures.fakes.codex_home import make_work_dir
 from fixtures.record.supervised import TranscriptLaunchers
 from supervisor.providers import ProviderSettings
+from tests.lineage import lineage_scenarios as scenarios
 from tests.lineage.subagent_scenario import subagent_scenario
 from tests.lineage.support import FrameLog
 from tests.supervisor.support import Rig, rig
@@ -86,117 +89,44 @@ async def replay(tmp_path: Path, scenario: str) -> AsyncIterator[Replay]:
 
 async def test_codex_claude_codex_delta_handoff(tmp_path: Path) -> None:
     async with replay(tmp_path, "codex_claude_codex_delta_handoff_reaches_the_model") as b:
-        tid = await b.r.thread("codex", cwd=str(b.work))
-        await b.send(tid, "remember the word PAPAYA")
-        await b.r.manager.switch_provider(tid, "claude")
-        await b.send(tid, "claude hears BANANA")
-        await b.send(tid, "claude hears KIWI")
-        await b.r.manager.switch_provider(tid, "codex")
-        last = await b.send(tid, "RECALL")
-
-        handoff = b.r.row("context_handoff", last.context_handoff_id)
-        assert handoff.strategy == "delta_since_target_last_seen"
-        assert (handoff.covered_run_ordinals.from_, handoff.covered_run_ordinals.to) == (2, 3)
+        await scenarios.delta_handoff(b)
         sent = b.sent_texts()
         assert "User: remember the word PAPAYA" in sent[1]  # Claude's first: everything
         assert "User: claude hears BANANA" in sent[-1] and sent[-1].endswith("RECALL")
-        runs = sorted(b.r.rows("run", tid), key=lambda x: x.ordinal)
-        assert [x.provider for x in runs] == ["codex", "claude", "claude", "codex"]
-        assert runs[0].provider_thread_id == runs[3].provider_thread_id
-        assert (
-            runs[1].provider_thread_id == runs[2].provider_thread_id != runs[0].provider_thread_id
-        )
-        # The replayed Codex thread is the recorded one: resumed by its native id.
-        pt = b.r.row("provider_thread", runs[0].provider_thread_id)
-        assert pt.native_thread_ref and pt.resume_ref_confirmed
 
 
 async def test_resume_failure_falls_back_to_a_full_summary(tmp_path: Path) -> None:
     async with replay(tmp_path, "resume_failure_on_return_falls_back_to_a_full_summary") as b:
-        tid = await b.r.thread("codex", cwd=str(b.work))
-        await b.send(tid, "remember the word PAPAYA")
-        await b.r.manager.switch_provider(tid, "claude")
-        await b.send(tid, "claude hears BANANA")
-        await b.r.manager.switch_provider(tid, "codex")
         # The recording's thread/resume failed (its rollout files were deleted).
-        last = await b.send(tid, "back on codex")
-
-        handoff = b.r.row("context_handoff", last.context_handoff_id)
-        assert handoff.strategy == "full_thread_summary"
-        assert (handoff.covered_run_ordinals.from_, handoff.covered_run_ordinals.to) == (1, 2)
+        await scenarios.resume_failure(b)
         assert "claude hears BANANA" in b.sent_texts()[-1]
-        runs = sorted(b.r.rows("run", tid), key=lambda x: x.ordinal)
-        assert runs[2].provider_thread_id != runs[0].provider_thread_id
-        assert b.r.row("provider_thread", runs[0].provider_thread_id).status == "error"
 
 
 async def test_codex_fork_then_diverge(tmp_path: Path) -> None:
     async with replay(tmp_path, "codex_fork_at_an_earlier_run_is_native") as b:
-        tid = await b.r.thread("codex", cwd=str(b.work))
-        first = await b.send(tid, "remember the word PAPAYA")
-        await b.send(tid, "remember the word MANGO")
-        fork = (await b.r.core.service.fork_thread(tid, first.id)).result["threadId"]
-        await b.send(fork, "RECALL")
-        [transfer] = b.r.rows("context_transfer", fork)
-        assert transfer.status == "resolved_native"
-        assert b.r.rows("context_handoff", fork) == []
-        [run] = b.r.rows("run", fork)
-        pt = b.r.row("provider_thread", run.provider_thread_id)
-        assert pt.forked_from.provider_thread_id == first.provider_thread_id
-        assert transfer.resolution.provider_thread_ref == pt.native_thread_ref
+        transfer = await scenarios.codex_fork(b)
         # thread/fork through run 1's turn was what we asked for.
         forks = [f for _, f in b.frames.sent if f.get("method") == "thread/fork"]
         assert [f["params"].get("lastTurnId") for f in forks] == [
             transfer.source_point.provider_turn_ref
         ]
-        last = await b.send(tid, "RECALL")
-        assert last.provider_thread_id == first.provider_thread_id
 
 
 async def test_claude_fork_then_diverge(tmp_path: Path) -> None:
     async with replay(tmp_path, "claude_fork_at_the_latest_run_is_native") as b:
-        tid = await b.r.thread("claude", cwd=str(b.work))
-        await b.send(tid, "remember the word PAPAYA")
-        fork = (await b.r.core.service.fork_thread(tid)).result["threadId"]
-        await b.send(fork, "fork hears MANGO")
-        [transfer] = b.r.rows("context_transfer", fork)
-        assert transfer.status == "resolved_native"
-        [run] = b.r.rows("run", fork)
-        pt = b.r.row("provider_thread", run.provider_thread_id)
-        assert pt.native_thread_ref != transfer.source_point.provider_thread_ref
-        await b.send(tid, "RECALL")
+        await scenarios.claude_fork(b)
 
 
 async def test_codex_rollback_restores_files_and_reverts_the_thread(tmp_path: Path) -> None:
     async with replay(tmp_path, "codex_rollback_restores_files_and_reverts_the_thread") as b:
-        tid = await b.r.thread("codex", cwd=str(b.work))
-        first = await b.checkpointed(tid, "remember the word PAPAYA")
-        (b.work / "later.txt").write_text("written by run 2\n")
-        await b.checkpointed(tid, "remember the word MANGO")
-        res = await b.r.manager.rollback(tid, first.checkpoint_id)
-        assert res.result["rolledBackRuns"] == [2]
-        assert res.result["revertedProviderThreads"] == [first.provider_thread_id]
-        assert not (b.work / "later.txt").exists()
+        await scenarios.codex_rollback(b)
         reverts = [f for _, f in b.frames.sent if f.get("method") == "thread/revert"]
         assert len(reverts) == 1
-        last = await b.send(tid, "RECALL")
-        assert last.provider_thread_id == first.provider_thread_id
-        assert last.context_handoff_id is None
 
 
 async def test_claude_rollback_starts_over_from_what_is_left(tmp_path: Path) -> None:
     async with replay(tmp_path, "claude_rollback_starts_over_from_what_is_left") as b:
-        tid = await b.r.thread("claude", cwd=str(b.work))
-        first = await b.checkpointed(tid, "remember the word PAPAYA")
-        (b.work / "later.txt").write_text("written by run 2\n")
-        await b.checkpointed(tid, "remember the word MANGO")
-        res = await b.r.manager.rollback(tid, first.checkpoint_id)
-        assert res.result["closedProviderThreads"] == [first.provider_thread_id]
-        assert not (b.work / "later.txt").exists()
-        last = await b.send(tid, "what is left")
-        assert last.provider_thread_id != first.provider_thread_id
-        text = b.sent_texts()[-1]
-        assert "User: remember the word PAPAYA" in text and "MANGO" not in text
+        await scenarios.claude_rollback(b, lambda: b.sent_texts()[-1])
 
 
 async def test_codex_subagent_checkpoint_does_not_advance_the_run_count(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from fixtures.fakes.claude_env import FAKE_MODEL, claude_dirs, claude_env, find_
 from fixtures.fakes.codex_home import make_codex_home, make_work_dir, resolve_codex_binary
 from fixtures.record.supervised import TranscriptRecorder
 from supervisor.providers import ProviderSettings
+from tests.lineage import lineage_scenarios as scenarios
 from tests.lineage.subagent_scenario import subagent_scenario
 from tests.supervisor.support import Rig, rig
 
@@ -58,6 +59,10 @@ class Both:
         )
         assert run.status == "completed", run
         return run
+
+    async def checkpointed(self, tid: str, text: str) -> Any:
+        run = await self.send(tid, text)
+        return await self.r.wait_for(lambda: (x := self.r.row("run", run.id)).checkpoint_id and x)
 
     def codex_last_user_texts(self) -> list[str]:
         return responses_api.user_texts(self.codex_fake.requests[-1])
@@ -106,16 +111,9 @@ async def both(tmp_path: Path) -> AsyncIterator[Both]:
 
 async def test_codex_claude_codex_delta_handoff_reaches_the_model(tmp_path: Path) -> None:
     async with both(tmp_path) as b:
-        tid = await b.r.thread("codex", cwd=str(b.work))
-        await b.send(tid, "remember the word PAPAYA")
-        await b.r.manager.switch_provider(tid, "claude")
-        await b.send(tid, "claude hears BANANA")
+        last = await scenarios.delta_handoff(b)
         # Claude's first run got everything so far (it had no provider thread).
         assert "remember the word PAPAYA" in b.claude_last_user_text()
-        await b.send(tid, "claude hears KIWI")
-        await b.r.manager.switch_provider(tid, "codex")
-        last = await b.send(tid, "RECALL")
-
         # The resumed Codex thread still has its own history (run 1, natively) ...
         texts = b.codex_last_user_texts()
         assert texts[0] == "remember the word PAPAYA"
@@ -125,42 +123,24 @@ async def test_codex_claude_codex_delta_handoff_reaches_the_model(tmp_path: Path
         assert "claude hears KIWI" in handoff_text
         # Run 1 is not re-told: it appears only inside Claude's reply to run 2 (the
         # fake model echoes its whole prompt, which held the full summary).
-        replies = [m.text for m in b.r.rows("message", tid) if m.role == "assistant" and m.run_id]
+        replies = [
+            m.text
+            for m in b.r.rows("message", last.thread_id)
+            if m.role == "assistant" and m.run_id
+        ]
         echoed = sum(t.count("User: remember the word PAPAYA") for t in replies[1:3])
         assert handoff_text.count("User: remember the word PAPAYA") == echoed
         assert "User: claude hears BANANA" in handoff_text
         assert handoff_text.endswith("RECALL")
 
-        handoff = b.r.row("context_handoff", last.context_handoff_id)
-        assert handoff.strategy == "delta_since_target_last_seen"
-        assert (handoff.covered_run_ordinals.from_, handoff.covered_run_ordinals.to) == (2, 3)
-        runs = sorted(b.r.rows("run", tid), key=lambda x: x.ordinal)
-        assert [x.provider for x in runs] == ["codex", "claude", "claude", "codex"]
-        assert runs[0].provider_thread_id == runs[3].provider_thread_id
-        assert runs[1].provider_thread_id == runs[2].provider_thread_id
-        assert runs[0].provider_thread_id != runs[1].provider_thread_id
-
 
 async def test_resume_failure_on_return_falls_back_to_a_full_summary(tmp_path: Path) -> None:
     async with both(tmp_path) as b:
-        tid = await b.r.thread("codex", cwd=str(b.work))
-        await b.send(tid, "remember the word PAPAYA")
-        await b.r.manager.switch_provider(tid, "claude")
-        await b.send(tid, "claude hears BANANA")
         # Codex's rollout files are gone: resuming its thread fails.
-        shutil.rmtree(b.codex_home / "sessions")
-        await b.r.manager.switch_provider(tid, "codex")
-        last = await b.send(tid, "back on codex")
-
-        handoff = b.r.row("context_handoff", last.context_handoff_id)
-        assert handoff.strategy == "full_thread_summary"
-        assert (handoff.covered_run_ordinals.from_, handoff.covered_run_ordinals.to) == (1, 2)
+        await scenarios.resume_failure(b, lambda: shutil.rmtree(b.codex_home / "sessions"))
         texts = b.codex_last_user_texts()
         assert "remember the word PAPAYA" in texts[-1]
         assert "claude hears BANANA" in texts[-1]
-        runs = sorted(b.r.rows("run", tid), key=lambda x: x.ordinal)
-        assert runs[2].provider_thread_id != runs[0].provider_thread_id
-        assert b.r.row("provider_thread", runs[0].provider_thread_id).status == "error"
 
 
 async def test_claude_after_a_cwd_change_starts_a_fresh_session(tmp_path: Path) -> None:
@@ -186,24 +166,13 @@ async def test_claude_after_a_cwd_change_starts_a_fresh_session(tmp_path: Path) 
 
 async def test_codex_fork_at_an_earlier_run_is_native(tmp_path: Path) -> None:
     async with both(tmp_path) as b:
-        tid = await b.r.thread("codex", cwd=str(b.work))
-        first = await b.send(tid, "remember the word PAPAYA")
-        await b.send(tid, "remember the word MANGO")
-        fork = (await b.r.core.service.fork_thread(tid, first.id)).result["threadId"]
-        await b.send(fork, "RECALL")
-        # thread/fork through run 1's turn: the model sees run 1 natively, not run 2,
-        # and no handoff text.
-        assert b.codex_last_user_texts() == ["remember the word PAPAYA", "RECALL"]
-        [transfer] = b.r.rows("context_transfer", fork)
-        assert transfer.status == "resolved_native"
-        assert b.r.rows("context_handoff", fork) == []
-        [run] = b.r.rows("run", fork)
-        pt = b.r.row("provider_thread", run.provider_thread_id)
-        assert pt.forked_from.provider_thread_id == first.provider_thread_id
-        assert pt.native_thread_ref != transfer.source_point.provider_thread_ref
-        assert transfer.resolution.provider_thread_ref == pt.native_thread_ref
-        # The parent diverges on its own native thread.
-        await b.send(tid, "RECALL")
+
+        def fork_saw_run_1_only() -> None:
+            # thread/fork through run 1's turn: the model sees run 1 natively, not
+            # run 2, and no handoff text.
+            assert b.codex_last_user_texts() == ["remember the word PAPAYA", "RECALL"]
+
+        await scenarios.codex_fork(b, fork_saw_run_1_only)
         assert b.codex_last_user_texts() == [
             "remember the word PAPAYA",
             "remember the word MANGO",
@@ -213,57 +182,25 @@ async def test_codex_fork_at_an_earlier_run_is_native(tmp_path: Path) -> None:
 
 async def test_claude_fork_at_the_latest_run_is_native(tmp_path: Path) -> None:
     async with both(tmp_path) as b:
-        tid = await b.r.thread("claude", cwd=str(b.work))
-        await b.send(tid, "remember the word PAPAYA")
-        fork = (await b.r.core.service.fork_thread(tid)).result["threadId"]
-        await b.send(fork, "fork hears MANGO")
-        assert "remember the word PAPAYA" in b.claude_last_user_text()
-        [transfer] = b.r.rows("context_transfer", fork)
-        assert transfer.status == "resolved_native"
-        [run] = b.r.rows("run", fork)
-        pt = b.r.row("provider_thread", run.provider_thread_id)
-        assert pt.native_thread_ref != transfer.source_point.provider_thread_ref
-        await b.send(tid, "RECALL")
+
+        def fork_saw_run_1() -> None:
+            assert "remember the word PAPAYA" in b.claude_last_user_text()
+
+        await scenarios.claude_fork(b, fork_saw_run_1)
         # The parent never saw the fork's run.
         assert "MANGO" not in b.claude_last_user_text()
 
 
-async def _checkpointed(b: Both, tid: str, text: str) -> Any:
-    run = await b.send(tid, text)
-    return await b.r.wait_for(lambda: (x := b.r.row("run", run.id)).checkpoint_id and x)
-
-
 async def test_codex_rollback_restores_files_and_reverts_the_thread(tmp_path: Path) -> None:
     async with both(tmp_path) as b:
-        tid = await b.r.thread("codex", cwd=str(b.work))
-        first = await _checkpointed(b, tid, "remember the word PAPAYA")
-        (b.work / "later.txt").write_text("written by run 2\n")
-        await _checkpointed(b, tid, "remember the word MANGO")
-        res = await b.r.manager.rollback(tid, first.checkpoint_id)
-        assert res.result["rolledBackRuns"] == [2]
-        assert res.result["revertedProviderThreads"] == [first.provider_thread_id]
-        assert not (b.work / "later.txt").exists()
-        last = await b.send(tid, "RECALL")
+        await scenarios.codex_rollback(b)
         # thread/revert dropped run 2's turn: the model sees run 1 only, natively.
         assert b.codex_last_user_texts() == ["remember the word PAPAYA", "RECALL"]
-        assert last.provider_thread_id == first.provider_thread_id
-        assert last.context_handoff_id is None
 
 
 async def test_claude_rollback_starts_over_from_what_is_left(tmp_path: Path) -> None:
     async with both(tmp_path) as b:
-        tid = await b.r.thread("claude", cwd=str(b.work))
-        first = await _checkpointed(b, tid, "remember the word PAPAYA")
-        (b.work / "later.txt").write_text("written by run 2\n")
-        await _checkpointed(b, tid, "remember the word MANGO")
-        res = await b.r.manager.rollback(tid, first.checkpoint_id)
-        assert res.result["closedProviderThreads"] == [first.provider_thread_id]
-        assert not (b.work / "later.txt").exists()
-        last = await b.send(tid, "what is left")
-        text = b.claude_last_user_text()
-        assert "User: remember the word PAPAYA" in text
-        assert "MANGO" not in text
-        assert last.provider_thread_id != first.provider_thread_id
+        await scenarios.claude_rollback(b, b.claude_last_user_text)
 
 
 async def test_codex_subagent_checkpoint_does_not_advance_the_run_count(tmp_path: Path) -> None:
