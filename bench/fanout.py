@@ -617,8 +617,8 @@ def _instrument(rec: Records, args: argparse.Namespace) -> None:
     connect = SQLiteStore._connect
     commit_stmt = [0.0]
 
-    def traced_connect(self: Any, synchronous: Any) -> Any:
-        conn = connect(self, synchronous)
+    def traced_connect(self: Any, *args_: Any) -> Any:
+        conn = connect(self, *args_)
         if not self.readonly:
             if args.wal_autocheckpoint is not None:
                 conn.execute(f"PRAGMA wal_autocheckpoint = {args.wal_autocheckpoint}")

@@ -14,6 +14,7 @@ from t3orch.ids import IdFactory
 from t3orch.service import CoreService
 from t3orch.store.broadcast import Broadcast
 from t3orch.store.sqlite.backend import SQLiteStore, Synchronous
+from t3orch.store.sqlite.checkpointer import SAFETY_PAGES, WalCheckpointer
 from t3orch.store.writer import EventWriter
 
 
@@ -42,7 +43,9 @@ async def open_core(
     max_batch: int = 256,
 ) -> AsyncIterator[Core]:
     ids = ids or IdFactory()
-    store = SQLiteStore(db_path, synchronous=synchronous, clock=clock, ids=ids)
+    store = SQLiteStore(
+        db_path, synchronous=synchronous, clock=clock, ids=ids, wal_autocheckpoint=SAFETY_PAGES
+    )
     try:
         reader = SQLiteStore(db_path, readonly=True)
     except BaseException:
@@ -53,12 +56,21 @@ async def open_core(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(_run_shielded, writer)
+            checkpoints = trio.CancelScope()
+
+            async def checkpointing(*, task_status: trio.TaskStatus[None]) -> None:
+                with checkpoints:
+                    await WalCheckpointer(db_path, writer).run(task_status=task_status)
+
+            if str(db_path) != ":memory:":
+                await nursery.start(checkpointing)
             try:
                 yield Core(store, reader, writer, CoreService(writer, ids), broadcast)
             finally:
                 # The writer outlives everything nested in the block (a runtime recording
                 # its release during shutdown): it stops only once the block has ended.
                 writer.close()
+                checkpoints.cancel()
     finally:
         broadcast.close()
         reader.close()

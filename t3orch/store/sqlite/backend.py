@@ -83,19 +83,22 @@ class SQLiteStore:
         readonly: bool = False,
         clock: WallClock = system_clock,
         ids: IdFactory | None = None,
+        wal_autocheckpoint: int | None = None,
     ) -> None:
         self.path = str(path)
         self.readonly = readonly
         self._clock = clock
         self._ids = ids or IdFactory()
-        self._conn = self._connect(synchronous)
+        self._conn = self._connect(synchronous, wal_autocheckpoint)
         #: Row keys known to exist; see ``_TxnView.exists``. A rolled-back insert
         #: can leave a key here, so the batch that failed clears it (commit_batch).
         self._known: dict[tuple[str, str], None] = {}
 
     # -- opening ---------------------------------------------------------------
 
-    def _connect(self, synchronous: Synchronous) -> sqlite3.Connection:
+    def _connect(
+        self, synchronous: Synchronous, wal_autocheckpoint: int | None
+    ) -> sqlite3.Connection:
         memory = self.path == ":memory:"
         if not memory:
             _check_header(Path(self.path), readonly=self.readonly)
@@ -119,6 +122,10 @@ class SQLiteStore:
                 # Deciding reads items and nodes back while the log grows: 16 MB of
                 # page cache keeps them (the default 2 MB is mostly index pages).
                 conn.execute("PRAGMA cache_size = -16384")
+                if wal_autocheckpoint is not None and not memory:
+                    # Raised when a WalCheckpointer checkpoints off the commit path:
+                    # the mark then only bounds the WAL should that fall behind.
+                    conn.execute(f"PRAGMA wal_autocheckpoint = {int(wal_autocheckpoint)}")
                 migrate(conn)
             else:
                 # Snapshots of long threads read many rows: give readers room.
