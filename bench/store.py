@@ -39,6 +39,7 @@ import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -69,6 +70,8 @@ from t3orch.provider_events import (
     TurnCompleted,
     TurnStarted,
 )
+from t3orch.store.sqlite.checkpointer import INTERVAL_S as CHECKPOINT_INTERVAL_S
+from t3orch.store.sqlite.checkpointer import SAFETY_PAGES
 from t3orch.store.sqlite.schema import migrate
 from t3orch.store.writer import Ticket
 
@@ -316,6 +319,16 @@ def event_mix(db: Path) -> dict[str, Any]:
 # -- 2. the physical limit: bare executemany ----------------------------------------------
 
 
+def _checkpoint_beside(path: Path, stop: threading.Event) -> None:
+    """What ``WalCheckpointer`` does for the store, for the bare run."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        while not stop.wait(CHECKPOINT_INTERVAL_S):
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    finally:
+        conn.close()
+
+
 def bare_phase(source: Path, target: Path, batch: int, sync: Sync) -> dict[str, Any]:
     src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
     try:
@@ -323,13 +336,19 @@ def bare_phase(source: Path, target: Path, batch: int, sync: Sync) -> dict[str, 
     finally:
         src.close()
     conn = sqlite3.connect(target, isolation_level=None)
+    stop = threading.Event()
+    checkpointer = threading.Thread(target=_checkpoint_beside, args=(target, stop))
     try:
         # The pragmas SQLiteStore sets, and the very same schema (events + its indexes).
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {sync}")
         conn.execute("PRAGMA journal_size_limit = 33554432")
         conn.execute("PRAGMA cache_size = -16384")
+        # The store's checkpointing too: a high automatic mark, and passive
+        # checkpoints from another connection beside the inserts.
+        conn.execute(f"PRAGMA wal_autocheckpoint = {SAFETY_PAGES}")
         migrate(conn)
+        checkpointer.start()
         written = written_bytes()
         started = time.perf_counter()
         for i in range(0, len(rows), batch):
@@ -339,6 +358,9 @@ def bare_phase(source: Path, target: Path, batch: int, sync: Sync) -> dict[str, 
         elapsed = time.perf_counter() - started
         written = written_bytes() - written
     finally:
+        stop.set()
+        if checkpointer.is_alive():
+            checkpointer.join()
         conn.close()
     return {
         "written_mb": written / 1e6,
