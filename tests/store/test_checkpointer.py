@@ -12,7 +12,7 @@ from t3orch.store.sqlite.checkpointer import INTERVAL_S, SAFETY_PAGES, WalCheckp
 from tests.store.contract import diag
 
 
-async def _eventually(condition: Callable[[], bool], rounds: int = 50) -> None:
+async def _eventually(condition: Callable[[], bool], rounds: int = 25) -> None:
     """Polls a file or a counter: neither can wake a trio task."""
     for _ in range(rounds):
         if condition():
@@ -46,7 +46,7 @@ async def test_checkpointer_checkpoints_only_after_new_commits(tmp_path: Path) -
         checkpointer = WalCheckpointer(db, core.writer)
         async with trio.open_nursery() as nursery:
             await nursery.start(checkpointer.run)
-            await trio.sleep(INTERVAL_S * 3)
+            await trio.sleep(INTERVAL_S * 1.5)
             assert checkpointer.attempts == 0  # nothing committed since it started
             await core.writer.submit(diag(5).decide)
             await _eventually(lambda: checkpointer.attempts > 0)
