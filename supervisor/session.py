@@ -45,6 +45,7 @@ from t3orch.provider_events import (
     ItemCompleted,
     ProviderEvent,
     RuntimeExited,
+    SubagentEnded,
     SubagentRun,
     TurnCompleted,
 )
@@ -148,6 +149,11 @@ class SessionRunner:
     _turn_done: trio.Event = attrs.field(factory=trio.Event)
     _pump_done: trio.Event = attrs.field(factory=trio.Event)
     _inflight: deque[Ticket] = attrs.field(factory=deque)
+    #: Subagent item ref -> the ended turn it belongs to, while the provider still
+    #: runs its child (``TurnCompleted.continuing``) until its ``SubagentEnded``.
+    lingering: dict[str, TurnBinding] = attrs.field(factory=dict)
+    #: Child native thread ref -> its run, for the checkpoint after a lingering end.
+    _late_children: dict[str, str] = attrs.field(factory=dict)
 
     @property
     def session_id(self) -> str | None:
@@ -519,16 +525,25 @@ class SessionRunner:
             if isinstance(event, RuntimeExited) and self._should_recover(event):
                 await self._prepare_recovery()
             ended = _subagent_end(event)
-            if ended is not None and self.on_subagent_ended and self.active_turn is not None:
+            run_id = self._subagent_run(ended)
+            if ended is not None and self.on_subagent_ended and run_id is not None:
                 # Its end committed first, so the checkpoint finds the scope ended.
-                run_id = self.active_turn.run_id
                 await self._ingest(chunk)
                 chunk = []
                 await self.on_subagent_ended(self.thread_id, run_id, ended[0])
                 continue
+            if isinstance(event, SubagentEnded) and event.native_item_ref in self.lingering:
+                # Ingested while still bound to its ended turn, then forgotten.
+                await self._ingest(chunk)
+                chunk = []
+                done = self.lingering.pop(event.native_item_ref)
+                if event.child_native_thread_ref is not None:
+                    self._late_children[event.child_native_thread_ref] = done.run_id
+                continue
             if isinstance(event, TurnCompleted) and event.status == "completed":
                 await self._completion_barrier(chunk)
             if isinstance(event, (TurnCompleted, RuntimeExited)):
+                ending = self.active_turn
                 if isinstance(event, TurnCompleted):
                     # Idle from the turn's end: stamped before its commit, so anyone who
                     # sees the ended run also sees the runtime's new idle start.
@@ -536,9 +551,15 @@ class SessionRunner:
                 await self._ingest(chunk, ends_turn=True)
                 chunk = []
                 if isinstance(event, TurnCompleted):
+                    if ending is not None and event.status == "completed":
+                        for ref in event.continuing:
+                            self.lingering[ref] = ending
                     self.active_turn = None
                     self._turn_done.set()
                 else:
+                    # The exit settled every child still running (release_session).
+                    self.lingering.clear()
+                    self._late_children.clear()
                     self.exit_event = event
                     self.exit_committed_at = trio.current_time()
                     self.active_turn = None
@@ -548,15 +569,15 @@ class SessionRunner:
             # Mid-turn events are queued, not awaited: the writer merges the queued
             # batches of every session into few transactions (one fsync each).
             if self.binding is not None:
-                binding = self.binding.with_turn(self.active_turn)
+                binding = self._bound()
                 self._inflight.append(await self.core.ingest_queued(binding, chunk))
                 while len(self._inflight) > MAX_INFLIGHT or (
                     self._inflight and self._inflight[0].done
                 ):
                     await self._inflight.popleft().outcome()
             # Idleness counts from the end of the last turn: frames between turns
-            # (status, usage) are not work.
-            if self.active_turn is not None:
+            # (status, usage) are not work; a child outliving its parent's turn is.
+            if self.active_turn is not None or self.lingering:
                 self.last_activity = trio.current_time()
 
     async def _completion_barrier(self, chunk: list[ProviderEvent]) -> None:
@@ -612,12 +633,28 @@ class SessionRunner:
         """
         if self.binding is None:
             return
-        binding = self.binding.with_turn(self.active_turn)
+        binding = self._bound()
         ticket = await self.core.ingest_queued(binding, events)
         if ends_turn:
             self.active_turn = None
         await self._drain_inflight()
         await ticket.outcome()
+
+    def _bound(self) -> SessionBinding:
+        """The binding for the next events: the active turn, and the ended turns whose
+        children still run (their events are bound to the turn that spawned them)."""
+        assert self.binding is not None
+        lingering = tuple(dict.fromkeys(self.lingering.values()))
+        return attrs.evolve(self.binding, turn=self.active_turn, lingering=lingering)
+
+    def _subagent_run(self, ended: tuple[str | None] | None) -> str | None:
+        """The run whose subagent just ended (one that outlived its turn: that turn's)."""
+        if ended is None:
+            return None
+        late = self._late_children.pop(ended[0], None) if ended[0] is not None else None
+        if late is not None:
+            return late
+        return None if self.active_turn is None else self.active_turn.run_id
 
     async def _drain_inflight(self) -> None:
         while self._inflight:

@@ -148,6 +148,9 @@ class TurnCompleted(AdapterEvent, tag="turn.completed"):
     status: ProviderTurnStatus
     error: str | None = None
     usage: dict[str, Any] | None = None
+    #: Subagent items (native refs) whose child the provider keeps running past this
+    #: turn's end: their nodes stay open until a ``SubagentEnded`` names them.
+    continuing: list[str] = msgspec.field(default_factory=list)
 
 
 class ItemStarted(AdapterEvent, tag="item.started"):
@@ -170,6 +173,18 @@ class ItemCompleted(AdapterEvent, tag="item.completed"):
     native_item_ref: str
     content: ItemContent
     status: TurnItemStatus = "completed"
+    #: A subagent call that returned while its child still works (Codex's spawn
+    #: completes before the child's turn): the item is done, its node stays open
+    #: until a ``SubagentEnded`` names it.
+    child_continues: bool = False
+
+
+class SubagentEnded(AdapterEvent, tag="subagent.ended"):
+    """A subagent whose call already returned finished its work (its child's turn ended)."""
+
+    native_item_ref: str
+    status: Literal["completed", "failed", "interrupted"]
+    child_native_thread_ref: str | None = None
 
 
 class RequestOpened(AdapterEvent, tag="request.opened"):
@@ -229,6 +244,7 @@ ProviderEvent = (
     | ItemStarted
     | ItemDelta
     | ItemCompleted
+    | SubagentEnded
     | RequestOpened
     | RequestResolved
     | RequestCancelled

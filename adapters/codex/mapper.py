@@ -43,6 +43,7 @@ from t3orch.provider_events import (
     RequestResolved,
     ResumeFailed,
     SessionReady,
+    SubagentEnded,
     SubagentRun,
     ThreadRefsLearned,
     TurnCompleted,
@@ -145,6 +146,13 @@ class CodexMapper:
         self._unassigned_spawns: list[str] = []
         #: Turns of subagent threads: never the app's turn, so never a TurnCompleted.
         self._child_turns: set[str] = set()
+        #: Spawn item ref -> the app turn it belongs to (a child's spawn: its parent's).
+        self._spawn_turn: dict[str, str | None] = {}
+        #: Child thread -> its spawn item, for spawns that returned before the child
+        #: ended a turn: the subagent's work goes on until that turn ends.
+        self._deferred: dict[str, str] = {}
+        #: Child threads that ended a turn.
+        self._child_done: set[str] = set()
         self._handlers: dict[str, Callable[[msgspec.Raw, str | None], list[ProviderEvent]]] = {
             method: getattr(self, name) for method, name in NOTIFICATION_HANDLERS.items()
         }
@@ -323,6 +331,14 @@ class CodexMapper:
         if self._children.get(child) is None:
             self._children[child] = ref
 
+    def _app_turn(self, body: dict[str, Any]) -> str | None:
+        """The app turn a frame's work belongs to: a child thread's is its spawn's."""
+        thread = _opt_str(body.get("threadId"))
+        if thread is not None and thread in self._children:
+            spawn = self._children[thread]
+            return self._spawn_turn.get(spawn) if spawn is not None else None
+        return _opt_str(body.get("turnId"))
+
     def _child_turn(self, thread: str | None, turn_id: str | None) -> bool:
         if turn_id is not None and turn_id in self._child_turns:
             return True
@@ -355,6 +371,14 @@ class CodexMapper:
             return self._child_turn_completed(turn, turn_id, thread, raw_id)
         if thread is not None and self.active_turns.get(thread) == turn_id:
             del self.active_turns[thread]
+        status = _TURN_STATUS.get(str(turn.get("status")), "failed")
+        # Children still working when their parent's turn completes go on (spawn
+        # without wait); an interrupted or failed parent turn takes them with it.
+        mine = [c for c, spawn in self._deferred.items() if self._spawn_turn.get(spawn) == turn_id]
+        continuing = [self._deferred[c] for c in mine] if status == "completed" else []
+        if status != "completed":
+            for child in mine:
+                del self._deferred[child]
         events: list[ProviderEvent] = []
         # Requests first (they hang off items), then the items the turn left open,
         # and only then the authoritative end of the turn.
@@ -386,7 +410,6 @@ class CodexMapper:
                     status="interrupted",
                 )
             )
-        status = _TURN_STATUS.get(str(turn.get("status")), "failed")
         error = _dict(turn.get("error")).get("message")
         if turn_id is not None:
             self._turns.discard(turn_id)
@@ -400,6 +423,7 @@ class CodexMapper:
                 status=status,
                 error=error if isinstance(error, str) else None,
                 usage=self._usage.pop(turn_id, None) if turn_id else None,
+                continuing=continuing,
             )
         )
         return events
@@ -424,6 +448,25 @@ class CodexMapper:
         if turn_id is not None:
             self._child_turns.discard(turn_id)
             self._usage.pop(turn_id, None)
+        spawn = self._deferred.pop(thread, None) if thread is not None else None
+        if thread is not None:
+            self._child_done.add(thread)
+        if spawn is not None:
+            ended = turn.get("status")
+            events.append(
+                SubagentEnded(
+                    raw_event_id=raw_id,
+                    native_item_ref=spawn,
+                    status=(
+                        "completed"
+                        if ended == "completed"
+                        else "interrupted"
+                        if ended == "interrupted"
+                        else "failed"
+                    ),
+                    child_native_thread_ref=thread,
+                )
+            )
         events.append(
             Diagnostic(
                 raw_event_id=raw_id,
@@ -447,6 +490,8 @@ class CodexMapper:
         if content is None:
             return [self._unmapped_item("item/started", item, raw_id)]
         self._items[ref] = _OpenItem(turn_id=_opt_str(body.get("turnId")), content=content)
+        if isinstance(content, SubagentRun):
+            self._spawn_turn.setdefault(ref, self._app_turn(body))
         self._spawned(ref, content)
         return [
             ItemStarted(
@@ -466,9 +511,21 @@ class CodexMapper:
             return [self._unmapped_item("item/completed", item, raw_id)]
         self._items.pop(ref, None)
         self._spawned(ref, content)
+        status = item_status(item)
+        child = content.child_native_thread_ref if isinstance(content, SubagentRun) else None
+        # Codex completes the spawn call once the agent exists, before its turn: the
+        # subagent's work ends with the child's turn, not with this call.
+        continues = status == "completed" and child is not None and child not in self._child_done
+        if continues and child is not None:
+            self._spawn_turn.setdefault(ref, self._app_turn(body))
+            self._deferred[child] = ref
         return [
             ItemCompleted(
-                raw_event_id=raw_id, native_item_ref=ref, content=content, status=item_status(item)
+                raw_event_id=raw_id,
+                native_item_ref=ref,
+                content=content,
+                status=status,
+                child_continues=continues,
             )
         ]
 

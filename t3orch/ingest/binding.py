@@ -33,6 +33,9 @@ class SessionBinding:
     provider_thread_id: ProviderThreadId | None
     thread_id: ThreadId | None
     turn: TurnBinding | None = None
+    #: Ended turns whose subagents the provider still runs: their children's later
+    #: events are bound to them, not to whatever turn is active now.
+    lingering: tuple[TurnBinding, ...] = ()
 
     def with_turn(self, turn: TurnBinding | None) -> SessionBinding:
         return attrs.evolve(self, turn=turn)

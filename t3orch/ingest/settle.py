@@ -21,10 +21,12 @@ from t3orch.domain.vocab import (
     TURN_ITEM_TERMINAL,
     TURN_TERMINAL,
 )
-from t3orch.ids import ProviderTurnId, TurnItemId, derived_id
+from t3orch.ids import NodeId, ProviderTurnId, TurnItemId, derived_id
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.changes import Changes
-from t3orch.ingest.subagents import settle_subagent
+from t3orch.ingest.subagents import settle_subagent, within
+
+_NODE_OPEN = ("pending", "running", "waiting")
 
 _RUN_STATUS = {
     "completed": "completed",
@@ -41,11 +43,17 @@ def close_turn(
     status: str,
     error: str | None,
     native_turn_ref: str | None = None,
+    continuing: frozenset[NodeId] = frozenset(),
 ) -> None:
-    """End a provider turn and everything it owns, in dependency order."""
+    """End a provider turn and everything it owns, in dependency order.
+
+    ``continuing``: subagent nodes the provider keeps running past this turn; they
+    and everything under them stay open (the run still completes from its root).
+    """
     now = ch.now()
     if b.thread_id is not None:
-        close_open_items(ch, b.thread_id, t.provider_turn_id, "interrupted")
+        close_open_items(ch, b.thread_id, t.provider_turn_id, "interrupted", continuing)
+        interrupt_subagents(ch, b.thread_id, t.provider_turn_id, continuing)
         expire_requests(
             ch,
             b.thread_id,
@@ -120,13 +128,22 @@ def _ordinal(ch: Changes, t: TurnBinding) -> int | None:
 
 
 def close_open_items(
-    ch: Changes, thread_id: str, provider_turn_id: ProviderTurnId | None, status: str
+    ch: Changes,
+    thread_id: str,
+    provider_turn_id: ProviderTurnId | None,
+    status: str,
+    keep: frozenset[NodeId] = frozenset(),
 ) -> int:
-    """Close items a turn left streaming (Codex never completes an interrupted message)."""
+    """Close items a turn left streaming (Codex never completes an interrupted message).
+
+    Items of a subagent in ``keep`` (a child the provider still runs) stay open.
+    """
     n = 0
     now = ch.now()
     for item in ch.select_by_status("turn_item", TURN_ITEM_OPEN, thread_id=thread_id):
         if provider_turn_id is not None and item.provider_turn_id != provider_turn_id:
+            continue
+        if keep and within(ch, item.node_id, keep):
             continue
         ch.put("turn_item", msgspec.structs.replace(item, status=status, updated_at=now))
         node = ch.get("node", item.node_id) if item.node_id else None
@@ -141,6 +158,22 @@ def close_open_items(
             settle_subagent(ch, closed)
         n += 1
     return n
+
+
+def interrupt_subagents(
+    ch: Changes, thread_id: str, provider_turn_id: ProviderTurnId, keep: frozenset[NodeId]
+) -> None:
+    """Subagent nodes of a turn still open though their call returned (a Codex child
+    whose spawn completed) end ``interrupted`` with it, unless the child goes on."""
+    now = ch.now()
+    for node in ch.select_by_status("node", _NODE_OPEN, thread_id=thread_id):
+        if node.kind != "subagent" or node.provider_turn_id != provider_turn_id:
+            continue
+        if keep and within(ch, node.id, keep):
+            continue
+        closed = msgspec.structs.replace(node, status="interrupted", completed_at=now)
+        ch.put("node", closed)
+        settle_subagent(ch, closed)
 
 
 def expire_requests(
@@ -184,6 +217,11 @@ def release_session(
     if b.turn is not None:
         # The run says what happened; the session keeps the diagnostic detail (stderr).
         close_turn(ch, b, b.turn, "failed" if status == "error" else "interrupted", reason)
+    if b.thread_id is not None:
+        # Children that outlived their parent's turn die with the process.
+        for ended in b.lingering:
+            close_open_items(ch, b.thread_id, ended.provider_turn_id, "interrupted")
+            interrupt_subagents(ch, b.thread_id, ended.provider_turn_id, frozenset())
     if b.thread_id is not None:
         expire_requests(ch, b.thread_id, None, "expired", reason)
     if b.provider_thread_id is not None:

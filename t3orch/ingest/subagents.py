@@ -13,10 +13,13 @@ and came out is recorded as ``subagent_spawn`` / ``subagent_result``
 (the prompt in, the report out), so there is nothing to materialize.
 
 Completion: a subagent finishing only ends its own node and makes its provider
-thread idle; the root node alone completes the run. The parent's turn ending
-closes a subagent still open as ``interrupted`` (``settle.close_open_items``);
-a subagent's events that arrive after that fall outside any turn and are kept
-as diagnostics only.
+thread idle; the root node alone completes the run. A subagent call that returns
+while its child still works (Codex's spawn) leaves the node open until the
+adapter's ``SubagentEnded``. The parent's turn ending closes a subagent still
+open as ``interrupted`` (``settle``), unless the adapter says the provider keeps
+that child running (``TurnCompleted.continuing``): then the node stays open past
+the run's completion, the child's later events are bound to the ended turn
+(``SessionBinding.lingering``), and its end, or the runtime's exit, settles it.
 """
 
 from __future__ import annotations
@@ -57,6 +60,20 @@ def subagent_owner(ch: Changes, node_id: NodeId | None) -> ExecutionNode | None:
         node_id = node.parent_node_id
         seen += 1
     return None
+
+
+def within(ch: Changes, node_id: NodeId | None, ancestors: frozenset[NodeId]) -> bool:
+    """Whether ``node_id`` is one of ``ancestors`` or below one of them."""
+    seen = 0
+    while node_id is not None and seen < _MAX_DEPTH:
+        if node_id in ancestors:
+            return True
+        node = ch.get("node", node_id)
+        if node is None or node.parent_node_id == node.id:
+            return False
+        node_id = node.parent_node_id
+        seen += 1
+    return False
 
 
 def child_ids(node_id: NodeId) -> tuple[ProviderThreadId, CheckpointScopeId]:
@@ -188,8 +205,14 @@ def _transfer(
     )
 
 
-def settle_subagent(ch: Changes, node: ExecutionNode, content: SubagentRun | None = None) -> None:
-    """A subagent node ended: its provider thread goes idle (and learns its native ref)."""
+def settle_subagent(
+    ch: Changes, node: ExecutionNode, content: SubagentRun | None = None, *, ended: bool = True
+) -> None:
+    """A subagent node ended: its provider thread goes idle (and learns its native ref).
+
+    ``ended`` false: the call returned but the child works on; only the ref is learned
+    (so the child's checkpoints and its ``subagent_result`` can name it).
+    """
     if node.kind != "subagent" or node.provider_thread_id is None:
         return
     pt = ch.get("provider_thread", node.provider_thread_id)
@@ -200,7 +223,7 @@ def settle_subagent(ch: Changes, node: ExecutionNode, content: SubagentRun | Non
         "provider_thread",
         msgspec.structs.replace(
             pt,
-            status="idle" if pt.status == "active" else pt.status,
+            status="idle" if ended and pt.status == "active" else pt.status,
             native_thread_ref=ref,
             updated_at=ch.now(),
         ),

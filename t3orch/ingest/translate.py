@@ -45,6 +45,7 @@ from t3orch.provider_events import (
     ResumeFailed,
     RuntimeExited,
     SessionReady,
+    SubagentEnded,
     SubagentRun,
     ThreadRefsLearned,
     TurnCompleted,
@@ -120,6 +121,7 @@ def _correlation(b: SessionBinding, event: ProviderEvent) -> Correlation:
 
 
 def _dispatch(ch: Changes, b: SessionBinding, event: ProviderEvent) -> None:
+    b = _bound(ch, b, event)
     match event:
         case SessionReady():
             _session_ready(ch, b, event)
@@ -133,6 +135,8 @@ def _dispatch(ch: Changes, b: SessionBinding, event: ProviderEvent) -> None:
             _item_delta(ch, b, event)
         case ItemCompleted():
             _item_completed(ch, b, event)
+        case SubagentEnded():
+            _subagent_ended(ch, b, event)
         case RequestOpened():
             _request_opened(ch, b, event)
         case RequestResolved():
@@ -165,7 +169,9 @@ def _dispatch(ch: Changes, b: SessionBinding, event: ProviderEvent) -> None:
             )
         case TurnCompleted():
             if b.turn is not None:
-                close_turn(ch, b, b.turn, event.status, event.error, event.native_turn_ref)
+                t = b.turn
+                keep = frozenset(item_ids(t, ref)[1] for ref in event.continuing)
+                close_turn(ch, b, t, event.status, event.error, event.native_turn_ref, keep)
             if event.usage:
                 ch.emit(ProviderUsage(provider_session_id=b.provider_session_id, usage=event.usage))
         case RuntimeExited():
@@ -189,6 +195,27 @@ def _dispatch(ch: Changes, b: SessionBinding, event: ProviderEvent) -> None:
                 last_error=error,
                 exit_description=desc,
             )
+
+
+def _bound(ch: Changes, b: SessionBinding, event: ProviderEvent) -> SessionBinding:
+    """A lingering subagent's event belongs to the ended turn that spawned it.
+
+    Its ids derive from that turn (``item_ids``), so it is found by the node or
+    item it names; anything else stays with the active turn.
+    """
+    if not b.lingering:
+        return b
+    match event:
+        case ItemStarted(parent_native_item_ref=str() as ref) | SubagentEnded(native_item_ref=ref):
+            kind, index = "node", 1
+        case ItemDelta(native_item_ref=ref) | ItemCompleted(native_item_ref=ref):
+            kind, index = "turn_item", 0
+        case _:
+            return b
+    for ended in b.lingering:
+        if ch.exists(kind, item_ids(ended, ref)[index]):
+            return b.with_turn(ended)
+    return b
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -426,11 +453,36 @@ def _item_completed(ch: Changes, b: SessionBinding, ev: ItemCompleted) -> None:
             "interrupted": "interrupted",
             "cancelled": "cancelled",
         }.get(ev.status, "completed")
+        if ev.child_continues and node.kind == "subagent" and node_status == "completed":
+            # The call returned, the child works on: the node ends with SubagentEnded.
+            settle_subagent(ch, node, _subagent_content(ev), ended=False)
+            return
         ch.put("node", msgspec.structs.replace(node, status=node_status, completed_at=ch.now()))
         # A subagent ending ends only itself: never its parent, never the run.
         settle_subagent(ch, node, ev.content if isinstance(ev.content, SubagentRun) else None)
         if node.kind == "subagent" and node_status == "completed":
             record_result(ch, b, t, node, item_id)
+
+
+def _subagent_content(ev: ItemCompleted) -> SubagentRun | None:
+    return ev.content if isinstance(ev.content, SubagentRun) else None
+
+
+def _subagent_ended(ch: Changes, b: SessionBinding, ev: SubagentEnded) -> None:
+    t = b.turn
+    if t is None or b.thread_id is None:
+        _orphan(ch, b, "subagent_end_outside_turn", f"subagent {ev.native_item_ref} ended")
+        return
+    item_id, node_id = item_ids(t, ev.native_item_ref)
+    node = ch.get("node", node_id)
+    if node is None or node.kind != "subagent" or node.status in NODE_TERMINAL:
+        # Already settled: its parent's turn was interrupted, or the runtime exited.
+        return
+    ended = msgspec.structs.replace(node, status=ev.status, completed_at=ch.now())
+    ch.put("node", ended)
+    settle_subagent(ch, ended)
+    if ev.status == "completed":
+        record_result(ch, b, t, ended, item_id)
 
 
 def _keep_streamed_text(existing: TurnItem, done: TurnItem) -> dict[str, Any]:

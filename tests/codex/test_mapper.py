@@ -25,6 +25,7 @@ from t3orch.provider_events import (
     RequestCancelled,
     RequestOpened,
     RequestResolved,
+    SubagentEnded,
     SubagentRun,
     ThreadRefsLearned,
     ToolCall,
@@ -620,3 +621,105 @@ def test_collab_spawn_naming_its_child_before_the_child_thread_starts() -> None:
     assert first.content.child_native_thread_ref == "th-c"
     assert isinstance(events[2], ItemStarted)
     assert events[2].parent_native_item_ref == "c-spawnAgent"
+
+
+def _spawn_returning_before_its_child_works(child: str, child_turn: str) -> list[dict[str, Any]]:
+    """Real 0.169.0 order: the spawn completes ('pendingInit'), then the child's turn starts."""
+    return [
+        turn_started(),
+        started(_collab("spawnAgent", "inProgress", [])),
+        completed(
+            _collab(
+                "spawnAgent",
+                "completed",
+                [child],
+                agentsStates={child: {"status": "pendingInit", "message": None}},
+            )
+        ),
+        note("turn/started", threadId=child, turn={"id": child_turn, "status": "inProgress"}),
+        note(
+            "item/started",
+            threadId=child,
+            turnId=child_turn,
+            item={"type": "agentMessage", "id": "cm1", "text": ""},
+        ),
+    ]
+
+
+def _child_turn_completed(child: str, child_turn: str, status: str) -> dict[str, Any]:
+    return note("turn/completed", threadId=child, turn={"id": child_turn, "status": status})
+
+
+def test_a_spawned_child_outliving_its_parents_turn_ends_the_subagent_later() -> None:
+    mapper = CodexMapper()
+    child, child_turn = "th-child", "tu-child"
+    events = feed(mapper, *_spawn_returning_before_its_child_works(child, child_turn))
+    done = next(e for e in events if isinstance(e, ItemCompleted))
+    # The call returned, the child has not worked yet: its subagent goes on.
+    assert done.native_item_ref == "c-spawnAgent" and done.child_continues
+    events = feed(mapper, turn_completed())
+    (end,) = [e for e in events if isinstance(e, TurnCompleted)]
+    assert end.continuing == ["c-spawnAgent"]
+    # The parent's end closed none of the child's items.
+    assert not any(isinstance(e, ItemCompleted) for e in events)
+    events = feed(
+        mapper,
+        note(
+            "item/completed",
+            threadId=child,
+            turnId=child_turn,
+            item={"type": "agentMessage", "id": "cm1", "text": "done"},
+        ),
+        _child_turn_completed(child, child_turn, "completed"),
+    )
+    assert [type(e) for e in events] == [ItemCompleted, SubagentEnded, Diagnostic]
+    end = events[1]
+    assert isinstance(end, SubagentEnded)
+    assert (end.native_item_ref, end.status, end.child_native_thread_ref) == (
+        "c-spawnAgent",
+        "completed",
+        child,
+    )
+    assert not any(isinstance(e, TurnCompleted) for e in events)
+
+
+def test_a_child_that_finished_before_its_spawn_returned_ends_with_the_spawn() -> None:
+    # The stand-in's order (fixtures/standin/codex_subagent.ndjson): nothing goes on.
+    mapper = CodexMapper()
+    child, child_turn = "th-child", "tu-child"
+    events = feed(
+        mapper,
+        turn_started(),
+        started(_collab("spawnAgent", "inProgress", [child])),
+        note("turn/started", threadId=child, turn={"id": child_turn, "status": "inProgress"}),
+        _child_turn_completed(child, child_turn, "completed"),
+        completed(_collab("spawnAgent", "completed", [child])),
+        turn_completed(),
+    )
+    assert not any(isinstance(e, SubagentEnded) for e in events)
+    done = next(e for e in events if isinstance(e, ItemCompleted))
+    assert not done.child_continues
+    assert next(e for e in events if isinstance(e, TurnCompleted)).continuing == []
+
+
+def test_an_interrupted_parent_turn_does_not_carry_its_children_on() -> None:
+    mapper = CodexMapper()
+    child, child_turn = "th-child", "tu-child"
+    feed(mapper, *_spawn_returning_before_its_child_works(child, child_turn))
+    events = feed(mapper, turn_completed("interrupted"))
+    assert next(e for e in events if isinstance(e, TurnCompleted)).continuing == []
+    # Ingest interrupted the subagent with the turn: the child's end names nothing.
+    events = feed(mapper, _child_turn_completed(child, child_turn, "interrupted"))
+    assert not any(isinstance(e, SubagentEnded) for e in events)
+    assert [e.code for e in events if isinstance(e, Diagnostic)] == ["subagent_turn_completed"]
+
+
+def test_a_failed_child_turn_fails_its_subagent() -> None:
+    mapper = CodexMapper()
+    child, child_turn = "th-child", "tu-child"
+    feed(mapper, *_spawn_returning_before_its_child_works(child, child_turn))
+    events = feed(mapper, _child_turn_completed(child, child_turn, "failed"))
+    (end,) = [e for e in events if isinstance(e, SubagentEnded)]
+    assert end.status == "failed"
+    closed = next(e for e in events if isinstance(e, ItemCompleted))
+    assert closed.native_item_ref == "cm1" and closed.status == "interrupted"

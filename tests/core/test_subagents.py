@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import attrs
 import msgspec
 
 from t3orch.core import open_core
@@ -17,6 +18,8 @@ from t3orch.provider_events import (
     ItemDelta,
     ItemStarted,
     ProviderEvent,
+    RuntimeExited,
+    SubagentEnded,
     SubagentRun,
     TurnCompleted,
     TurnStarted,
@@ -253,3 +256,167 @@ async def test_child_scope_nests_under_the_root_scope_without_advancing_the_coun
         with core.reader.snapshot():
             cps = [c.decode() for c in core.reader.rows("checkpoint", thread_id=tid)]
         assert [c.app_run_ordinal for c in cps] == [1]
+
+
+#: A Codex spawn call returning before its child works (``receiverThreadIds`` set).
+SPAWNED = SubagentRun(
+    tool_name="collab/spawnAgent",
+    prompt="find x",
+    child_native_thread_ref="native-child",
+    output={"native-child": {"status": "pendingInit", "message": None}},
+)
+
+
+def _spawn_returns_then_child_starts() -> list[ProviderEvent]:
+    return [
+        TurnStarted(native_turn_ref="t1"),
+        ItemStarted(native_item_ref="spawn1", content=SPAWN),
+        ItemCompleted(native_item_ref="spawn1", content=SPAWNED, child_continues=True),
+        ItemStarted(
+            native_item_ref="cm1", content=AssistantText(), parent_native_item_ref="spawn1"
+        ),
+        ItemStarted(native_item_ref="m1", content=AssistantText()),
+        ItemCompleted(native_item_ref="m1", content=AssistantText(text="parent answer")),
+    ]
+
+
+def _item(core: Any, tid: str, ref: str) -> dict[str, Any]:
+    items = _detail(core, tid)[0]
+    return next(i for i in items if (i["nativeItemRef"] or {}).get("value") == ref)
+
+
+def _status(core: Any, kind: str, row_id: str) -> str:
+    with core.reader.snapshot():
+        row = core.reader.row(kind, row_id)
+    assert row is not None
+    status: str = row.decode().status
+    return status
+
+
+async def test_a_child_the_provider_keeps_running_outlives_its_parents_turn(
+    tmp_path: Path,
+) -> None:
+    async with open_core(tmp_path / "e.db") as core:
+        tid = await new_thread(core.service)
+        b = await started_turn(core.service, tid, "delegate it")
+        assert b.turn is not None
+        await core.service.ingest(b, _spawn_returns_then_child_starts())
+        # The spawn call returned, the child works: the node is open, its thread active.
+        graph = _graph(core, tid)
+        sub = _node(graph, "subagent")
+        assert sub["status"] == "running"
+        (spawn_item,) = [i for i in _detail(core, tid)[0] if i["type"] == "subagent"]
+        assert spawn_item["status"] == "completed"
+        (child_pt,) = [p for p in graph["providerThreads"] if p["ownerNodeId"]]
+        assert (child_pt["status"], child_pt["nativeThreadRef"]) == ("active", "native-child")
+        await core.service.ingest(
+            b, [TurnCompleted(native_turn_ref="t1", status="completed", continuing=["spawn1"])]
+        )
+        # The run completes from its root; the child and its open message stay open.
+        graph = _graph(core, tid)
+        assert _node(graph, "root_turn")["status"] == "completed"
+        assert _node(graph, "subagent")["status"] == "running"
+        assert _status(core, "run", b.turn.run_id) == "completed"
+        assert [t["type"] for t in graph["transfers"]] == ["subagent_spawn"]
+        # Later frames of the child: bound to the turn that spawned it, even while
+        # another turn of the thread is active.
+        b2 = await started_turn(core.service, tid, "next")
+        assert b2.turn is not None
+        late = attrs.evolve(b2, lingering=(b.turn,))
+        await core.service.ingest(
+            late,
+            [
+                ItemDelta(native_item_ref="cm1", text="found it"),
+                ItemCompleted(native_item_ref="cm1", content=AssistantText(text="found it")),
+                ItemStarted(
+                    native_item_ref="cc1",
+                    content=CommandRun(input="grep -r x"),
+                    parent_native_item_ref="spawn1",
+                ),
+                ItemCompleted(native_item_ref="cc1", content=CommandRun(input="grep -r x")),
+                SubagentEnded(
+                    native_item_ref="spawn1",
+                    status="completed",
+                    child_native_thread_ref="native-child",
+                ),
+            ],
+        )
+        graph = _graph(core, tid)
+        sub = _node(graph, "subagent")
+        assert sub["status"] == "completed"
+        by_ref = {n["nativeItemRef"]["value"]: n for n in graph["nodes"] if n["nativeItemRef"]}
+        assert by_ref["cc1"]["parentNodeId"] == sub["id"]
+        assert by_ref["cc1"]["runId"] == b.turn.run_id
+        (child_pt,) = [p for p in graph["providerThreads"] if p["ownerNodeId"]]
+        assert by_ref["cc1"]["providerThreadId"] == child_pt["id"]
+        assert child_pt["status"] == "idle"
+        transfers = {t["type"]: t for t in graph["transfers"]}
+        assert set(transfers) == {"subagent_spawn", "subagent_result"}
+        assert transfers["subagent_result"]["sourcePoint"]["providerThreadRef"] == "native-child"
+        items, _, messages = _detail(core, tid)
+        refs = {(i["nativeItemRef"] or {}).get("value"): i for i in items}
+        assert refs["cm1"]["status"] == "completed" and refs["cm1"]["text"] == "found it"
+        assert refs["cm1"]["hidden"] and refs["cc1"]["hidden"]
+        assert [m["text"] for m in messages] == ["delegate it", "parent answer", "next"]
+        # The first run stays completed, and the new turn's run is untouched.
+        assert _status(core, "run", b.turn.run_id) == "completed"
+        assert _status(core, "run", b2.turn.run_id) != "completed"
+        with core.reader.snapshot():
+            rebuilt, _, _ = rebuild(core.reader.iter_events())
+            assert compare(core.reader.all_rows(), rebuilt) == []
+
+
+async def test_an_interrupted_parent_turn_interrupts_a_child_whose_call_returned(
+    tmp_path: Path,
+) -> None:
+    async with open_core(tmp_path / "e.db") as core:
+        tid = await new_thread(core.service)
+        b = await started_turn(core.service, tid)
+        assert b.turn is not None
+        await core.service.ingest(
+            b,
+            [
+                *_spawn_returns_then_child_starts(),
+                TurnCompleted(native_turn_ref="t1", status="interrupted"),
+            ],
+        )
+        graph = _graph(core, tid)
+        assert _node(graph, "subagent")["status"] == "interrupted"
+        (child_pt,) = [p for p in graph["providerThreads"] if p["ownerNodeId"]]
+        assert child_pt["status"] == "idle"
+        assert [t["type"] for t in graph["transfers"]] == ["subagent_spawn"]
+        child = _item(core, tid, "cm1")
+        assert child["status"] == "interrupted"
+        # A late end of the child reopens nothing.
+        await core.service.ingest(
+            b.with_turn(None),
+            [SubagentEnded(native_item_ref="spawn1", status="completed")],
+        )
+        assert _node(_graph(core, tid), "subagent")["status"] == "interrupted"
+        assert _status(core, "run", b.turn.run_id) == "interrupted"
+
+
+async def test_a_runtime_exit_settles_a_child_that_outlived_its_parents_turn(
+    tmp_path: Path,
+) -> None:
+    async with open_core(tmp_path / "e.db") as core:
+        tid = await new_thread(core.service)
+        b = await started_turn(core.service, tid)
+        assert b.turn is not None
+        await core.service.ingest(
+            b,
+            [
+                *_spawn_returns_then_child_starts(),
+                TurnCompleted(native_turn_ref="t1", status="completed", continuing=["spawn1"]),
+            ],
+        )
+        assert _node(_graph(core, tid), "subagent")["status"] == "running"
+        idle = attrs.evolve(b, turn=None, lingering=(b.turn,))
+        await core.service.ingest(idle, [RuntimeExited(code=0, signal=None)])
+        graph = _graph(core, tid)
+        assert _node(graph, "subagent")["status"] == "interrupted"
+        assert _node(graph, "root_turn")["status"] == "completed"
+        assert _status(core, "run", b.turn.run_id) == "completed"
+        child = _item(core, tid, "cm1")
+        assert child["status"] == "interrupted"
+        assert [t["type"] for t in graph["transfers"]] == ["subagent_spawn"]

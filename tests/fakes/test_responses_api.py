@@ -127,6 +127,20 @@ def test_spawn_agent_calls_the_multi_agent_namespace_then_waits_for_the_child() 
     assert isinstance(final, TextReply) and final.text == "subagent finished"
 
 
+def test_spawn_agent_nowait_answers_the_spawn_without_waiting() -> None:
+    spawn = plan_reply(body(user("SPAWN_AGENT_NOWAIT: DAWDLE")))
+    assert isinstance(spawn, FunctionCallReply) and spawn.name == "spawn_agent"
+    assert json.loads(spawn.arguments) == {"message": "DAWDLE"}
+    call = {"type": "function_call", "call_id": "call_1", "name": "spawn_agent"}
+    output = {"type": "function_call_output", "call_id": "call_1", "output": '{"agent_id":"a1"}'}
+    final = plan_reply(body(user("SPAWN_AGENT_NOWAIT: DAWDLE"), call, output))
+    assert isinstance(final, TextReply) and final.text == "not waiting"
+    # The child's own request: a slow reply, so it ends after its parent.
+    child = plan_reply(body(user("DAWDLE")))
+    assert isinstance(child, TextReply) and child.text == "dawdled: done"
+    assert len(child.chunks) > 1 and child.interval_s == 0.5
+
+
 # --- HTTP surface ------------------------------------------------------------------
 
 

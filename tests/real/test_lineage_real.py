@@ -23,6 +23,7 @@ from fixtures.fakes.claude_env import FAKE_MODEL, claude_dirs, claude_env, find_
 from fixtures.fakes.codex_home import make_codex_home, make_work_dir, resolve_codex_binary
 from fixtures.record.supervised import TranscriptRecorder
 from supervisor.providers import ProviderSettings
+from t3orch.domain.turn_items import AssistantMessage
 from tests.lineage import lineage_scenarios as scenarios
 from tests.lineage.subagent_scenario import subagent_scenario
 from tests.supervisor.support import Rig, rig
@@ -221,3 +222,51 @@ async def test_claude_subagent_checkpoint_does_not_advance_the_run_count(tmp_pat
         # The subagent's own requests reached the fake as a subagent's.
         system = [json.dumps(q.get("system")) for q in b.claude_fake.requests]
         assert sum("cc_is_subagent=true" in s for s in system) == 2
+
+
+async def test_codex_child_outlives_the_turn_that_spawned_it(tmp_path: Path) -> None:
+    """Spawn without wait: the parent answers and its turn completes; the child ends later."""
+    async with both(tmp_path) as b:
+        r = b.r
+        tid = await r.thread("codex", cwd=str(b.work))
+        run1 = await b.checkpointed(tid, "SPAWN_AGENT_NOWAIT: DAWDLE")
+        (sub,) = [n for n in r.rows("node", tid) if n.kind == "subagent"]
+        # The run completed from its root; the child (replying 0.5 s a delta) still works.
+        assert r.row("node", run1.root_node_id).status == "completed"
+        assert sub.status == "running"
+        sub = await r.wait_for(
+            lambda: (n := r.row("node", sub.id)).status != "running" and n, within=WAIT_S
+        )
+        assert sub.status == "completed"
+        assert r.row("run", run1.id).status == "completed"
+        child = r.row("provider_thread", sub.provider_thread_id)
+        assert child.status == "idle" and child.native_thread_ref
+        assert sorted(t.type for t in r.rows("context_transfer", tid)) == [
+            "subagent_result",
+            "subagent_spawn",
+        ]
+        # The child's reply, streamed after its parent's turn ended, is the child's: hidden.
+        replies = [
+            i for i in r.rows("turn_item", tid) if isinstance(i, AssistantMessage) and i.hidden
+        ]
+        assert [(i.text, i.status, i.run_id) for i in replies] == [
+            ("dawdled: done", "completed", run1.id)
+        ]
+        nodes = {n.id: n for n in r.rows("node", tid)}
+        assert nodes[replies[0].node_id].provider_thread_id == child.id
+
+        # Its scope: checkpointed when the spawn returned and again at the child's end.
+        def scope_cps() -> list[Any]:
+            return [c for c in r.rows("checkpoint", tid) if c.scope_id == sub.checkpoint_scope_id]
+
+        await r.wait_for(lambda: len(scope_cps()) == 2)
+        assert all(c.app_run_ordinal is None for c in scope_cps())
+        # The next run counts 2.
+        await b.checkpointed(tid, "hello")
+        assert sorted(x.ordinal for x in r.rows("run", tid)) == [1, 2]
+        visible = [
+            i.text
+            for i in r.rows("turn_item", tid)
+            if isinstance(i, AssistantMessage) and not i.hidden
+        ]
+        assert visible[0] == "not waiting"
