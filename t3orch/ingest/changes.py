@@ -84,14 +84,7 @@ class Changes:
         return self._read[key]
 
     def select(self, kind: str, *, thread_id: str) -> list[Any]:
-        if kind == "turn_item":
-            for item_id in list(self._deltas):
-                self.get(kind, item_id)
-        stored = {v.id: v for v in self.view.select(kind, thread_id=thread_id)}
-        for (k, id), v in self._overlay.items():
-            if k == kind and getattr(v, "thread_id", None) == thread_id:
-                stored[id] = v
-        return list(stored.values())
+        return self._with_overlay(kind, thread_id, self.view.select(kind, thread_id=thread_id))
 
     def select_by_status(self, kind: str, statuses: Sequence[str], *, thread_id: str) -> list[Any]:
         """A thread's rows with one of ``statuses``, as this decision sees them.
@@ -100,18 +93,29 @@ class Changes:
         thousands of finished items, and reading them all at every turn's end made
         turn ends cost more the longer a thread grew.
         """
+        stored = self.view.select_by_status(kind, statuses, thread_id=thread_id)
+        return self._with_overlay(kind, thread_id, stored, frozenset(statuses))
+
+    def _with_overlay(
+        self,
+        kind: str,
+        thread_id: str,
+        stored: list[Any],
+        statuses: frozenset[str] | None = None,
+    ) -> list[Any]:
+        """``stored`` as this decision sees it: its own puts replace, add or (when they
+        left ``statuses``) drop rows; streamed text it holds is folded in first."""
         if kind == "turn_item":
             for item_id in list(self._deltas):
                 self.get(kind, item_id)
-        wanted = frozenset(statuses)
-        stored = {v.id: v for v in self.view.select_by_status(kind, statuses, thread_id=thread_id)}
+        rows = {v.id: v for v in stored}
         for (k, id), v in self._overlay.items():
             if k == kind and getattr(v, "thread_id", None) == thread_id:
-                if v.status in wanted:
-                    stored[id] = v
+                if statuses is None or v.status in statuses:
+                    rows[id] = v
                 else:
-                    stored.pop(id, None)
-        return list(stored.values())
+                    rows.pop(id, None)
+        return list(rows.values())
 
     def put(self, kind: str, value: Any) -> None:
         """Record an upsert unless the value is unchanged (no-op events are noise)."""

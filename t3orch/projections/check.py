@@ -25,9 +25,6 @@ class MemoryRows:
         for seq in [s for s, c in self.chunks.items() if c.item_id == item_id]:
             del self.chunks[seq]
 
-    def get_row(self, kind: str, id: str) -> Row | None:
-        return self.rows.get((kind, id))
-
     def put_row(self, row: Row) -> None:
         # The same contract as the store: an update keeps the first position.
         existing = self.rows.get((row.kind, row.id))

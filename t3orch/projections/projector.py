@@ -43,8 +43,6 @@ _encode = msgspec.json.encode
 
 
 class RowSink(Protocol):
-    def get_row(self, kind: str, id: str) -> Row | None: ...
-
     def append_chunk(self, chunk: Chunk) -> None:
         """Streamed text the item's row does not hold yet (the SQLite store keeps it in
         the log: the delta event is the chunk)."""

@@ -110,14 +110,12 @@ class EventWriter:
             raise StoreClosed("the event writer has stopped")
         pending = _Pending(Submission(decide, command_id, command_type))
         try:
-            # Only a full queue is a reason to wait (that is the backpressure);
-            # a scheduler pass per queued batch showed up in the store bench.
-            self._send.send_nowait(pending)
-        except trio.WouldBlock:
             try:
+                # Only a full queue is a reason to wait (that is the backpressure);
+                # a scheduler pass per queued batch showed up in the store bench.
+                self._send.send_nowait(pending)
+            except trio.WouldBlock:
                 await self._send.send(pending)
-            except (trio.ClosedResourceError, trio.BrokenResourceError):
-                raise StoreClosed("the event writer has stopped") from None
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise StoreClosed("the event writer has stopped") from None
         return Ticket(pending)

@@ -518,9 +518,6 @@ class _TxnView:
 
     # -- RowSink ------------------------------------------------------------------
 
-    def get_row(self, kind: str, id: str) -> Row | None:
-        return _row(self._conn, kind, id)
-
     def put_row(self, row: Row) -> None:
         # ``row.position`` is the writing event's sequence: a new row keeps it as
         # its position (creation order), every write records it as updated_seq.
@@ -557,7 +554,7 @@ class _TxnView:
 
     def _decoded(self, row: Row) -> Any:
         """The row's value; a streaming item with its pending text folded in."""
-        if row.kind != "turn_item" or row.status in _TERMINAL_ITEM:
+        if not _streaming(row):
             return row.decode()
         stored = _chunks(self._conn, row) if row.updated_seq < self._stored_head else []
         pending = [c for c in self._batch_chunks.get(row.id, ()) if c.seq > row.updated_seq]
@@ -611,11 +608,14 @@ def _chunks(conn: sqlite3.Connection, row: Row) -> list[Chunk]:
     return [c for c in chunks if c.item_id == row.id]
 
 
+def _streaming(row: Row) -> bool:
+    """A turn item that may have streamed text after its row (terminal ones ignore it)."""
+    return row.kind == "turn_item" and row.status not in _TERMINAL_ITEM
+
+
 def _folded(conn: sqlite3.Connection, row: Row) -> Row:
     """A turn item with the streamed text it has not folded in yet."""
-    if row.kind != "turn_item" or row.status in _TERMINAL_ITEM:
-        return row
-    return fold_chunks(row, _chunks(conn, row))
+    return fold_chunks(row, _chunks(conn, row)) if _streaming(row) else row
 
 
 def _row(conn: sqlite3.Connection, kind: str, id: str) -> Row | None:
