@@ -154,6 +154,11 @@ class Records:
     publish: list[tuple[float, int, int]] = attrs.field(factory=list)
     #: Per WebSocket event frame sent: (before send, after send, client port, sequence).
     sends: list[tuple[float, float, int, int, int]] = attrs.field(factory=list)
+    #: Event frames written on the publishing task (write_now), and through write loops;
+    #: direct writes the socket took only part of.
+    frames_direct: int = 0
+    frames_queued: int = 0
+    direct_partial: int = 0
     stream_start: float | None = None
     stream_end: float | None = None
     items: int = 0
@@ -665,21 +670,39 @@ def _instrument(rec: Records, args: argparse.Namespace) -> None:
     async def timed_send_many(self: Any, frames: Sequence[bytes]) -> None:
         before = time.monotonic()
         await send_many(self, frames)
-        note(self, before, time.monotonic(), frames)
+        rec.frames_queued += note(self, before, time.monotonic(), frames)
 
-    def note(self: Any, before: float, after: float, frames: Sequence[bytes]) -> None:
+    def note(self: Any, before: float, after: float, frames: Sequence[bytes]) -> int:
         port = ports.get(id(self))
         if port is None:
             # getpeername per frame would add a system call per frame to the daemon.
             port = ports[id(self)] = int(self._ws.remote.port)
+        events = 0
         for frame in frames:
             head = frame[:160]
             if b'"method":"event"' in head:
                 m = SEND_SEQ.search(head)
                 if m is not None:
                     rec.sends.append((before, after, port, int(m.group(1)), len(frame)))
+                    events += 1
+        return events
 
     WebSocketChannel.send_many = timed_send_many  # type: ignore[method-assign]
+
+    write_now = getattr(WebSocketChannel, "write_now", None)  # (an older tree: A/B runs)
+    if write_now is None:
+        return
+
+    def timed_write_now(self: Any, frames: Sequence[bytes]) -> bool:
+        # A direct write from the publishing task (the rest, if any, goes with the
+        # write loop's next send_many: its frames are stamped here).
+        before = time.monotonic()
+        whole = write_now(self, frames)
+        rec.frames_direct += note(self, before, time.monotonic(), frames)
+        rec.direct_partial += not whole
+        return whole
+
+    WebSocketChannel.write_now = timed_write_now  # type: ignore[method-assign]
 
 
 def _watch_gc(rec: Records) -> None:
@@ -1266,6 +1289,9 @@ def analyse(
             "first_to_last_subscriber_per_event": summary(spreads),
         },
         "bytes_per_subscriber_per_s": round(frame_bytes / len(driven.subs) / duration),
+        "event_frames_written_on_publish": rec["frames_direct"],
+        "event_frames_through_write_loops": rec["frames_queued"],
+        "direct_writes_partial": rec["direct_partial"],
         "gc_during_stream": {
             "passes": len(gcs),
             "gen2_passes": sum(1 for _, g, _ in gcs if g == 2),
@@ -1332,6 +1358,9 @@ def analyse(
         f"every subscriber got every event: {'yes' if complete else 'NO'}; "
         f"every delta stamp seen by all: {'yes' if every_stamp else 'NO'}; resync: "
         f"{resyncs if resyncs else 'none'}",
+        f"event frames written on the publishing task: {rec['frames_direct']:,} of "
+        f"{rec['frames_direct'] + rec['frames_queued']:,} (the rest through write loops); "
+        f"direct writes the socket took only part of: {rec['direct_partial']:,}",
         "",
         f"  {'latency (ms)':<44} {'n':>7} {'p50':>8} {'p99':>8} {'max':>8}  target",
         row(

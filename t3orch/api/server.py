@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 
 #: A write loop joins queued frames into one socket write up to about this size.
 WRITE_BATCH_BYTES = 256 * 1024
+#: Queued when a direct write left a rest in the channel: the write loop sends it.
+_FLUSH = b""
 
 
 @attrs.frozen
@@ -128,6 +130,8 @@ class Connection:
         self.subscriptions: dict[str, trio.CancelScope] = {}
         self._ids = itertools.count(1)
         self._out_send, self._out_recv = trio.open_memory_channel[bytes](server.limits.send_queue)
+        #: Frames queued and not yet written (a write in progress counts).
+        self._unsent = 0
         self._starting: list[StreamPlan] = []
         self._nursery: trio.Nursery | None = None
 
@@ -151,13 +155,25 @@ class Connection:
                     await self.channel.aclose()
 
     async def _queue(self, frame: bytes) -> None:
-        """Queues a stream frame, waiting only while the connection's queue is full: a
-        stream then gets a whole batch of events through in one task step instead of
+        """Queues a frame, waiting only while the connection's queue is full: a stream
+        then gets a whole batch of events through in one task step instead of
         passing through the scheduler (behind every other subscriber) once per frame."""
+        self._unsent += 1
         try:
             self._out_send.send_nowait(frame)
         except trio.WouldBlock:
-            await self._out_send.send(frame)
+            try:
+                await self._out_send.send(frame)
+            except BaseException:
+                self._unsent -= 1
+                raise
+
+    def _write_now(self, frames: list[bytes]) -> None:
+        if not self.channel.write_now(frames):
+            # The socket took part of it; the rest waits in the channel, ahead of
+            # every other write, until the write loop sends it.
+            self._unsent += 1
+            self._out_send.send_nowait(_FLUSH)
 
     async def _write_loop(self, scope: trio.CancelScope) -> None:
         try:
@@ -174,6 +190,7 @@ class Connection:
                     frames.append(frame)
                     size += len(frame)
                 await self.channel.send_many(frames)
+                self._unsent -= len(frames)
         except ConnectionGone:
             scope.cancel()
 
@@ -192,7 +209,7 @@ class Connection:
                 return
             reply = await self._handle(frame)
             if reply is not None:
-                await self._out_send.send(reply)
+                await self._queue(reply)
             # Streams start after their subscribe response is queued: it goes out first.
             starting, self._starting = self._starting, []
             for plan in starting:
@@ -252,6 +269,22 @@ class Connection:
 
     async def _stream(self, plan: StreamPlan, scope: trio.CancelScope) -> None:
         with scope:
-            await pump(plan, self.reader, self._queue, self.server.streamed)
+            direct = _DirectSend(self, scope)
+            await pump(plan, self.reader, self._queue, self.server.streamed, direct)
         if self.subscriptions.get(plan.subscription) is scope:
             del self.subscriptions[plan.subscription]
+
+
+@attrs.define
+class _DirectSend:
+    """A stream's frames written from the publishing task, while the connection is idle."""
+
+    conn: Connection
+    scope: trio.CancelScope
+
+    def ready(self) -> bool:
+        conn = self.conn
+        return not self.scope.cancel_called and conn._unsent == 0 and conn.channel.idle()
+
+    def write(self, frames: list[bytes]) -> None:
+        self.conn._write_now(frames)

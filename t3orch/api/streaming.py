@@ -6,14 +6,21 @@ the read and in the live buffer; it is sent once because only sequences above
 the last one sent go out. When the live buffer overflows (the client reads
 slower than events commit) the stream sends one ``resync`` and ends: the client
 re-subscribes for a fresh snapshot, and the server never buffers without bound.
+
+Live events usually do not pass through the stream's task at all: while the stream
+has caught up and its connection has nothing queued or being written, the broadcast
+hands each committed batch to it on the publishing task, and its frames are written
+to the socket there (``DirectSend``). Anything queued, a socket that takes only part,
+or a stream not caught up sends the batch the ordinary way, through the buffer, so
+the order per connection and the slow-subscriber behaviour are those of the buffer.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import msgspec
@@ -45,23 +52,38 @@ class StreamPlan:
     snapshot: Any = None
 
 
+class DirectSend(Protocol):
+    def ready(self) -> bool:
+        """Whether frames may be written now: the stream is still wanted, and nothing
+        of its connection is queued or being written."""
+
+    def write(self, frames: list[bytes]) -> None:
+        """Writes without waiting; a rest the socket did not take goes before
+        anything else on the connection."""
+
+
 def _page(after: int, store: SQLiteStore) -> list[EventEnvelope]:
     return store.read_events(after, REPLAY_PAGE)
 
 
 async def pump(
-    plan: StreamPlan, reader: ApiReader, send: Send, streamed: StreamedItems | None = None
+    plan: StreamPlan,
+    reader: ApiReader,
+    send: Send,
+    streamed: StreamedItems | None = None,
+    direct: DirectSend | None = None,
 ) -> None:
     """Runs until the client unsubscribes (cancel), the daemon stops, or a resync.
 
     With ``streamed``, live ``threadDetail`` events may leave out item fields the
-    client already holds (see ``_Held``).
+    client already holds (see ``_Held``). With ``direct``, live batches may be
+    written on the publishing task (see the module's doc).
     """
     cursor = _Cursor(plan.cursor)
     reason = "slow_consumer"
     try:
         try:
-            await _stream(plan, reader, send, cursor, streamed)
+            await _stream(plan, reader, send, cursor, streamed, direct)
         except Exception as exc:
             # A failed read (a store error, say) ends this subscription, not the
             # connection: the client re-subscribes, as after any resync.
@@ -119,6 +141,7 @@ async def _stream(
     send: Send,
     cursor: _Cursor,
     streamed: StreamedItems | None,
+    direct: DirectSend | None,
 ) -> None:
     sub = plan.subscription
     live = plan.live
@@ -146,19 +169,61 @@ async def _stream(
         if live.overflowed:
             return
         await send(notification("synchronized", {"subscription": sub, "sequence": cursor.last}))
-    while batch := await live.batch():
-        for env in batch:
-            if live.overflowed:
-                return
-            if env.sequence <= cursor.last:
-                continue  # already in the snapshot or the replay
-            cursor.last = env.sequence
-            if plan.filter.concerns(env):
-                unchanged: tuple[str, ...] = ()
-                if held is not None:
-                    assert streamed is not None
-                    payload = env.payload
-                    if isinstance(payload, TurnItemUpserted) and payload.item.id in held.ids:
-                        unchanged = streamed.unchanged(env.event_id)
-                    held.note(env)
-                await send(event_frame(sub, env, unchanged))
+    frames = _LiveFrames(plan, cursor, held, streamed)
+    if direct is not None:
+        live.take_now = partial(_take_now, frames, direct)
+    try:
+        while batch := await live.batch():
+            for env in batch:
+                if live.overflowed:
+                    return
+                frame = frames.of(env)
+                if frame is not None:
+                    await send(frame)
+    finally:
+        live.take_now = None
+
+
+@attrs.define
+class _LiveFrames:
+    """One subscription's live frames: what its client has not seen, in order."""
+
+    plan: StreamPlan
+    cursor: _Cursor
+    held: _Held | None
+    streamed: StreamedItems | None
+
+    def of(self, env: EventEnvelope) -> bytes | None:
+        """The frame for ``env``, or None when it is not to be sent; moves the cursor."""
+        if env.sequence <= self.cursor.last:
+            return None  # already in the snapshot or the replay
+        self.cursor.last = env.sequence
+        if not self.plan.filter.concerns(env):
+            return None
+        unchanged: tuple[str, ...] = ()
+        held = self.held
+        if held is not None:
+            assert self.streamed is not None
+            payload = env.payload
+            if isinstance(payload, TurnItemUpserted) and payload.item.id in held.ids:
+                unchanged = self.streamed.unchanged(env.event_id)
+            held.note(env)
+        return event_frame(self.plan.subscription, env, unchanged)
+
+
+def _take_now(frames: _LiveFrames, direct: DirectSend, events: Sequence[EventEnvelope]) -> bool:
+    """Writes a published batch on the publishing task (``Subscription.take_now``), or
+    declines it (False: it is buffered and the stream sends it)."""
+    if not direct.ready():
+        return False
+    last = frames.cursor.last
+    try:
+        out = [frame for env in events if (frame := frames.of(env)) is not None]
+    except Exception:
+        # Declined as if never seen: the stream meets the error itself and ends with
+        # its resync, as it would have without this path.
+        frames.cursor.last = last
+        return False
+    if out:
+        direct.write(out)
+    return True

@@ -43,9 +43,77 @@ class FrameChannel(Protocol):
         """Raises ConnectionGone when the peer is gone."""
 
     async def send_many(self, frames: Sequence[bytes]) -> None:
-        """Several frames in order, in as few writes as the transport allows."""
+        """Several frames in order, in as few writes as the transport allows; first
+        whatever ``write_now`` left (even with no frames)."""
+
+    def idle(self) -> bool:
+        """Whether ``write_now`` may be called: nothing is being written and the
+        transport can write without a task."""
+
+    def write_now(self, frames: Sequence[bytes]) -> bool:
+        """Writes the frames without waiting (only when ``idle``). False when the socket
+        took only part: the rest is held, writers are kept out, and the next
+        ``send_many`` must send it."""
 
     async def aclose(self) -> None: ...
+
+
+class SocketWrites:
+    """The writes to one stream: awaited, or at once from synchronous code.
+
+    Writers take ``gate``, a semaphore rather than a lock: when a synchronous write
+    (``write_now``) fits only partly into the socket, the gate stays closed for the
+    rest, and the task that sends it later (``send_all``) opens it. A lock would
+    belong to the task that took it, and no other writer (a WebSocket pong, say) may
+    get between a frame's two halves.
+    """
+
+    #: writev takes at most IOV_MAX (1024) buffers; longer lists are joined first.
+    MAX_PARTS = 64
+
+    def __init__(self, stream: trio.abc.Stream, gate: trio.Semaphore) -> None:
+        self._stream = stream
+        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
+        self.gate = gate
+        self._rest: bytes | None = None
+
+    def idle(self) -> bool:
+        # fileno() is -1 once the socket is closed: its number may belong to another.
+        return self._socket is not None and self.gate.value > 0 and self._socket.fileno() >= 0
+
+    def write_now(self, parts: list[bytes]) -> bool:
+        assert self._socket is not None
+        self.gate.acquire_nowait()
+        if len(parts) > self.MAX_PARTS:
+            parts = [b"".join(parts)]
+        size = sum(map(len, parts))
+        try:
+            written = os.writev(self._socket.fileno(), parts)
+        except OSError:
+            # Full (EAGAIN) or broken: the awaited write waits, or meets the error and
+            # ends the connection as it always has.
+            written = 0
+        if written == size:
+            self.gate.release()
+            return True
+        self._rest = b"".join(parts)[written:]
+        return False
+
+    async def send_all(self, data: bytes) -> None:
+        rest, self._rest = self._rest, None
+        try:
+            if rest is None:
+                if data:
+                    async with self.gate:
+                        await self._stream.send_all(data)
+                return
+            try:
+                # The gate has stayed closed since write_now left this.
+                await self._stream.send_all(rest + data)
+            finally:
+                self.gate.release()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise ConnectionGone() from None
 
 
 def text_frame_header(length: int) -> bytes:
@@ -71,7 +139,11 @@ class WebSocketChannel:
     def __init__(self, ws: trio_websocket.WebSocketConnection, max_frame_bytes: int) -> None:
         self._ws = ws
         self._limit = max_frame_bytes
-        self._raw = _raw_frames_possible(ws)
+        self._writes: SocketWrites | None = None
+        if _raw_frames_possible(ws) and not ws._stream_lock.locked():
+            # trio-websocket's own writes (pongs, the close) take our gate from now on.
+            self._writes = SocketWrites(ws._stream, trio.Semaphore(1, max_value=1))
+            setattr(ws, "_stream_lock", self._writes.gate)  # noqa: B010 (mypy: other type)
 
     async def receive(self) -> bytes | str:
         try:
@@ -86,30 +158,36 @@ class WebSocketChannel:
         await self.send_many((frame,))
 
     async def send_many(self, frames: Sequence[bytes]) -> None:
-        ws = self._ws
-        if not self._raw:
+        if self._writes is None:
             try:
                 for frame in frames:
                     # Text frames: JSON-RPC over WebSocket is text by convention.
-                    await ws.send_message(frame.decode())
+                    await self._ws.send_message(frame.decode())
             except trio_websocket.ConnectionClosed:
                 raise ConnectionGone() from None
             return
-        if ws.closed is not None:
+        if self._ws.closed is not None:
             raise ConnectionGone()
-        parts: list[bytes] = []
-        for frame in frames:
-            parts.append(text_frame_header(len(frame)))
-            parts.append(frame)
-        data = b"".join(parts)
-        async with ws._stream_lock:
-            try:
-                await ws._stream.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                raise ConnectionGone() from None
+        await self._writes.send_all(b"".join(_framed(frames)))
+
+    def idle(self) -> bool:
+        return self._writes is not None and self._ws.closed is None and self._writes.idle()
+
+    def write_now(self, frames: Sequence[bytes]) -> bool:
+        assert self._writes is not None
+        return self._writes.write_now(_framed(frames))
 
     async def aclose(self) -> None:
         await self._ws.aclose()
+
+
+def _framed(frames: Sequence[bytes]) -> list[bytes]:
+    parts: list[bytes] = []
+    for frame in frames:
+        if frame:
+            parts.append(text_frame_header(len(frame)))
+            parts.append(frame)
+    return parts
 
 
 def _raw_frames_possible(ws: trio_websocket.WebSocketConnection) -> bool:
@@ -131,7 +209,7 @@ class LineChannel:
         self._limit = max_frame_bytes
         self._buf = bytearray()
         self._scanned = 0  # bytes of _buf already known to hold no newline
-        self._send_lock = trio.Lock()
+        self._writes = SocketWrites(stream, trio.Semaphore(1, max_value=1))
 
     async def receive(self) -> bytes:
         while True:
@@ -160,15 +238,20 @@ class LineChannel:
         await self.send_many((frame,))
 
     async def send_many(self, frames: Sequence[bytes]) -> None:
-        data = b"".join(part for frame in frames for part in (frame, b"\n"))
-        async with self._send_lock:
-            try:
-                await self._stream.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                raise ConnectionGone() from None
+        await self._writes.send_all(b"".join(_lines(frames)))
+
+    def idle(self) -> bool:
+        return self._writes.idle()
+
+    def write_now(self, frames: Sequence[bytes]) -> bool:
+        return self._writes.write_now(_lines(frames))
 
     async def aclose(self) -> None:
         await self._stream.aclose()
+
+
+def _lines(frames: Sequence[bytes]) -> list[bytes]:
+    return [part for frame in frames if frame for part in (frame, b"\n")]
 
 
 # -- listeners --------------------------------------------------------------------
