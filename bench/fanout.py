@@ -60,6 +60,7 @@ a resync.
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import cProfile
 import gc
@@ -1151,6 +1152,11 @@ def analyse(
     publish_first: dict[str, float] = {}
     upsert_read_to_queued: list[float] = []
     upsert_queued_to_publish: list[float] = []
+    upsert_queued_to_commit: list[float] = []
+    upsert_commit: list[float] = []
+    upsert_commit_to_publish: list[float] = []
+    commits = sorted(rec["commits"], key=lambda c: c[1])
+    commit_ends = [c[1] for c in commits]
     flush_lat: list[float] = []
     first_lat: list[float] = []
     every_lat: list[float] = []
@@ -1230,6 +1236,13 @@ def analyse(
                             if seq in publish_at:
                                 upsert_queued_to_publish.append(publish_at[seq] - queued)
                                 publish_first[key] = publish_at[seq]
+                                # Its commit: the last to end before the publish.
+                                c = bisect.bisect_right(commit_ends, publish_at[seq]) - 1
+                                if c >= 0:
+                                    c_start, c_end = commits[c][0], commits[c][1]
+                                    upsert_queued_to_commit.append(c_start - queued)
+                                    upsert_commit.append(c_end - c_start)
+                                    upsert_commit_to_publish.append(publish_at[seq] - c_end)
         per_sub_events.append(n_events)
         per_sub_seqs.append(seqs)
         stamps_seen.append(len(stamps))
@@ -1280,6 +1293,9 @@ def analyse(
         "breakdown": {
             "item_frame_read_to_queued": summary(upsert_read_to_queued),
             "item_queued_to_publish": summary(upsert_queued_to_publish),
+            "item_queued_to_commit_start": summary(upsert_queued_to_commit),
+            "item_commit": summary(upsert_commit),
+            "item_commit_end_to_publish": summary(upsert_commit_to_publish),
             "coalescing_window_first_read_to_flush": summary(window),
             "flush_to_publish": summary(flush_to_publish),
             "publish_to_server_send_done": summary(publish_to_sent),
@@ -1394,6 +1410,9 @@ def analyse(
         "  breakdown (ms)",
         row("item: frame read -> pump queued it", be["item_frame_read_to_queued"]),
         row("item: queued -> commit published", be["item_queued_to_publish"]),
+        row("  of which queued -> its commit starts", be["item_queued_to_commit_start"]),
+        row("  of which its commit_batch", be["item_commit"]),
+        row("  of which commit end -> published", be["item_commit_end_to_publish"]),
         row("window: first frame read -> flush", be["coalescing_window_first_read_to_flush"]),
         row("flush -> commit published", be["flush_to_publish"]),
         row("published -> server send done", be["publish_to_server_send_done"]),
