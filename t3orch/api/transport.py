@@ -131,9 +131,12 @@ class WebSocketChannel:
     Outgoing frames are already UTF-8 JSON. trio-websocket only sends text from a
     ``str``, which would cost a decode here and an encode plus a copy in wsproto per
     frame and per subscriber (~0.5 ms for 100 KB of non-ASCII text). So text frames
-    are framed here from the bytes and written to the connection's stream under its
-    send lock, as trio-websocket itself does; that is exact only while no extension
-    (permessage-deflate) rewrites payloads, which the server never negotiates.
+    are framed here from the bytes and written to the connection's stream; that is
+    exact only while no extension (permessage-deflate) rewrites payloads, which the
+    server never negotiates. trio-websocket's send lock is replaced by the gate of
+    :class:`SocketWrites`, so its own writes (pongs, the close) never land inside a
+    frame that a synchronous write left half-sent. Without these internals (checked
+    at connect time) frames go through ``send_message``, and never synchronously.
     """
 
     def __init__(self, ws: trio_websocket.WebSocketConnection, max_frame_bytes: int) -> None:
