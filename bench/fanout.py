@@ -33,9 +33,11 @@ provider records the CLOCK_MONOTONIC time at which the adapter *read* each frame
 Both processes use ``time.monotonic`` (one clock for the machine). The daemon also
 records (in-process wrappers; no t3orch code changed) when each coalesced delta left
 the coalescer (``ingest_queued``), each ``commit_batch``, each publish, each frame
-sent on each connection, and each cyclic GC pass; those give the breakdown. "Send
-done" is when the write loop resumes after ``send_all``, which can be after the
-subscriber already read the bytes (trio reschedules it behind other tasks).
+sent on each connection, and each cyclic GC pass; those give the breakdown. A frame
+goes out either by a direct write on the publishing task (``write_now``: "send done"
+is when ``writev`` returned) or through a write loop ("send done" is when it resumes
+after ``send_all``, which can be after the subscriber already read the bytes: trio
+reschedules it behind other tasks).
 ``--steps`` also times the daemon's trio task steps and loop ticks.
 
 Latencies printed (p50/p99/max over every subscriber × event):
