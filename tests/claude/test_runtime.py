@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,7 +17,6 @@ from adapters.protocol import NullRawSink, RequestAnswer, ResumeRefs, RuntimeCon
 from adapters.transport import ExitStatus, OversizedLine
 from t3orch.provider_events import (
     Diagnostic,
-    ProviderEvent,
     RequestCancelled,
     RequestOpened,
     RequestResolved,
@@ -40,10 +38,10 @@ async def running(
     options: ClaudeOptions | None = None,
 ) -> AsyncIterator[tuple[ClaudeRuntime, FakeLauncher, Events]]:
     launcher = FakeLauncher()
-    send, receive = trio.open_memory_channel[ProviderEvent](math.inf)
+    events = Events()
     adapter = ClaudeAdapter(options or ClaudeOptions(session_id_factory=lambda: "new-session"))
-    async with adapter.open_runtime(CONFIG, launcher, send, NullRawSink()) as runtime:
-        yield runtime, launcher, Events(receive)
+    async with adapter.open_runtime(CONFIG, launcher, events.queue, NullRawSink()) as runtime:
+        yield runtime, launcher, events
 
 
 async def open_new(runtime: ClaudeRuntime, launcher: FakeLauncher) -> tuple[str, FakeProcess]:
