@@ -428,8 +428,9 @@ class SessionRunner:
         handoff = None
         if turn is None:
             # What this provider thread missed (a provider switch) is materialized now.
-            handoff = await self.core.prepare_handoff(run_id, self.binding.provider_thread_id)
-            turn = await self.core.begin_attempt(run_id, self.binding.provider_thread_id)
+            handoff, turn = await self.core.begin_attempt_with_handoff(
+                run_id, self.binding.provider_thread_id
+            )
         self.active_turn = turn
         self._turn_done = trio.Event()
         self.last_activity = trio.current_time()
