@@ -9,6 +9,7 @@ never write to the store. Resume is a required primitive, not a capability.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Literal, Protocol
@@ -62,11 +63,10 @@ class RawFrameSink(Protocol):
 
 class NullRawSink:
     def __init__(self) -> None:
-        self._n = 0
+        self._ids = itertools.count(1)
 
     def record(self, direction: Literal["incoming", "outgoing"], line: bytes) -> str:
-        self._n += 1
-        return f"raw_{self._n}"
+        return f"raw_{next(self._ids)}"
 
 
 class ProviderRuntime(Protocol):
