@@ -593,7 +593,7 @@ class Run:
     events: int = 0
     stored: int = 0
     transactions: int = 0
-    #: Of ``seconds``: spent in ``send_message`` + ``start_turn`` (begin_attempt, turn/start).
+    #: Of ``seconds``: in ``send_message`` + ``start_turn`` (handoff + attempt, turn/start).
     starting: float = 0.0
 
     @property
@@ -636,7 +636,7 @@ def bare_envelope(lines: list[bytes]) -> Run:
 async def adapter_alone(
     stream: Stream, *, framing: bool = False, raw_dir: Path | None = None
 ) -> Run:
-    """The real adapter over the in-memory process; a consumer drains events in batches.
+    """The real adapter over the in-memory process; a consumer takes events in batches.
 
     ``raw_dir``: record raw frames with the daemon's ``RotatingRawLog`` there instead
     of the ``NullRawSink``.
@@ -683,8 +683,8 @@ async def adapter_and_log(stream: Stream, directory: Path, drain: int | None = N
     """The real SessionRunner (pump, coalescer, ingest) into a real store.
 
     ``SessionRunner.run`` builds its own ``RecordingLauncher`` (real processes); it is
-    swapped for :class:`FastLauncher` while this runs. ``drain`` overrides the pump's
-    ``MAX_INGEST_BATCH`` (a what-if, not the shipped behaviour).
+    swapped for :class:`FastLauncher` while this runs. ``drain`` overrides the session's
+    ``MAX_INGEST_BATCH`` (its event queue's bound; a what-if, not the shipped behaviour).
     """
     process = FastCodexProcess(stream)
     original = session_mod.RecordingLauncher  # type: ignore[attr-defined]
@@ -853,7 +853,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--what-if",
         action="store_true",
-        help="also run adapter + log with the pump draining 1024 and 4096 events per batch",
+        help="also run adapter + log with the session's event queue bound at 1024 and 4096",
     )
     args = parser.parse_args(argv)
     if args.frames < 100 or args.turn_frames < 20:
@@ -1015,7 +1015,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         say(
             f"   of its {lg.seconds:.2f} s, {lg.starting:.2f} s went to starting "
-            f"{len(stream.turns)} turns (send_message + begin_attempt + turn/start)"
+            f"{len(stream.turns)} turns (send_message + handoff and attempt + turn/start)"
         )
         if args.what_if:
             for drain in (1024, 4096):
