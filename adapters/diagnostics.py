@@ -112,9 +112,12 @@ def suspect(line: bytes) -> bool:
     low = line.lower()
     if b"bearer" in low:
         return True
-    if not any(word in low for word in _KEY_WORDS):
+    found = [at for at in map(low.find, _KEY_WORDS) if at >= 0]
+    if not found:
         return False
-    for match in _KEY_END.finditer(low):
+    # A credential key holds one of the words, so its end comes after the first of them:
+    # the keys before it (all of a delta's, when the word is in its text) need no look.
+    for match in _KEY_END.finditer(low, min(found)):
         end = match.start()
         name = low[max(0, end - _KEY_TAIL) : end].replace(b"_", b"").replace(b"-", b"")
         if name.endswith(_SENSITIVE_ENDS):

@@ -1,24 +1,25 @@
 """The one protocol every provider adapter implements.
 
 A *runtime* is one live provider process (or a lazily spawned one) hosting one
-provider thread. Adapters yield canonical :mod:`t3orch.provider_events` on the
-``events`` channel handed to :meth:`ProviderAdapter.open_runtime`; they never
-write to the store. Resume is a required primitive, not a capability.
+provider thread. Adapters put canonical :mod:`t3orch.provider_events` on the
+:class:`~adapters.event_queue.EventQueue` handed to
+:meth:`ProviderAdapter.open_runtime` (its consumer takes them in batches); they
+never write to the store. Resume is a required primitive, not a capability.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Literal, Protocol
 
 import attrs
-import trio
 
+from adapters.event_queue import EventQueue
 from adapters.transport import ProcessLauncher
 from t3orch.domain.provider import ProviderCapabilities
 from t3orch.domain.vocab import ProviderKind, RuntimeMode
-from t3orch.provider_events import ProviderEvent
 
 Decision = Literal["accept", "acceptForSession", "decline", "cancel"]
 
@@ -62,11 +63,10 @@ class RawFrameSink(Protocol):
 
 class NullRawSink:
     def __init__(self) -> None:
-        self._n = 0
+        self._ids = itertools.count(1)
 
     def record(self, direction: Literal["incoming", "outgoing"], line: bytes) -> str:
-        self._n += 1
-        return f"raw_{self._n}"
+        return f"raw_{next(self._ids)}"
 
 
 class ProviderRuntime(Protocol):
@@ -107,7 +107,12 @@ class ProviderAdapter(Protocol):
         self,
         config: RuntimeConfig,
         launcher: ProcessLauncher,
-        events: trio.MemorySendChannel[ProviderEvent],
+        events: EventQueue,
         raw: RawFrameSink,
     ) -> AbstractAsyncContextManager[ProviderRuntime]:
-        """Run a runtime for the ``async with`` body; leaving it kills and reaps the process."""
+        """Run a runtime for the ``async with`` body; leaving it kills and reaps the process.
+
+        Events go to ``events`` in the order things happened; the runtime stops
+        reading its provider while ``events`` is full. It does not close ``events``
+        (the caller does, after the block).
+        """

@@ -17,7 +17,6 @@ imported on first use and must call :func:`register_replay_provider`.
 from __future__ import annotations
 
 import importlib
-import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import attrs
 import msgspec
 import trio
 
+from adapters.event_queue import EventQueue
 from adapters.protocol import (
     NullRawSink,
     ProviderAdapter,
@@ -183,13 +183,12 @@ class _Collector:
         self.segment: list[ProviderEvent] = []
         self._changed = trio.Event()
 
-    async def collect(self, receive: trio.MemoryReceiveChannel[ProviderEvent]) -> None:
-        async with receive:
-            async for event in receive:
-                self.all.append(event)
-                self.segment.append(event)
-                self._changed.set()
-                self._changed = trio.Event()
+    async def collect(self, events: EventQueue) -> None:
+        while batch := await events.take():
+            self.all.extend(batch)
+            self.segment.extend(batch)
+            self._changed.set()
+            self._changed = trio.Event()
 
     async def wait_for(self, when: When) -> None:
         while not when.satisfied(self.segment):
@@ -232,10 +231,10 @@ async def replay_transcript(
         for segment in plan.segments:
             collector.segment = []
             adapter = provider.make_adapter()
-            send, receive = trio.open_memory_channel[ProviderEvent](math.inf)
+            events = EventQueue()
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(collector.collect, receive)
-                async with send, adapter.open_runtime(config, launcher, send, sink) as runtime:
+                nursery.start_soon(collector.collect, events)
+                async with events, adapter.open_runtime(config, launcher, events, sink) as runtime:
                     for step in segment.steps:
                         with trio.fail_after(step_timeout_s):
                             await collector.wait_for(step.when)

@@ -9,14 +9,14 @@ limits, status changes, ``turn/completed``) is measured three ways:
 1. **Bare decode**, the physical limit: ``msgspec.json.decode`` of every line (and,
    for reference, a typed envelope keeping ``params`` as ``msgspec.Raw``).
 2. **Adapter alone**: the real ``CodexAdapter.open_runtime`` (frame decoder, client
-   routing, mapper, event channel) over an in-memory :class:`FastCodexProcess` that
+   routing, mapper, event queue) over an in-memory :class:`FastCodexProcess` that
    answers ``initialize``/``thread/start``/``turn/start`` and then hands out that
    turn's lines as fast as they are asked for (it yields to trio once per 64 KiB,
-   as a pipe read would). A consumer drains the event channel in batches. Target:
+   as a pipe read would). A consumer takes the queued events in batches. Target:
    >= 30% of the bare decode rate. For reference the same run through the real
    ``BoundedLineReader`` over 64 KiB chunks is printed as well.
-3. **Adapter + log**: the real ``SessionRunner`` (its ``_pump``: batched
-   ``receive_nowait``, ``DeltaCoalescer``, ``CoreService.ingest``) over the same
+3. **Adapter + log**: the real ``SessionRunner`` (its ``_pump``: one
+   ``EventQueue.take``, ``DeltaCoalescer``, ``CoreService.ingest``) over the same
    process, into a real store (``open_core`` on a temp file, ``synchronous=FULL``),
    one ``send_message`` + ``start_turn`` + ``wait_turn`` per turn as the manager
    does. Target: >= 50,000 frames/s. The events stored against frames in (the
@@ -62,13 +62,14 @@ from adapters.codex.adapter import CodexAdapter  # noqa: E402
 from adapters.codex.frames import Delta, Notification, decode_frames  # noqa: E402
 from adapters.codex.mapper import CodexMapper  # noqa: E402
 from adapters.diagnostics import RotatingRawLog  # noqa: E402
+from adapters.event_queue import EventQueue  # noqa: E402
 from adapters.line_reader import BoundedLineReader  # noqa: E402
 from adapters.protocol import NullRawSink, RawFrameSink, RuntimeConfig  # noqa: E402
 from adapters.transport import DEFAULT_MAX_LINE_BYTES, ExitStatus, LaunchSpec, OversizedLine  # noqa: E402
 from supervisor.session import MAX_INGEST_BATCH, SessionRunner  # noqa: E402
 from t3orch.commands.specs import CreateThread  # noqa: E402
 from t3orch.core import open_core  # noqa: E402
-from t3orch.provider_events import ProviderEvent, RuntimeExited, TurnCompleted  # noqa: E402
+from t3orch.provider_events import RuntimeExited, TurnCompleted  # noqa: E402
 
 #: Targets of issue 3.
 TARGET_ADAPTER_RATIO = 0.30
@@ -76,8 +77,8 @@ TARGET_LOG_FPS = 50_000.0
 
 #: What one pipe read hands over at most (the real ``BoundedLineReader`` chunk).
 CHUNK_BYTES = 64 * 1024
-#: The event channel of a session (``SessionRunner.run`` uses 1024).
-CHANNEL_SIZE = 1024
+#: The event queue's bound in a session (``SessionRunner.run`` uses MAX_INGEST_BATCH).
+QUEUE_SIZE = MAX_INGEST_BATCH
 
 CODEX_VERSION = "0.169.0"
 THREAD_ID = "01a22d23-29ff-7810-a22a-20759d90506a"
@@ -592,7 +593,7 @@ class Run:
     events: int = 0
     stored: int = 0
     transactions: int = 0
-    #: Of ``seconds``: spent in ``send_message`` + ``start_turn`` (begin_attempt, turn/start).
+    #: Of ``seconds``: in ``send_message`` + ``start_turn`` (handoff + attempt, turn/start).
     starting: float = 0.0
 
     @property
@@ -635,7 +636,7 @@ def bare_envelope(lines: list[bytes]) -> Run:
 async def adapter_alone(
     stream: Stream, *, framing: bool = False, raw_dir: Path | None = None
 ) -> Run:
-    """The real adapter over the in-memory process; a consumer drains events in batches.
+    """The real adapter over the in-memory process; a consumer takes events in batches.
 
     ``raw_dir``: record raw frames with the daemon's ``RotatingRawLog`` there instead
     of the ``NullRawSink``.
@@ -645,23 +646,14 @@ async def adapter_alone(
     raw_log: RotatingRawLog | None = None
     if raw_dir is not None:
         raw = raw_log = RotatingRawLog(raw_dir, "codex", f"bench-{time.monotonic_ns()}")
-    send, receive = trio.open_memory_channel[ProviderEvent](CHANNEL_SIZE)
+    queue = EventQueue(QUEUE_SIZE)
     turn_done = trio.Event()
     events = 0
 
     async def consume() -> None:
         nonlocal events, turn_done
-        async with receive:
-            while True:
-                try:
-                    batch = [await receive.receive()]
-                except trio.EndOfChannel:
-                    return
-                while len(batch) < MAX_INGEST_BATCH:
-                    try:
-                        batch.append(receive.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
+        async with queue:
+            while batch := await queue.take():
                 events += len(batch)
                 for event in batch:
                     if isinstance(event, TurnCompleted):
@@ -671,7 +663,7 @@ async def adapter_alone(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(consume)
         async with CodexAdapter().open_runtime(
-            runtime_config(), FastLauncher(process), send, raw
+            runtime_config(), FastLauncher(process), queue, raw
         ) as rt:
             await rt.open_thread(None)
             for index in range(len(stream.turns)):
@@ -680,7 +672,7 @@ async def adapter_alone(
                 await turn_done.wait()
             elapsed = time.perf_counter() - start
             await rt.close()
-        send.close()
+        queue.close()
     if raw_log is not None:
         raw_log.close()
     assert process.delivered == stream.frames, (process.delivered, stream.frames)
@@ -691,8 +683,8 @@ async def adapter_and_log(stream: Stream, directory: Path, drain: int | None = N
     """The real SessionRunner (pump, coalescer, ingest) into a real store.
 
     ``SessionRunner.run`` builds its own ``RecordingLauncher`` (real processes); it is
-    swapped for :class:`FastLauncher` while this runs. ``drain`` overrides the pump's
-    ``MAX_INGEST_BATCH`` (a what-if, not the shipped behaviour).
+    swapped for :class:`FastLauncher` while this runs. ``drain`` overrides the session's
+    ``MAX_INGEST_BATCH`` (its event queue's bound; a what-if, not the shipped behaviour).
     """
     process = FastCodexProcess(stream)
     original = session_mod.RecordingLauncher  # type: ignore[attr-defined]
@@ -755,7 +747,13 @@ def stage_decode(lines: list[bytes]) -> Run:
     return Run(time.perf_counter() - start, len(lines))
 
 
-def _route(reads: list[list[bytes]], raw: RawFrameSink | None, sink: Callable[[Any], None]) -> None:
+def _route(
+    reads: list[list[bytes]],
+    raw: RawFrameSink | None,
+    put: Callable[[Any], object],
+    put_all: Callable[[list[Any]], object],
+    after_read: Callable[[], object] = lambda: None,
+) -> None:
     mapper = CodexMapper()
     raw_id = "raw"
     for read in reads:
@@ -763,10 +761,10 @@ def _route(reads: list[list[bytes]], raw: RawFrameSink | None, sink: Callable[[A
             if raw is not None:
                 raw_id = raw.record("incoming", line)
             if isinstance(frame, Delta):
-                sink(mapper.delta(frame.params.item_id, frame.params.delta, raw_id))
+                put(mapper.delta(frame.params.item_id, frame.params.delta, raw_id))
             elif isinstance(frame, Notification):
-                for event in mapper.notification(frame.method, frame.params, raw_id):
-                    sink(event)
+                put_all(mapper.notification(frame.method, frame.params, raw_id))
+        after_read()
 
 
 def stage_map(lines: list[bytes], raw: RawFrameSink | None) -> Run:
@@ -774,31 +772,18 @@ def stage_map(lines: list[bytes], raw: RawFrameSink | None) -> Run:
     kept: deque[Any] = deque(maxlen=1)
     reads = pipe_reads(lines)
     start = time.perf_counter()
-    _route(reads, raw, kept.append)
+    _route(reads, raw, kept.append, kept.extend)
     return Run(time.perf_counter() - start, len(lines))
 
 
-async def stage_channel(lines: list[bytes]) -> Run:
-    """The above + NullRawSink + a trio memory channel drained in batches (no tasks)."""
-    send, receive = trio.open_memory_channel[ProviderEvent](CHANNEL_SIZE)
-    drained = 0
-
-    def put(event: ProviderEvent) -> None:
-        nonlocal drained
-        try:
-            send.send_nowait(event)
-        except trio.WouldBlock:
-            while True:
-                try:
-                    receive.receive_nowait()
-                    drained += 1
-                except trio.WouldBlock:
-                    break
-            send.send_nowait(event)
-
+def stage_queue(lines: list[bytes]) -> Run:
+    """The above + NullRawSink + the session's ``EventQueue``: a put per frame, as
+    ``_on_frame`` does, and one take per read (no tasks: the consumer's take is called
+    where the reader would yield to it)."""
+    queue = EventQueue(QUEUE_SIZE)
     reads = pipe_reads(lines)
     start = time.perf_counter()
-    _route(reads, NullRawSink(), put)
+    _route(reads, NullRawSink(), queue.put, queue.put_all, queue.take_nowait)
     return Run(time.perf_counter() - start, len(lines))
 
 
@@ -868,7 +853,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--what-if",
         action="store_true",
-        help="also run adapter + log with the pump draining 1024 and 4096 events per batch",
+        help="also run adapter + log with the session's event queue bound at 1024 and 4096",
     )
     args = parser.parse_args(argv)
     if args.frames < 100 or args.turn_frames < 20:
@@ -974,9 +959,9 @@ def main(argv: list[str] | None = None) -> int:
             best_of(tries, lambda ls: stage_map(ls, NullRawSink()), part),
         ),
         (
-            "channel",
-            "+ memory channel send/receive",
-            best(repeat(tries, lambda: stage_channel(part))),
+            "queue",
+            "+ EventQueue put/take",
+            best_of(tries, stage_queue, part),
         ),
         ("adapter", "full adapter (tasks, awaits)", a),
     ]
@@ -1030,7 +1015,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         say(
             f"   of its {lg.seconds:.2f} s, {lg.starting:.2f} s went to starting "
-            f"{len(stream.turns)} turns (send_message + begin_attempt + turn/start)"
+            f"{len(stream.turns)} turns (send_message + handoff and attempt + turn/start)"
         )
         if args.what_if:
             for drain in (1024, 4096):

@@ -22,6 +22,7 @@ import attrs
 import trio
 
 from adapters.errors import AdapterError, ResumeError
+from adapters.event_queue import EventQueue
 from adapters.protocol import (
     NullRawSink,
     ProviderAdapter,
@@ -69,7 +70,8 @@ _REPLACED_BECAUSE = {
 #: Bound on the graceful part of a stop (protocol close) before signals.
 CLOSE_GRACE_S = 5.0
 TERM_GRACE_S = 3.0
-#: The pump ingests at most this many events per submission.
+#: The event queue's bound: the provider is not read while this many events wait, so
+#: the pump takes at most this many (plus one frame's) per submission.
 MAX_INGEST_BATCH = 1024
 #: Queued, not yet committed submissions a session may have before it waits.
 MAX_INFLIGHT = 32
@@ -175,7 +177,7 @@ class SessionRunner:
             binding = await self._unless_unusable(binding)
         if self._resume_refs() is not None:
             self.config = attrs.evolve(self.config, resuming=True)
-        send, receive = trio.open_memory_channel[ProviderEvent](1024)
+        events = EventQueue(MAX_INGEST_BATCH)
         raw = self.raw_factory(self.provider, binding.provider_session_id)
         started = False
         try:
@@ -185,10 +187,10 @@ class SessionRunner:
                     if self.launcher_factory is not None
                     else RecordingLauncher(nursery)
                 )
-                nursery.start_soon(self._pump, receive)
+                nursery.start_soon(self._pump, events)
                 try:
                     async with self.adapter.open_runtime(
-                        self.config, self.launcher, send, raw
+                        self.config, self.launcher, events, raw
                     ) as rt:
                         self.runtime = rt
                         await self.core.record_process(
@@ -212,7 +214,7 @@ class SessionRunner:
                         f"{self.provider} runtime failed to start: {cause}"
                     ) from cause
                 finally:
-                    send.close()
+                    events.close()
                     with trio.CancelScope(shield=True):
                         await self._wait_pump()
                 nursery.cancel_scope.cancel()
@@ -426,8 +428,9 @@ class SessionRunner:
         handoff = None
         if turn is None:
             # What this provider thread missed (a provider switch) is materialized now.
-            handoff = await self.core.prepare_handoff(run_id, self.binding.provider_thread_id)
-            turn = await self.core.begin_attempt(run_id, self.binding.provider_thread_id)
+            handoff, turn = await self.core.begin_attempt_with_handoff(
+                run_id, self.binding.provider_thread_id
+            )
         self.active_turn = turn
         self._turn_done = trio.Event()
         self.last_activity = trio.current_time()
@@ -485,23 +488,18 @@ class SessionRunner:
 
     # -- the event pump ----------------------------------------------------------
 
-    async def _pump(self, receive: trio.MemoryReceiveChannel[ProviderEvent]) -> None:
+    async def _pump(self, events: EventQueue) -> None:
         coalescer = DeltaCoalescer()
         try:
-            async with receive:
+            async with events:
                 while True:
                     deadline = coalescer.next_deadline()
                     batch: list[ProviderEvent] = []
                     with trio.move_on_at(deadline if deadline is not None else math.inf):
-                        try:
-                            batch.append(await receive.receive())
-                        except trio.EndOfChannel:
-                            break
-                    while len(batch) < MAX_INGEST_BATCH:
-                        try:
-                            batch.append(receive.receive_nowait())
-                        except (trio.WouldBlock, trio.EndOfChannel):
-                            break
+                        # Everything queued since the last take, in one call.
+                        batch = await events.take()
+                        if not batch:
+                            break  # closed and drained
                     now = trio.current_time()
                     if batch:
                         self.last_event_at = now

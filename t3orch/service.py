@@ -197,6 +197,30 @@ class CoreService:
         )
         return result.result if isinstance(result.result, str) else None
 
+    async def begin_attempt_with_handoff(
+        self, run_id: str, provider_thread_id: ProviderThreadId
+    ) -> tuple[str | None, TurnBinding]:
+        """:meth:`prepare_handoff` then :meth:`begin_attempt`, committed together.
+
+        Both are queued before either is awaited, so the writer commits them in
+        one transaction (one fsync where a turn start took two). Each stays its
+        own submission, decided in this order: the attempt sees the handoff's
+        rows. The handoff rejects nothing; were it to fail, its error is raised
+        as before, though the attempt has then begun.
+        """
+        handoff = await self.writer.enqueue(
+            delivery.prepare_handoff(run_id, provider_thread_id), command_type="handoff.prepare"
+        )
+        attempt = await self.writer.enqueue(
+            runs.begin_attempt(run_id, provider_thread_id), command_type="run.begin_attempt"
+        )
+        prepared, begun = await handoff.outcome(), await attempt.outcome()
+        for outcome in (prepared, begun):
+            if outcome.error is not None:
+                raise outcome.error
+        assert isinstance(begun.result, TurnBinding)
+        return (prepared.result if isinstance(prepared.result, str) else None), begun.result
+
     async def fork_thread(
         self,
         thread_id: str,

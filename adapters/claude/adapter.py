@@ -9,10 +9,10 @@ import trio
 
 from adapters.claude.options import ClaudeOptions
 from adapters.claude.runtime import ClaudeRuntime
+from adapters.event_queue import EventQueue
 from adapters.protocol import RawFrameSink, RuntimeConfig
 from adapters.transport import ProcessLauncher
 from t3orch.domain.vocab import ProviderKind
-from t3orch.provider_events import ProviderEvent
 
 
 class ClaudeAdapter:
@@ -33,19 +33,16 @@ class ClaudeAdapter:
         self,
         config: RuntimeConfig,
         launcher: ProcessLauncher,
-        events: trio.MemorySendChannel[ProviderEvent],
+        events: EventQueue,
         raw: RawFrameSink,
     ) -> AsyncIterator[ClaudeRuntime]:
-        """A runtime for the block: a reader per process, a forwarder of events.
+        """A runtime for the block: a reader per process, putting events on ``events``.
 
-        Leaving the block kills every process the runtime started, waits (bounded)
-        until each is reaped and its RuntimeExited is queued, and flushes the
-        queued events to ``events`` (bounded too: a consumer that stopped reading
-        cannot hold teardown up).
+        Leaving the block kills every process the runtime started and waits
+        (bounded) until each is reaped and its RuntimeExited is queued.
         """
         async with trio.open_nursery() as nursery:
-            runtime = self.runtime_class(config, launcher, raw, self.options, nursery)
-            nursery.start_soon(runtime.forward, events)
+            runtime = self.runtime_class(config, launcher, events, raw, self.options, nursery)
             try:
                 yield runtime
             finally:

@@ -3,17 +3,16 @@
 The process is spawned by :meth:`ClaudeRuntime.open_thread` (its command line
 depends on whether we resume) and read by one reader task. Every frame goes
 through the :class:`~adapters.claude.mapper.ClaudeMapper` the moment it is read,
-and the events it returns are queued at once (no await in between), so canonical
-events come out in exactly the order things happened, whichever task caused
-them. A forwarder task moves them to the caller's channel; the reader stops
-reading while too many are queued, which keeps a slow consumer from letting
-memory grow without bound.
+and the events it returns are put on the caller's
+:class:`~adapters.event_queue.EventQueue` at once (no await in between), so
+canonical events come out in exactly the order things happened, whichever task
+caused them. The reader stops reading while the queue is full, which keeps a
+slow consumer from letting memory grow without bound.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -47,6 +46,7 @@ from adapters.errors import (
     ResumeError,
     StaleRequest,
 )
+from adapters.event_queue import EventQueue
 from adapters.protocol import RawFrameSink, RequestAnswer, ResumeRefs, RuntimeConfig
 from adapters.transport import (
     ExitStatus,
@@ -58,9 +58,7 @@ from adapters.transport import (
 from t3orch.domain.provider import ProviderCapabilities
 from t3orch.provider_events import Diagnostic, ProviderEvent, ResumeFailed
 
-#: The reader pauses while more events than this wait for the consumer.
-QUEUE_HIGH_WATER = 1024
-#: How long leaving the runtime waits for the process to be reaped and events flushed.
+#: How long leaving the runtime waits for the process to be reaped.
 TEARDOWN_TIMEOUT_S = 5.0
 _NOT_FOUND = "No conversation found"
 
@@ -88,21 +86,19 @@ class ClaudeRuntime:
         self,
         config: RuntimeConfig,
         launcher: ProcessLauncher,
+        events: EventQueue,
         raw: RawFrameSink,
         options: ClaudeOptions,
         nursery: trio.Nursery,
     ) -> None:
         self._config = config
         self._launcher = launcher
+        self._events = events
         self._raw = raw
         self._options = options
         self._nursery = nursery
         self._session: _Session | None = None
         self._sessions: list[_Session] = []
-        self._queue_send, self._queue_receive = trio.open_memory_channel[ProviderEvent](math.inf)
-        self._room = trio.Event()
-        self._room.set()
-        self._flushed = trio.Event()
 
     # -- ProviderRuntime ---------------------------------------------------------
 
@@ -274,16 +270,13 @@ class ClaudeRuntime:
                 await session.exited.wait()
 
     async def shutdown(self) -> None:
-        """Kill every process, wait for the readers, flush the events (call shielded)."""
+        """Kill every process; wait (bounded) until its reader has queued the exit (shielded)."""
         for session in self._sessions:
             if not session.exited.is_set():
                 await session.process.kill()
         with trio.move_on_after(TEARDOWN_TIMEOUT_S):
             for session in self._sessions:
                 await session.exited.wait()
-        self._queue_send.close()
-        with trio.move_on_after(TEARDOWN_TIMEOUT_S):
-            await self._flushed.wait()
 
     def _live(self) -> _Session:
         session = self._session
@@ -304,28 +297,9 @@ class ClaudeRuntime:
     # -- events -------------------------------------------------------------------
 
     def _push(self, events: list[ProviderEvent]) -> None:
-        try:
-            for event in events:
-                self._queue_send.send_nowait(event)
-        except trio.ClosedResourceError:
-            # Teardown gave up waiting for a reader stuck past its bound: its
-            # last events have nowhere to go (the raw log still has the frames).
-            return
-        if self._queue_send.statistics().current_buffer_used >= QUEUE_HIGH_WATER:
-            self._room = trio.Event()
-
-    async def forward(self, events: trio.MemorySendChannel[ProviderEvent]) -> None:
-        """Move queued events to the consumer, in order, until shutdown."""
-        try:
-            async for event in self._queue_receive:
-                # A consumer that left must not block us: keep draining.
-                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    await events.send(event)
-                if self._queue_send.statistics().current_buffer_used < QUEUE_HIGH_WATER // 2:
-                    self._room.set()
-        finally:
-            self._room.set()
-            self._flushed.set()
+        # Never waits, whichever task pushes (an answer must not block on a slow
+        # consumer); a full queue makes the reader wait instead, before its next line.
+        self._events.put_all(events)
 
     # -- the reader ---------------------------------------------------------------
 
@@ -336,7 +310,7 @@ class ClaudeRuntime:
         process = session.process
         try:
             while True:
-                await self._room.wait()
+                await self._events.room()
                 line = await process.receive_line()
                 if line is None:
                     break

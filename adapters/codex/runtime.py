@@ -2,13 +2,13 @@
 
 It hosts one *current* native thread (started, resumed or forked into); turns
 run on it. Inbound frames are translated by :class:`CodexMapper` inside the
-reader task, so canonical events leave in exactly the order the frames came.
+reader task and their events queued at once, so canonical events leave in
+exactly the order the frames came.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Awaitable
 from typing import Any
 
@@ -21,12 +21,11 @@ from adapters.codex.frames import decode_params as _decode
 from adapters.codex.mapper import CODEX_CAPABILITIES, CodexMapper, resume_failure_reason
 from adapters.codex.server_requests import ATTESTATION, AnswerRefused, answer_result
 from adapters.errors import AdapterError, ProviderProtocolError, ResumeError, StaleRequest
+from adapters.event_queue import EventQueue
 from adapters.protocol import RawFrameSink, RequestAnswer, ResumeRefs, RuntimeConfig
 from adapters.transport import DEFAULT_MAX_LINE_BYTES, ExitStatus, ProviderProcess
 from t3orch.domain.provider import ProviderCapabilities
 from t3orch.provider_events import ProviderEvent, RuntimeExited
-
-log = logging.getLogger(__name__)
 
 #: JSON-RPC "method not found": our answer to requests we never serve.
 METHOD_NOT_FOUND = -32601
@@ -59,14 +58,15 @@ class CodexRuntime:
         self,
         process: ProviderProcess,
         config: RuntimeConfig,
-        events: trio.MemorySendChannel[ProviderEvent],
+        events: EventQueue,
         raw: RawFrameSink,
         options: CodexOptions | None = None,
     ) -> None:
         self._process = process
         self._config = config
         self._events = events
-        self._send_nowait = events.send_nowait
+        self._put = events.put
+        self._put_all = events.put_all
         self._options = options or CodexOptions()
         self.mapper = CodexMapper(model=config.model)
         self._delta = self.mapper.delta
@@ -249,26 +249,23 @@ class CodexRuntime:
             return
         self._exit_reported = True
         self.exit_status = status
-        await self._emit(
+        # Nothing is read after the exit: no reason to wait for room.
+        self._put(
             RuntimeExited(
                 code=status.code, signal=status.signal, stderr_tail=self._process.stderr_tail()
             )
         )
         self.exited.set()
+        await trio.lowlevel.checkpoint()
 
     def _on_frame(self, frame: Frame, raw_id: str, call: Call | None) -> Awaitable[None] | None:
-        """Translate one frame and send its events; see :data:`FrameCallback`."""
+        """Translate one frame and queue its events; see :data:`FrameCallback`."""
         if isinstance(frame, Delta):
             params = frame.params
-            delta = self._delta(params.item_id, params.delta, raw_id)
             # No checkpoint per event: it would cost more than the delta itself. Only
-            # a full channel needs an await, which is what applies backpressure.
-            try:
-                self._send_nowait(delta)
-            except trio.WouldBlock:
-                return self._emit(delta)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                _dropped(delta)
+            # a full queue needs an await, which is what applies backpressure.
+            if self._put(self._delta(params.item_id, params.delta, raw_id)):
+                return self._events.room()
             return None
         if isinstance(frame, Notification):
             events = self.mapper.notification(frame.method, frame.params, raw_id)
@@ -287,42 +284,19 @@ class CodexRuntime:
             events = self.mapper.bad_line(
                 frame.code, frame.reason, frame.head, frame.length, raw_id
             )
-        for index, event in enumerate(events):
-            try:
-                self._send_nowait(event)
-            except trio.WouldBlock:
-                return self._emit_all(events[index:])
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                _dropped(event)
+        if self._put_all(events):
+            return self._events.room()
         return None
 
     async def _refuse_attestation(self, request_id: int | str, events: list[ProviderEvent]) -> None:
         await self.client.reply_error(request_id, METHOD_NOT_FOUND, "attestation unsupported")
-        await self._emit_all(events)
-
-    async def _emit_all(self, events: list[ProviderEvent]) -> None:
-        for event in events:
-            await self._emit(event)
-
-    async def _emit(self, event: ProviderEvent) -> None:
-        try:
-            try:
-                self._events.send_nowait(event)
-            except trio.WouldBlock:
-                await self._events.send(event)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            _dropped(event)
+        if self._put_all(events):
+            await self._events.room()
 
     def _require_thread(self, method: str) -> str:
         if self._thread is None:
             raise AdapterError(f"codex: {method}: no thread is open (call open_thread first)")
         return self._thread
-
-
-def _dropped(event: ProviderEvent) -> None:
-    # Nobody listens any more (the session is being torn down): the raw frame
-    # log still has the frame.
-    log.debug("codex event dropped, channel closed: %s", type(event).__name__)
 
 
 def _thread_id(result: Any, method: str) -> str:

@@ -252,6 +252,9 @@ def test_suspect_flags_exactly_the_keys_that_name_a_credential(key: str) -> None
     assert suspect(line) == sensitive_key(key)
     spaced = json.dumps({"params": {key: "value"}}).encode()  # ": " after the key
     assert suspect(spaced) == sensitive_key(key)
+    # Words of credential keys in text, before and after the key, change nothing.
+    for params in ({"delta": "the key to pass a token", key: "v"}, {key: "v", "delta": "passes"}):
+        assert suspect(json.dumps({"params": params}).encode()) == sensitive_key(key)
 
 
 TEXTS = [

@@ -68,6 +68,11 @@ class FakeProcess:
 
     # -- the test's side ------------------------------------------------------------
 
+    @property
+    def unread(self) -> int:
+        """Lines emitted that the runtime has not read yet."""
+        return self._out_receive.statistics().current_buffer_used
+
     def emit(self, frame: dict[str, Any] | bytes | OversizedLine) -> None:
         line = json.dumps(frame).encode() if isinstance(frame, dict) else frame
         self._out_send.send_nowait(line)

@@ -11,7 +11,9 @@ import trio
 
 from adapters.claude.frames import decode_line
 from adapters.claude.mapper import ClaudeMapper
+from adapters.event_queue import EventQueue
 from t3orch.provider_events import ProviderEvent
+from tests.adapters.support import QueuedEvents
 
 #: Bound on every wait for an event.
 WAIT_S = 5.0
@@ -158,15 +160,11 @@ def plain(events: Sequence[ProviderEvent]) -> list[dict[str, Any]]:
     return out
 
 
-class Events:
+class Events(QueuedEvents):
     """Collects a runtime's events; waits for one kind (bounded)."""
 
-    def __init__(
-        self, receive: trio.MemoryReceiveChannel[ProviderEvent], wait_s: float = WAIT_S
-    ) -> None:
-        self._receive = receive
-        self.wait_s = wait_s
-        self.seen: list[ProviderEvent] = []
+    def __init__(self, queue: EventQueue | None = None, wait_s: float = WAIT_S) -> None:
+        super().__init__(queue, wait_s=wait_s)
 
     async def until(self, kind: type[Any]) -> Any:
         with trio.fail_after(self.wait_s):
@@ -174,13 +172,12 @@ class Events:
                 if isinstance(event, kind):
                     return event
             while True:
-                event = await self._receive.receive()
-                self.seen.append(event)
+                event = await self.next()
                 if isinstance(event, kind):
                     return event
 
     async def all_of(self, kind: type[Any], count: int) -> list[Any]:
         with trio.fail_after(self.wait_s):
             while sum(isinstance(e, kind) for e in self.seen) < count:
-                self.seen.append(await self._receive.receive())
+                await self.next()
         return [e for e in self.seen if isinstance(e, kind)]

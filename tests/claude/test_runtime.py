@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from adapters.claude import ClaudeAdapter, ClaudeOptions
 from adapters.claude.control import HookCall, McpCall
 from adapters.claude.runtime import ClaudeRuntime
 from adapters.errors import NotSupported, ProviderGone, ResumeError, StaleRequest
+from adapters.event_queue import EventQueue
 from adapters.protocol import NullRawSink, RequestAnswer, ResumeRefs, RuntimeConfig
 from adapters.transport import ExitStatus, OversizedLine
 from t3orch.provider_events import (
     Diagnostic,
-    ProviderEvent,
     RequestCancelled,
     RequestOpened,
     RequestResolved,
@@ -37,13 +37,13 @@ CONFIG = RuntimeConfig(
 
 @asynccontextmanager
 async def running(
-    options: ClaudeOptions | None = None,
+    options: ClaudeOptions | None = None, queue: EventQueue | None = None
 ) -> AsyncIterator[tuple[ClaudeRuntime, FakeLauncher, Events]]:
     launcher = FakeLauncher()
-    send, receive = trio.open_memory_channel[ProviderEvent](math.inf)
+    events = Events(queue)
     adapter = ClaudeAdapter(options or ClaudeOptions(session_id_factory=lambda: "new-session"))
-    async with adapter.open_runtime(CONFIG, launcher, send, NullRawSink()) as runtime:
-        yield runtime, launcher, Events(receive)
+    async with adapter.open_runtime(CONFIG, launcher, events.queue, NullRawSink()) as runtime:
+        yield runtime, launcher, events
 
 
 async def open_new(runtime: ClaudeRuntime, launcher: FakeLauncher) -> tuple[str, FakeProcess]:
@@ -431,3 +431,22 @@ async def test_a_handler_that_raises_answers_with_an_error() -> None:
         reply = await process.next_sent(1)
         assert reply["response"]["subtype"] == "error"
         assert (await events.until(Diagnostic)).code == "claude.handler_failed"
+
+
+async def test_a_full_queue_stops_the_reader_until_its_events_are_taken() -> None:
+    async with running(queue=EventQueue(high_water=3)) as (runtime, launcher, events):
+        _, process = await open_new(runtime, launcher)
+        await trio.testing.wait_all_tasks_blocked()
+        events.drain()
+        for n in range(8):
+            process.emit(b"line %d" % n)  # not JSON: one diagnostic each
+        await trio.testing.wait_all_tasks_blocked()
+        assert (len(events.queue), process.unread) == (3, 5)
+        events.drain()
+        await trio.testing.wait_all_tasks_blocked()
+        assert (len(events.queue), process.unread) == (3, 2)
+        while process.unread or len(events.queue):
+            events.drain()
+            await trio.testing.wait_all_tasks_blocked()
+        heads = [e.detail["head"] for e in events.seen if isinstance(e, Diagnostic)]
+        assert heads == [f"line {n}" for n in range(8)]

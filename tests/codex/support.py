@@ -14,9 +14,10 @@ import trio
 
 from adapters.codex.adapter import CodexAdapter
 from adapters.codex.runtime import CodexRuntime
+from adapters.event_queue import EventQueue
 from adapters.protocol import NullRawSink, RuntimeConfig
 from adapters.transport import ExitStatus, LaunchSpec, OversizedLine
-from t3orch.provider_events import ProviderEvent
+from tests.adapters.support import QueuedEvents
 
 WAIT_S = 5.0
 
@@ -36,6 +37,11 @@ class ScriptedProcess:
     @property
     def pid(self) -> int | None:
         return None
+
+    @property
+    def unread(self) -> int:
+        """Lines emitted that the adapter has not read yet."""
+        return self._out_recv.statistics().current_buffer_used
 
     def emit(self, frame: dict[str, Any] | bytes | OversizedLine) -> None:
         line = json.dumps(frame).encode() if isinstance(frame, dict) else frame
@@ -100,31 +106,17 @@ class ScriptedLauncher:
         return self.process
 
 
-class Events:
+class Events(QueuedEvents):
     """Collects a runtime's events; waits (bounded) for the ones a test expects."""
 
-    def __init__(self) -> None:
-        self.send, self._recv = trio.open_memory_channel[ProviderEvent](math.inf)
-        self.seen: list[ProviderEvent] = []
-
-    async def next(self) -> ProviderEvent:
-        with trio.fail_after(WAIT_S):
-            event = await self._recv.receive()
-        self.seen.append(event)
-        return event
+    def __init__(self, queue: EventQueue | None = None) -> None:
+        super().__init__(queue, wait_s=WAIT_S)
 
     async def until(self, kind: type[Any]) -> Any:
         while True:
             event = await self.next()
             if isinstance(event, kind):
                 return event
-
-    def drain(self) -> list[ProviderEvent]:
-        while True:
-            try:
-                self.seen.append(self._recv.receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel):
-                return self.seen
 
 
 def config(**overrides: Any) -> RuntimeConfig:
@@ -148,14 +140,14 @@ INIT_RESULT = {
 
 @asynccontextmanager
 async def scripted_runtime(
-    **config_overrides: Any,
+    *, queue: EventQueue | None = None, **config_overrides: Any
 ) -> AsyncIterator[tuple[CodexRuntime, ScriptedProcess, Events]]:
     """A CodexRuntime over a ScriptedProcess, past initialize/initialized."""
     launcher = ScriptedLauncher()
     launcher.process.auto_initialize = True
-    events = Events()
+    events = Events(queue)
     async with CodexAdapter().open_runtime(
-        config(**config_overrides), launcher, events.send, NullRawSink()
+        config(**config_overrides), launcher, events.queue, NullRawSink()
     ) as runtime:
         assert isinstance(runtime, CodexRuntime)
         yield runtime, launcher.process, events

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import trio
+import trio.testing
 
 from adapters.codex.adapter import CodexAdapter, codex_argv
 from adapters.errors import ProviderGone, ProviderTimeout, ResumeError, StaleRequest
+from adapters.event_queue import EventQueue
 from adapters.protocol import RequestAnswer, ResumeRefs
 from adapters.transport import OversizedLine
 from t3orch.provider_events import (
@@ -20,7 +24,7 @@ from t3orch.provider_events import (
     TurnCompleted,
 )
 
-from .support import config, scripted_runtime, start_thread
+from .support import ScriptedProcess, config, scripted_runtime, start_thread
 
 
 def test_argv_adds_app_server_once() -> None:
@@ -258,3 +262,45 @@ def test_launch_spec_carries_env_cwd_and_bound() -> None:
     spec = CodexAdapter().launch_spec(config(env={"CODEX_HOME": "/h"}))
     assert spec.env == {"CODEX_HOME": "/h"} and spec.cwd == "/work"
     assert spec.argv == ["codex", "app-server"] and spec.max_line_bytes > 0
+
+
+def _delta(n: int) -> bytes:
+    """A delta as Codex writes it (compact: the decoder's fast path), or spaced for odd ``n``."""
+    params = {"threadId": "th1", "turnId": "t1", "itemId": "m1", "delta": f"<{n}>"}
+    frame = {"method": "item/agentMessage/delta", "params": params}
+    return json.dumps(frame, separators=(", ", ": ") if n % 2 else (",", ":")).encode()
+
+
+@pytest.mark.parametrize("bound", [3, 4])  # reached on a fast-path delta, on a general one
+async def test_a_full_queue_stops_the_reader_until_its_events_are_taken(bound: int) -> None:
+    async with scripted_runtime(queue=EventQueue(high_water=bound)) as (_, process, events):
+        await events.until(SessionReady)
+        for n in range(10):
+            process.emit(_delta(n))
+        await trio.testing.wait_all_tasks_blocked()
+        # The bound reached, the reader waits: the rest stays in the pipe.
+        assert (len(events.queue), process.unread) == (bound, 10 - bound)
+        events.drain()
+        await trio.testing.wait_all_tasks_blocked()
+        assert (len(events.queue), process.unread) == (bound, 10 - 2 * bound)
+        while process.unread or len(events.queue):
+            events.drain()
+            await trio.testing.wait_all_tasks_blocked()
+        texts = [e.text for e in events.seen if isinstance(e, ItemDelta)]
+        assert texts == [f"<{n}>" for n in range(10)]
+
+
+async def test_a_waiting_consumer_gets_an_event_without_waiting_for_more_frames() -> None:
+    async with scripted_runtime() as (_, process, events):
+        await events.until(SessionReady)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_emit_later, process)
+            with trio.fail_after(1):
+                batch = await events.queue.take()
+        assert [(type(e), getattr(e, "text", None)) for e in batch] == [(ItemDelta, "<0>")]
+        assert process.unread == 0
+
+
+async def _emit_later(process: ScriptedProcess) -> None:
+    await trio.testing.wait_all_tasks_blocked()
+    process.emit(_delta(0))

@@ -6,7 +6,6 @@ pinned CLI, a loopback fake model: every assertion is on canonical events.
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 from collections.abc import AsyncIterator, Iterator
@@ -35,7 +34,6 @@ from t3orch.provider_events import (
     CommandRun,
     ItemCompleted,
     ItemDelta,
-    ProviderEvent,
     RequestOpened,
     RequestResolved,
     ResumeFailed,
@@ -90,14 +88,14 @@ async def claude(
     fake: FakeMessagesServer, dirs: ClaudeDirs, mode: RuntimeMode = "approval-required"
 ) -> AsyncIterator[tuple[ClaudeRuntime, Events]]:
     """A runtime over real processes; leaving kills and reaps them."""
-    send, receive = trio.open_memory_channel[ProviderEvent](math.inf)
+    events = Events(wait_s=WAIT_S)
     async with trio.open_nursery() as nursery:
         launcher = TrioProcessLauncher(nursery)
         adapter = ClaudeAdapter()
         async with adapter.open_runtime(
-            config(fake, dirs, mode), launcher, send, NullRawSink()
+            config(fake, dirs, mode), launcher, events.queue, NullRawSink()
         ) as rt:
-            yield rt, Events(receive, wait_s=WAIT_S)
+            yield rt, events
 
 
 async def test_streamed_reply(fake: FakeMessagesServer, dirs: ClaudeDirs) -> None:

@@ -4,7 +4,6 @@ Responses API on 127.0.0.1. Everything is asserted on canonical events."""
 from __future__ import annotations
 
 import json
-import math
 import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -36,6 +35,7 @@ from t3orch.provider_events import (
     ThreadRefsLearned,
     TurnCompleted,
 )
+from tests.adapters.support import QueuedEvents
 
 BINARY = resolve_codex_binary()
 TURN_S = 30.0
@@ -48,17 +48,15 @@ pytestmark = [
 ]
 
 
-class Events:
+class Events(QueuedEvents):
     def __init__(self) -> None:
-        self.send, self._recv = trio.open_memory_channel[ProviderEvent](math.inf)
-        self.seen: list[ProviderEvent] = []
+        super().__init__(wait_s=TURN_S)
 
     async def until(self, kind: type[Any], where: Callable[[Any], bool] = lambda _: True) -> Any:
         """The next event of ``kind`` satisfying ``where`` (bounded wait)."""
         with trio.fail_after(TURN_S):
             while True:
-                event = await self._recv.receive()
-                self.seen.append(event)
+                event = await self.next()
                 if isinstance(event, kind) and where(event):
                     return event
 
@@ -92,7 +90,7 @@ class Rig:
         events = Events()
         with RotatingRawLog(self.raw_dir, "codex", name) as raw:
             async with CodexAdapter().open_runtime(
-                self.config, self.launcher, events.send, raw
+                self.config, self.launcher, events.queue, raw
             ) as runtime:
                 assert isinstance(runtime, CodexRuntime)
                 await events.until(SessionReady)

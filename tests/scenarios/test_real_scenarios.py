@@ -6,7 +6,6 @@ if both providers produce the same canonical shape.
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,7 +29,6 @@ from fixtures.fakes.claude_env import (
     find_claude_binary,
 )
 from fixtures.fakes.codex_home import make_codex_home, make_work_dir, resolve_codex_binary
-from t3orch.provider_events import ProviderEvent
 from tests.claude.support import Events
 
 from .table import SCENARIOS, RuntimeAndEvents, Scenario, shape
@@ -63,9 +61,11 @@ class _Base:
 
     @asynccontextmanager
     async def runtime(self) -> AsyncIterator[RuntimeAndEvents]:
-        send, receive = trio.open_memory_channel[ProviderEvent](math.inf)
-        async with self.adapter.open_runtime(self.config, self.launcher, send, NullRawSink()) as rt:
-            yield rt, Events(receive, wait_s=WAIT_S)
+        events = Events(wait_s=WAIT_S)
+        async with self.adapter.open_runtime(
+            self.config, self.launcher, events.queue, NullRawSink()
+        ) as rt:
+            yield rt, events
 
 
 @attrs.define
