@@ -155,8 +155,12 @@ def _correlation(b: SessionBinding, event: ProviderEvent) -> Correlation:
 
 
 def _dispatch(ch: Changes, b: SessionBinding, event: ProviderEvent) -> None:
-    b = _bound(ch, b, event)
+    if b.lingering:
+        b = _bound(ch, b, event)
     match event:
+        # Cases are tried in order: the streamed delta (most events) comes first.
+        case ItemDelta():
+            _item_delta(ch, b, event)
         case SessionReady():
             _session_ready(ch, b, event)
         case ThreadRefsLearned():
@@ -165,8 +169,6 @@ def _dispatch(ch: Changes, b: SessionBinding, event: ProviderEvent) -> None:
             _turn_started(ch, b, event)
         case ItemStarted():
             _item_started(ch, b, event)
-        case ItemDelta():
-            _item_delta(ch, b, event)
         case ItemCompleted():
             _item_completed(ch, b, event)
         case SubagentEnded():

@@ -19,10 +19,6 @@ from t3orch.ids import (
     CommandId,
     EventId,
     IdFactory,
-    NodeId,
-    ProviderSessionId,
-    RunId,
-    ThreadId,
 )
 from t3orch.projections.projector import apply, concerns
 from t3orch.store.errors import (
@@ -292,10 +288,11 @@ class SQLiteStore:
             event_id=event_id,
             type=kind,
             occurred_at=now,
-            thread_id=cast("ThreadId | None", thread_id),
-            run_id=cast("RunId | None", run_id),
-            node_id=cast("NodeId | None", node_id),
-            provider_session_id=cast("ProviderSessionId | None", session_id),
+            # Concerns holds the ids as plain str (one cast call each cost more).
+            thread_id=thread_id,  # type: ignore[arg-type]
+            run_id=run_id,  # type: ignore[arg-type]
+            node_id=node_id,  # type: ignore[arg-type]
+            provider_session_id=session_id,  # type: ignore[arg-type]
             command_id=command_id,
             correlation=correlation,
             payload=payload,
