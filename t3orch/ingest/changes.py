@@ -154,7 +154,7 @@ class Changes:
         return True
 
     def delta(
-        self, item_id: str, thread_id: str, text: str, field: str | None, replace: bool
+        self, item_id: TurnItemId, thread_id: ThreadId, text: str, field: str | None, replace: bool
     ) -> None:
         """Stream text into an item, keeping this decision's own view of it current.
 
@@ -162,15 +162,11 @@ class Changes:
         in the same decision reads the item (most deltas are never read back).
         """
         self._deltas.setdefault(item_id, []).append((text, field, replace))
-        self.emit(
-            TurnItemDelta(
-                item_id=TurnItemId(item_id),
-                thread_id=ThreadId(thread_id),
-                text=text,
-                field=field,
-                replace=replace,
-            )
+        # emit(), inlined: most events of a busy log pass here.
+        payload = TurnItemDelta(
+            item_id=item_id, thread_id=thread_id, text=text, field=field, replace=replace
         )
+        self.drafts.append(EventDraft(payload=payload, correlation=self.correlation))
 
     def emit(self, payload: EventPayload) -> None:
         self.drafts.append(EventDraft(payload=payload, correlation=self.correlation))

@@ -14,7 +14,7 @@ import msgspec
 
 from t3orch.clock import WallClock, iso, system_clock
 from t3orch.domain.vocab import TURN_ITEM_TERMINAL
-from t3orch.events import Correlation, EventEnvelope, EventPayload, TurnItemDelta, event_type
+from t3orch.events import TYPE_OF, Correlation, EventEnvelope, EventPayload, TurnItemDelta
 from t3orch.ids import (
     CommandId,
     EventId,
@@ -253,7 +253,7 @@ class SQLiteStore:
     ) -> EventEnvelope:
         c = concerns(payload)
         event_id = self._ids.new(EventId)
-        kind = event_type(payload)
+        kind = TYPE_OF[type(payload)]
         sequence = view.next_sequence
         view.next_sequence = sequence + 1
         now = view.now()
