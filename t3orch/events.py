@@ -150,6 +150,8 @@ EventPayload = (
 )
 
 EVENT_TYPES: tuple[str, ...] = tuple(t.__struct_config__.tag for t in EventPayload.__args__)
+#: Each payload class's event type (a dict lookup: the writer asks once per event).
+TYPE_OF: dict[type, str] = dict(zip(EventPayload.__args__, EVENT_TYPES, strict=True))
 
 
 class Correlation(msgspec.Struct, rename="camel", kw_only=True, frozen=True, omit_defaults=True):
@@ -186,8 +188,3 @@ class EventEnvelope(msgspec.Struct, rename="camel", kw_only=True, frozen=True):
     correlation: Correlation
     payload: EventPayload
 
-
-def event_type(payload: EventPayload) -> str:
-    tag = payload.__struct_config__.tag
-    assert isinstance(tag, str)
-    return tag

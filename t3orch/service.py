@@ -39,7 +39,7 @@ from t3orch.ids import (
     TurnItemId,
 )
 from t3orch.ingest.binding import SessionBinding, TurnBinding
-from t3orch.ingest.translate import ingest_many
+from t3orch.ingest.translate import IngestBatch, ingest_many
 from t3orch.provider_events import ProviderEvent
 from t3orch.store.errors import CommandRejected
 from t3orch.store.interface import Decide, Outcome
@@ -329,10 +329,7 @@ class CoreService:
         self, binding: SessionBinding, events: Sequence[ProviderEvent]
     ) -> Ticket:
         """Queue what a batch of adapter events means; the ticket says when it committed."""
-        batch = list(events)
-        return await self.writer.enqueue(
-            lambda view: ingest_many(view, binding, batch), command_type="ingest"
-        )
+        return await self.writer.enqueue(IngestBatch(binding, list(events)), command_type="ingest")
 
     async def reconcile(self, reason: str = "daemon_restart") -> dict[str, int]:
         result = await self._run(reconcile_mod.reconcile(reason), None, "runtime.reconcile")

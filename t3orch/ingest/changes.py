@@ -53,6 +53,7 @@ class Changes:
         self.correlation = correlation or Correlation()
         self._overlay: dict[tuple[str, str], Any] = {}
         self._read: dict[tuple[str, str], Any] = {}
+        self._unfolded: dict[tuple[str, str], Any] = {}
         self._deltas: dict[str, list[tuple[str, str | None, bool]]] = {}
         self.drafts: list[EventDraft] = []
 
@@ -82,6 +83,20 @@ class Changes:
         if key not in self._read:
             self._read[key] = self.view.get(kind, id)
         return self._read[key]
+
+    def get_unfolded(self, kind: str, id: str) -> Any | None:
+        """What ``get`` returns, except text streamed into a turn item that neither
+        this decision nor the stored row has folded in yet: for reads of the other
+        fields, without the cost of folding (reading the item's deltas back)."""
+        key = (kind, id)
+        hit = self._overlay.get(key)
+        if hit is not None:
+            return hit
+        if key in self._read:
+            return self._read[key]
+        if key not in self._unfolded:
+            self._unfolded[key] = self.view.get_unfolded(kind, id)
+        return self._unfolded[key]
 
     def select(self, kind: str, *, thread_id: str) -> list[Any]:
         return self._with_overlay(kind, thread_id, self.view.select(kind, thread_id=thread_id))
@@ -119,13 +134,27 @@ class Changes:
 
     def put(self, kind: str, value: Any) -> None:
         """Record an upsert unless the value is unchanged (no-op events are noise)."""
-        if self.get(kind, value.id) == value:
+        if not self._new_status(kind, value) and self.get(kind, value.id) == value:
             return
         self._overlay[(kind, value.id)] = value
         self.emit(_WRAP[kind](value))
 
+    def _new_status(self, kind: str, value: Any) -> bool:
+        """A turn item put with another status than it has is a change, whatever text
+        streamed into it (deltas change text only): no need to fold that text just to
+        compare (a completion carries its whole text). The put replaces the item, so
+        this decision's own pending text for it is dropped, as ``get`` would have
+        folded it into the value being replaced."""
+        if kind != "turn_item":
+            return False
+        current = self.get_unfolded(kind, value.id)
+        if current is not None and current.status == value.status:
+            return False
+        self._deltas.pop(value.id, None)
+        return True
+
     def delta(
-        self, item_id: str, thread_id: str, text: str, field: str | None, replace: bool
+        self, item_id: TurnItemId, thread_id: ThreadId, text: str, field: str | None, replace: bool
     ) -> None:
         """Stream text into an item, keeping this decision's own view of it current.
 
@@ -133,15 +162,11 @@ class Changes:
         in the same decision reads the item (most deltas are never read back).
         """
         self._deltas.setdefault(item_id, []).append((text, field, replace))
-        self.emit(
-            TurnItemDelta(
-                item_id=TurnItemId(item_id),
-                thread_id=ThreadId(thread_id),
-                text=text,
-                field=field,
-                replace=replace,
-            )
+        # emit(), inlined: most events of a busy log pass here.
+        payload = TurnItemDelta(
+            item_id=item_id, thread_id=thread_id, text=text, field=field, replace=replace
         )
+        self.drafts.append(EventDraft(payload=payload, correlation=self.correlation))
 
     def emit(self, payload: EventPayload) -> None:
         self.drafts.append(EventDraft(payload=payload, correlation=self.correlation))

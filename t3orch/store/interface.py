@@ -27,6 +27,10 @@ class StateView(Protocol):
 
     def get(self, kind: str, id: str) -> Any | None: ...
 
+    def get_unfolded(self, kind: str, id: str) -> Any | None:
+        """The row's value without streamed text not yet folded into it (a turn item
+        still streaming): cheaper than ``get`` and the same outside the text fields."""
+
     def exists(self, kind: str, id: str) -> bool: ...
 
     def select(self, kind: str, *, thread_id: str | None = None) -> list[Any]: ...

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Protocol
 
 import attrs
 import trio
@@ -22,16 +23,28 @@ from t3orch.store.errors import StoreClosed, StoreError
 from t3orch.store.interface import Decide, EventStore, Outcome, Submission
 
 
+class Absorbing(Protocol):
+    """A decide that can take in the decide of a submission queued right behind it.
+
+    ``absorb`` returns False to refuse (another kind, another session); when it
+    returns True, both are one submission: they commit, or are rejected, together.
+    """
+
+    def absorb(self, later: Decide) -> bool: ...
+
+
 class _Pending:
     """A queued submission and, once committed, its outcome (one per submission)."""
 
-    __slots__ = ("done", "failure", "outcome", "submission")
+    __slots__ = ("done", "failure", "outcome", "submission", "taken")
 
     def __init__(self, submission: Submission) -> None:
         self.submission = submission
         self.done = trio.Event()
         self.outcome: Outcome | None = None
         self.failure: BaseException | None = None
+        #: The writer has taken it into a batch: nothing may join it any more.
+        self.taken = False
 
 
 class Ticket:
@@ -81,6 +94,8 @@ class EventWriter:
         self._send, self._receive = trio.open_memory_channel[_Pending](queue_size)
         self._limiter = trio.CapacityLimiter(1)
         self._closed = False
+        #: The last submission queued, while nothing is queued behind it.
+        self._tail: _Pending | None = None
 
     async def submit(
         self,
@@ -105,16 +120,30 @@ class EventWriter:
         Submissions commit in the order they were queued. A producer that streams
         (a session's events) queues several and awaits them at its boundaries, so
         one transaction can carry many of them instead of one fsync each.
+
+        A submission without a command id whose decide the last queued one absorbs
+        (``Absorbing``: a session's next batch of provider events right behind its
+        previous one) joins it instead of queueing: the same ticket, one decision.
+        The log's order is unchanged, as nothing was queued between them.
         """
         if self._closed:
             raise StoreClosed("the event writer has stopped")
+        tail = self._tail
+        if command_id is None and tail is not None and not tail.taken:
+            absorb = getattr(tail.submission.decide, "absorb", None)
+            if absorb is not None and tail.submission.command_id is None and absorb(decide):
+                return Ticket(tail)
         pending = _Pending(Submission(decide, command_id, command_type))
         try:
             try:
                 # Only a full queue is a reason to wait (that is the backpressure);
                 # a scheduler pass per queued batch showed up in the store bench.
                 self._send.send_nowait(pending)
+                self._tail = pending
             except trio.WouldBlock:
+                # Senders waiting on a full queue resume in an order this cannot
+                # see: nothing joins a submission queued that way.
+                self._tail = None
                 await self._send.send(pending)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise StoreClosed("the event writer has stopped") from None
@@ -133,12 +162,15 @@ class EventWriter:
                     first = await self._receive.receive()
                 except trio.EndOfChannel:
                     return
+                first.taken = True
                 batch = [first]
                 while len(batch) < self._max_batch:
                     try:
-                        batch.append(self._receive.receive_nowait())
+                        p = self._receive.receive_nowait()
                     except trio.WouldBlock:
                         break
+                    p.taken = True
+                    batch.append(p)
                 await self._commit(batch)
         finally:
             self._closed = True

@@ -26,6 +26,7 @@ from t3orch.ids import (
     MessageId,
     NodeId,
     ProjectId,
+    ProviderSessionId,
     ProviderTurnId,
     RunId,
     ThreadId,
@@ -153,6 +154,37 @@ class StoreContract:
         assert env.type == "thread.upserted"
         assert env.thread_id == "thr_0007"
         assert env.occurred_at.endswith("Z")
+
+    def test_every_row_shape_reads_back_as_committed_in_order(self, open_store: OpenStore) -> None:
+        # Deltas (thread only), item upserts (thread, run, node), a diagnostic naming
+        # a session, one without ids, a command's event; a rejected submission between.
+        named = ProviderDiagnostic(
+            provider_session_id=ProviderSessionId("pss_1"), level="info", code="c", message="m"
+        )
+        store = open_store()
+        out = store.commit_batch(
+            [
+                upsert(1),
+                put_item(),
+                stream("a", "b"),
+                Submission(lambda view: Decision([EventDraft(payload=named)])),
+                diag(1),
+                Submission(reject),
+                Submission(upsert(2).decide, CommandId("c2")),
+                stream("c"),
+                put_item("abc", "completed"),
+            ]
+        )
+        committed = [e for o in out for e in o.events]
+        assert [e.sequence for e in committed] == list(range(1, 10))
+        assert store.read_events() == committed
+        assert [e.type for e in committed][2:5] == [
+            "turn_item.delta",
+            "turn_item.delta",
+            "provider.diagnostic",
+        ]
+        assert committed[6].command_id == "c2"
+        assert committed[4].provider_session_id == "pss_1"
 
     def test_rejected_submission_rolls_back_alone(self, open_store: OpenStore) -> None:
         store = open_store()
