@@ -187,4 +187,3 @@ class EventEnvelope(msgspec.Struct, rename="camel", kw_only=True, frozen=True):
     command_id: CommandId | None
     correlation: Correlation
     payload: EventPayload
-
