@@ -45,7 +45,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from operator import itemgetter
@@ -75,10 +74,10 @@ from t3orch.provider_events import (
     TurnCompleted,
     TurnStarted,
 )
+from t3orch.store.inflight import MAX_INFLIGHT_EVENTS, InflightWindow
 from t3orch.store.sqlite.checkpointer import INTERVAL_S as CHECKPOINT_INTERVAL_S
 from t3orch.store.sqlite.checkpointer import SAFETY_PAGES
 from t3orch.store.sqlite.schema import migrate
-from t3orch.store.writer import Ticket
 
 Sync = Literal["FULL", "NORMAL"]
 
@@ -205,18 +204,18 @@ class SessionPlayer:
     def __init__(self, core: Core, binding: SessionBinding) -> None:
         self.core = core
         self.binding = binding
-        self.inflight: deque[Ticket] = deque()
+        # The daemon's pump's own window and bound (supervisor/session.py).
+        self.inflight = InflightWindow(MAX_INFLIGHT_EVENTS)
 
     async def queue(self, batch: list[ProviderEvent]) -> None:
-        # As the daemon's pump does (supervisor/session.py): queue mid-turn batches,
-        # bound what is in flight, and wait at turn boundaries.
-        self.inflight.append(await self.core.service.ingest_queued(self.binding, batch))
-        while len(self.inflight) > 32 or (self.inflight and self.inflight[0].done):
-            await self.inflight.popleft().outcome()
+        # As the daemon's pump does: queue mid-turn batches, bound the events in
+        # flight, and wait at turn boundaries.
+        await self.inflight.add(
+            await self.core.service.ingest_queued(self.binding, batch), len(batch)
+        )
 
     async def settle(self, batch: list[ProviderEvent]) -> None:
-        while self.inflight:
-            await self.inflight.popleft().outcome()
+        await self.inflight.drain()
         await self.core.service.ingest(self.binding, batch)
 
 

@@ -14,7 +14,6 @@ import contextlib
 import logging
 import math
 import signal
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -52,8 +51,8 @@ from t3orch.provider_events import (
 )
 from t3orch.service import CoreService
 from t3orch.store.errors import CommandRejected
+from t3orch.store.inflight import MAX_INFLIGHT_EVENTS, InflightWindow
 from t3orch.store.sqlite.backend import SQLiteStore
-from t3orch.store.writer import Ticket
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +72,6 @@ TERM_GRACE_S = 3.0
 #: The event queue's bound: the provider is not read while this many events wait, so
 #: the pump takes at most this many (plus one frame's) per submission.
 MAX_INGEST_BATCH = 1024
-#: Queued, not yet committed submissions a session may have before it waits.
-MAX_INFLIGHT = 32
 
 
 class SessionFailed(Exception):
@@ -150,7 +147,7 @@ class SessionRunner:
     _stop: trio.Event = attrs.field(factory=trio.Event)
     _turn_done: trio.Event = attrs.field(factory=trio.Event)
     _pump_done: trio.Event = attrs.field(factory=trio.Event)
-    _inflight: deque[Ticket] = attrs.field(factory=deque)
+    _inflight: InflightWindow = attrs.field(factory=lambda: InflightWindow(MAX_INFLIGHT_EVENTS))
     #: Subagent item ref -> the ended turn it belongs to, while the provider still
     #: runs its child (``TurnCompleted.continuing``) until its ``SubagentEnded``.
     lingering: dict[str, TurnBinding] = attrs.field(factory=dict)
@@ -568,11 +565,7 @@ class SessionRunner:
             # batches of every session into few transactions (one fsync each).
             if self.binding is not None:
                 binding = self._bound()
-                self._inflight.append(await self.core.ingest_queued(binding, chunk))
-                while len(self._inflight) > MAX_INFLIGHT or (
-                    self._inflight and self._inflight[0].done
-                ):
-                    await self._inflight.popleft().outcome()
+                await self._inflight.add(await self.core.ingest_queued(binding, chunk), len(chunk))
             # Idleness counts from the end of the last turn: frames between turns
             # (status, usage) are not work; a child outliving its parent's turn is.
             if self.active_turn is not None or self.lingering:
@@ -655,8 +648,7 @@ class SessionRunner:
         return None if self.active_turn is None else self.active_turn.run_id
 
     async def _drain_inflight(self) -> None:
-        while self._inflight:
-            await self._inflight.popleft().outcome()
+        await self._inflight.drain()
 
     async def _wait_pump(self) -> None:
         with trio.move_on_after(10):

@@ -36,10 +36,11 @@ class Absorbing(Protocol):
 class _Pending:
     """A queued submission and, once committed, its outcome (one per submission)."""
 
-    __slots__ = ("done", "failure", "outcome", "submission", "taken")
+    __slots__ = ("done", "failure", "outcome", "submission", "taken", "ticket")
 
     def __init__(self, submission: Submission) -> None:
         self.submission = submission
+        self.ticket = Ticket(self)
         self.done = trio.Event()
         self.outcome: Outcome | None = None
         self.failure: BaseException | None = None
@@ -132,7 +133,7 @@ class EventWriter:
         if command_id is None and tail is not None and not tail.taken:
             absorb = getattr(tail.submission.decide, "absorb", None)
             if absorb is not None and tail.submission.command_id is None and absorb(decide):
-                return Ticket(tail)
+                return tail.ticket
         pending = _Pending(Submission(decide, command_id, command_type))
         try:
             try:
@@ -147,7 +148,7 @@ class EventWriter:
                 await self._send.send(pending)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise StoreClosed("the event writer has stopped") from None
-        return Ticket(pending)
+        return pending.ticket
 
     def close(self) -> None:
         """No new submissions; ``run`` commits what is queued, then returns."""

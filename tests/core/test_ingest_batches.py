@@ -21,6 +21,7 @@ from t3orch.provider_events import (
     ProviderEvent,
     TurnStarted,
 )
+from t3orch.store.inflight import InflightWindow
 from tests.store.support import new_thread, started_turn
 
 
@@ -84,6 +85,22 @@ async def test_a_sessions_batches_queued_back_to_back_are_one_submission(tmp_pat
         assert [t for kind, t in _log(core) if kind == "turn_item.delta"] == ["a", "b", "c", "d"]
         assert (_reply(core, t1)["text"], _reply(core, t2)["text"]) == ("abd", "c")
         _rows_equal_a_rebuild(core)
+
+
+async def test_the_inflight_window_counts_events_not_joined_batches(tmp_path: Path) -> None:
+    async with open_core(tmp_path / "e.db") as core:
+        tid, b = await _streaming(core)
+        window = InflightWindow(limit=3)
+        # Joined batches share one ticket: the window holds one submission of 3 events.
+        for text in "abc":
+            await window.add(await core.service.ingest_queued(b, _delta(text)), 1)
+        assert (len(window), window.events) == (1, 3)
+        # One more event is over the limit: add waits for that commit, then returns.
+        await window.add(await core.service.ingest_queued(b, _delta("d")), 1)
+        assert window.events <= 3
+        await window.drain()
+        assert (len(window), window.events) == (0, 0)
+        assert _reply(core, tid)["text"] == "abcd"
 
 
 async def test_nothing_joins_a_taken_batch_or_a_command(tmp_path: Path) -> None:
