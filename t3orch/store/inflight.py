@@ -15,8 +15,9 @@ from collections import deque
 
 from t3orch.store.writer import Ticket
 
-#: A session's bound: its uncommitted events (a few hundred, as a transaction holds).
-MAX_INFLIGHT_EVENTS = 256
+#: A session's bound on its uncommitted events: room for a batch being written, one
+#: being decided and one queued (a transaction holds a few hundred).
+MAX_INFLIGHT_EVENTS = 1024
 
 
 class InflightWindow:

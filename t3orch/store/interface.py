@@ -85,9 +85,35 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     error: CommandRejected | None = None
 
 
+#: A batch decided and not yet written: opaque, only the store that made it reads it.
+PreparedBatch = Any
+
+
 class EventStore(Protocol):
     def commit_batch(self, submissions: Sequence[Submission]) -> list[Outcome]:
-        """Decide and append every submission in one transaction; blocking."""
+        """Decide and append every submission in one transaction; blocking.
+
+        The same as ``prepare_batch``, ``write_batch`` and ``commit_written``."""
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether a batch may be prepared while the one it follows is being written."""
+
+    def prepare_batch(
+        self, submissions: Sequence[Submission], behind: PreparedBatch | None = None
+    ) -> PreparedBatch:
+        """Decide every submission on top of the committed state and of ``behind``, the
+        batch to be written just before them; writes nothing. Blocking."""
+
+    def write_batch(self, prepared: PreparedBatch) -> None:
+        """Append a prepared batch in a transaction left open. Blocking."""
+
+    def commit_written(self, prepared: PreparedBatch) -> list[Outcome]:
+        """Commit what ``write_batch`` wrote; the batch's outcomes. Blocking."""
+
+    def forget_prepared(self) -> None:
+        """A prepared batch was not committed: drop what anything remembered of it
+        (batches prepared on top of it are thrown away by the caller)."""
 
     def read_events(self, after: int = 0, limit: int = 1000) -> list[EventEnvelope]: ...
 

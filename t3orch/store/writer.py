@@ -20,7 +20,7 @@ from t3orch.events import EventEnvelope
 from t3orch.ids import CommandId
 from t3orch.store.broadcast import Broadcast
 from t3orch.store.errors import StoreClosed, StoreError
-from t3orch.store.interface import Decide, EventStore, Outcome, Submission
+from t3orch.store.interface import Decide, EventStore, Outcome, PreparedBatch, Submission
 
 
 class Absorbing(Protocol):
@@ -31,6 +31,10 @@ class Absorbing(Protocol):
     """
 
     def absorb(self, later: Decide) -> bool: ...
+
+    @property
+    def size(self) -> int:
+        """How many events (roughly) it will decide: batches are cut by it."""
 
 
 class _Pending:
@@ -86,14 +90,22 @@ class EventWriter:
         broadcast: Broadcast | None = None,
         *,
         max_batch: int = 256,
+        max_batch_events: int = 512,
         queue_size: int = 1024,
     ) -> None:
         self.store = store
         self.broadcast = broadcast or Broadcast()
         self.stats = WriterStats()
         self._max_batch = max_batch
+        #: A batch is cut once its submissions carry this many events (by their
+        #: ``size``, else 1 each): a few hundred events per transaction, and what
+        #: queued beyond is decided while the batch is written.
+        self._max_batch_events = max_batch_events
         self._send, self._receive = trio.open_memory_channel[_Pending](queue_size)
         self._limiter = trio.CapacityLimiter(1)
+        self._decide_limiter = trio.CapacityLimiter(1)
+        #: Submissions taken into a batch whose outcome is not known yet.
+        self._in_hand: list[_Pending] = []
         self._closed = False
         #: The last submission queued, while nothing is queued behind it.
         self._tail: _Pending | None = None
@@ -158,46 +170,136 @@ class EventWriter:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         try:
+            ahead: _Decided | None = None
             while True:
-                try:
-                    first = await self._receive.receive()
-                except trio.EndOfChannel:
-                    return
-                first.taken = True
-                batch = [first]
-                while len(batch) < self._max_batch:
-                    try:
-                        p = self._receive.receive_nowait()
-                    except trio.WouldBlock:
-                        break
-                    p.taken = True
-                    batch.append(p)
-                await self._commit(batch)
+                if ahead is None:
+                    batch = await self._take()
+                    if not batch:
+                        return
+                    ahead = await self._decide(batch, None)
+                    continue
+                ahead = await self._write(ahead)
         finally:
             self._closed = True
             self._send.close()
+            stranded = [p for p in self._in_hand if not p.done.is_set()]
             # Wake anyone still queued: their submissions were never committed.
             while True:
                 try:
-                    stranded = self._receive.receive_nowait()
+                    stranded.append(self._receive.receive_nowait())
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
-                stranded.failure = StoreClosed("the event writer stopped before committing")
-                stranded.done.set()
+            for p in stranded:
+                p.failure = StoreClosed("the event writer stopped before committing")
+                p.done.set()
 
-    async def _commit(self, batch: Sequence[_Pending]) -> None:
+    async def _take(self) -> list[_Pending]:
+        """The next batch, waiting for its first submission; empty once closed."""
         try:
-            # Shielded: a transaction in flight always finishes and its callers learn
-            # the outcome, even when the daemon is shutting down around it.
+            first = await self._receive.receive()
+        except trio.EndOfChannel:
+            return []
+        return self._take_now(first)
+
+    def _take_now(self, first: _Pending | None = None) -> list[_Pending]:
+        batch: list[_Pending] = []
+        events = 0
+        p = first
+        while True:
+            if p is not None:
+                p.taken = True
+                batch.append(p)
+                events += getattr(p.submission.decide, "size", 1)
+                if len(batch) >= self._max_batch or events >= self._max_batch_events:
+                    break
+            try:
+                p = self._receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+        self._in_hand.extend(batch)
+        return batch
+
+    async def _decide(self, batch: list[_Pending], behind: PreparedBatch | None) -> _Decided | None:
+        try:
+            # Shielded: see _write.
             with trio.CancelScope(shield=True):
-                outcomes = await trio.to_thread.run_sync(
-                    self.store.commit_batch, [p.submission for p in batch], limiter=self._limiter
+                prepared = await trio.to_thread.run_sync(
+                    self.store.prepare_batch,
+                    [p.submission for p in batch],
+                    behind,
+                    limiter=self._decide_limiter,
                 )
         except StoreError as exc:
-            for p in batch:
-                p.failure = exc
-                p.done.set()
-            return
+            self._fail(batch, exc)
+            return None
+        return _Decided(batch, prepared)
+
+    async def _write(self, ahead: _Decided) -> _Decided | None:
+        """Write and commit ``ahead``; while it commits, decide what queued behind it
+        (returned decided, if anything did)."""
+        committed: list[Outcome] | StoreError = []
+        decided: PreparedBatch | StoreError | None = None
+        following: list[_Pending] = []
+
+        async def commit() -> None:
+            nonlocal committed
+            try:
+                committed = await trio.to_thread.run_sync(
+                    self.store.commit_written, ahead.prepared, limiter=self._limiter
+                )
+            except StoreError as exc:
+                committed = exc
+
+        async def decide() -> None:
+            nonlocal decided
+            try:
+                decided = await trio.to_thread.run_sync(
+                    self.store.prepare_batch,
+                    [p.submission for p in following],
+                    ahead.prepared,
+                    limiter=self._decide_limiter,
+                )
+            except StoreError as exc:
+                decided = exc
+
+        # Shielded: a transaction in flight always finishes and its callers learn
+        # the outcome, even when the daemon is shutting down around it.
+        with trio.CancelScope(shield=True):
+            try:
+                await trio.to_thread.run_sync(
+                    self.store.write_batch, ahead.prepared, limiter=self._limiter
+                )
+            except StoreError as exc:
+                committed = exc
+            else:
+                # Only the commit overlaps deciding: it runs without the GIL in one
+                # call, where writing rows takes the GIL back after every row and
+                # would wait behind the deciding thread each time.
+                following = self._take_now() if self.store.pipelined else []
+                if following:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(commit)
+                        nursery.start_soon(decide)
+                else:
+                    await commit()
+        if isinstance(committed, StoreError):
+            self._fail(ahead.batch, committed)
+            # ``following`` was decided on top of a batch that is not in the log.
+            return await self._decide(following, None) if following else None
+        self._committed(ahead.batch, committed)
+        if isinstance(decided, StoreError):
+            self._fail(following, decided)
+            return None
+        return None if decided is None else _Decided(following, decided)
+
+    def _fail(self, batch: Sequence[_Pending], exc: StoreError) -> None:
+        self.store.forget_prepared()
+        for p in batch:
+            p.failure = exc
+            p.done.set()
+        self._in_hand = [p for p in self._in_hand if not p.done.is_set()]
+
+    def _committed(self, batch: Sequence[_Pending], outcomes: Sequence[Outcome]) -> None:
         committed: list[EventEnvelope] = []
         for p, outcome in zip(batch, outcomes, strict=True):
             p.outcome = outcome
@@ -210,3 +312,12 @@ class EventWriter:
             self.broadcast.publish(committed)
         for p in batch:
             p.done.set()
+        self._in_hand = [p for p in self._in_hand if not p.done.is_set()]
+
+
+@attrs.frozen
+class _Decided:
+    """A batch decided and not yet written."""
+
+    batch: list[_Pending]
+    prepared: PreparedBatch

@@ -8,12 +8,11 @@ import itertools
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, NoReturn, TypeVar, cast
 
 import msgspec
 
 from t3orch.clock import WallClock, iso, system_clock
-from t3orch.domain.vocab import TURN_ITEM_TERMINAL
 from t3orch.events import TYPE_OF, Correlation, EventEnvelope, EventPayload, TurnItemDelta
 from t3orch.ids import (
     CommandId,
@@ -29,8 +28,18 @@ from t3orch.store.errors import (
     StoreFull,
 )
 from t3orch.store.interface import CommandReceipt, Outcome, Submission
-from t3orch.store.kinds import Chunk, Row, fold_chunks, fold_item
+from t3orch.store.kinds import Chunk, Row
+from t3orch.store.sqlite.rows import (
+    ROW_COLUMNS,
+    UPSERT_ROW,
+    chunk_of,
+    folded,
+    read_row,
+    read_rows,
+    read_rows_by_status,
+)
 from t3orch.store.sqlite.schema import APPLICATION_ID, SCHEMA_VERSION, migrate, read_version
+from t3orch.store.sqlite.staging import DecideView, PreparedBatch
 
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
 
@@ -101,9 +110,15 @@ class SQLiteStore:
         self._clock = clock
         self._ids = ids or IdFactory()
         self._conn = self._connect(synchronous, wal_autocheckpoint)
-        #: Row keys known to exist; see ``_TxnView.exists``. A rolled-back insert
-        #: can leave a key here, so the batch that failed clears it (commit_batch).
+        #: Where deciding reads (see staging.DecideView): its own connection, so a
+        #: batch is decided while the writing connection commits the one ahead.
+        self._decide_conn = self._conn
+        if not readonly and self.path != ":memory:":
+            self._decide_conn = self._open_decide_conn()
+        #: Row keys known to exist; see ``DecideView.exists``. A batch that fails to
+        #: commit may have made keys known, so it clears them (forget_prepared).
         self._known: dict[tuple[str, str], None] = {}
+        self._next_sequence = self._head() + 1
 
     # -- opening ---------------------------------------------------------------
 
@@ -174,43 +189,116 @@ class SQLiteStore:
                 f"(this one supports up to {SCHEMA_VERSION}); upgrade t3orch — nothing was changed"
             )
 
+    def _open_decide_conn(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA query_only = 1")
+            conn.execute("PRAGMA busy_timeout = 5000")
+            # Deciding reads items and nodes back while the log grows: 16 MB of
+            # page cache keeps them (the default 2 MB is mostly index pages).
+            conn.execute("PRAGMA cache_size = -16384")
+        except sqlite3.Error as exc:
+            self._conn.close()
+            raise _translate(exc, self.path) from exc
+        return conn
+
     def close(self) -> None:
+        if self._decide_conn is not self._conn:
+            self._decide_conn.close()
         self._conn.close()
 
     # -- writing ---------------------------------------------------------------
 
+    @property
+    def pipelined(self) -> bool:
+        """Deciding reads on a connection of its own: a batch may be decided while the
+        one ahead of it is written (an in-memory database has one connection)."""
+        return self._decide_conn is not self._conn
+
     def commit_batch(self, submissions: Sequence[Submission]) -> list[Outcome]:
+        batch = self.prepare_batch(submissions)
+        self.write_batch(batch)
+        return self.commit_written(batch)
+
+    def prepare_batch(
+        self, submissions: Sequence[Submission], behind: PreparedBatch | None = None
+    ) -> PreparedBatch:
+        """Decide ``submissions`` on top of the committed state and of ``behind`` (the
+        batch written just before them, committed or not). Writes nothing."""
         if self.readonly:
             raise StoreError(f"{self.path}: opened read-only")
-        conn = self._conn
+        if behind is None:
+            head, stored = self._next_sequence, self._next_sequence - 1
+        else:
+            head, stored = behind.next_sequence, behind.first_sequence - 1
+        view = DecideView(
+            self._decide_conn,
+            iso(self._clock()),
+            self._known,
+            next_sequence=head,
+            stored_head=stored,
+            behind=behind,
+        )
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            # The single writer holds the write lock: it numbers events itself, so
-            # the batch's events go in with one executemany at its end.
-            view = _TxnView(conn, iso(self._clock()), self._known, self._head())
-            outcomes = [self._run_one(view, sub) for sub in submissions]
-            view.flush_events()
-            if view.last_sequence:
-                conn.execute(
-                    "UPDATE projection_state SET last_sequence = ? WHERE name = 'rows'",
-                    (view.last_sequence,),
-                )
-            conn.execute("COMMIT")
+            view.batch.outcomes.extend([self._run_one(view, sub) for sub in submissions])
         except sqlite3.Error as exc:
             self._known.clear()
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
             raise _translate(exc, self.path) from exc
         except BaseException:
             self._known.clear()
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
             raise
-        return outcomes
+        return view.batch
 
-    def _run_one(self, view: _TxnView, sub: Submission) -> Outcome:
+    def write_batch(self, batch: PreparedBatch) -> None:
+        """Write a prepared batch into a new transaction, left open for ``commit_written``
+        (so the batch behind it can be decided while it commits)."""
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            if batch.rows:
+                conn.executemany(UPSERT_ROW, batch.rows.values())
+            if batch.receipts:
+                conn.executemany(
+                    _INSERT_RECEIPT, [_receipt_row(r) for r in batch.receipts.values()]
+                )
+            # In sequence order, one executemany per run of rows of one shape: inserted
+            # out of order, the log's B-trees cost more than the extra calls.
+            for width, rows in itertools.groupby(batch.events, len):
+                conn.executemany(_INSERT_EVENT if width == _EVENT_WIDTH else _INSERT_STREAMED, rows)
+            if batch.last_sequence:
+                conn.execute(
+                    "UPDATE projection_state SET last_sequence = ? WHERE name = 'rows'",
+                    (batch.last_sequence,),
+                )
+        except BaseException as exc:
+            self._rollback(exc)
+
+    def commit_written(self, batch: PreparedBatch) -> list[Outcome]:
+        """Commit the transaction ``write_batch`` left open; the batch's outcomes."""
+        try:
+            self._conn.execute("COMMIT")
+        except BaseException as exc:
+            self._rollback(exc)
+        self._next_sequence = batch.next_sequence
+        return batch.outcomes
+
+    def _rollback(self, exc: BaseException) -> NoReturn:
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise _translate(exc, self.path) from exc
+        raise exc
+
+    def forget_prepared(self) -> None:
+        """A batch failed to commit: what was decided on top of it is thrown away, and
+        so are the rows it made known (see ``DecideView.exists``)."""
+        self._known.clear()
+
+    def _run_one(self, view: DecideView, sub: Submission) -> Outcome:
         if sub.command_id is not None:
-            existing = self._receipt(sub.command_id)
+            existing = view.receipt(sub.command_id) or self._receipt(
+                sub.command_id, self._decide_conn
+            )
             if existing is not None:
                 return Outcome(
                     result=existing.result,
@@ -246,43 +334,67 @@ class SQLiteStore:
 
     def _append(
         self,
-        view: _TxnView,
+        view: DecideView,
         payload: EventPayload,
         correlation: Correlation,
         command_id: CommandId | None,
     ) -> EventEnvelope:
-        c = concerns(payload)
         event_id = self._ids.new(EventId)
-        kind = TYPE_OF[type(payload)]
         sequence = view.next_sequence
         view.next_sequence = sequence + 1
         now = view.now()
-        thread_id = c.thread_id
-        run_id = c.run_id
-        node_id = c.node_id
-        session_id = c.provider_session_id
-        if run_id is None and node_id is None and session_id is None and command_id is None:
+        if type(payload) is TurnItemDelta and command_id is None:
             # A streamed delta (most of a busy log) names only its thread: its row is
-            # bound without the NULL columns (see _blob on what a bound NULL costs).
-            view.events.append(
-                (sequence, event_id, kind, now, thread_id, _blob(correlation), _blob(payload))
-            )
-        else:
-            view.events.append(
+            # bound without the NULL columns (see _blob on what a bound NULL costs),
+            # and its projection is its chunk (projector.apply, inlined).
+            view.batch.events.append(
                 (
                     sequence,
                     event_id,
-                    kind,
+                    "turn_item.delta",
                     now,
-                    thread_id,
-                    run_id,
-                    node_id,
-                    session_id,
-                    command_id,
+                    payload.thread_id,
                     _blob(correlation),
                     _blob(payload),
                 )
             )
+            view.append_chunk(
+                Chunk(sequence, payload.item_id, payload.field, payload.replace, payload.text)
+            )
+            return EventEnvelope(
+                sequence=sequence,
+                event_id=event_id,
+                type="turn_item.delta",
+                occurred_at=now,
+                thread_id=payload.thread_id,
+                run_id=None,
+                node_id=None,
+                provider_session_id=None,
+                command_id=None,
+                correlation=correlation,
+                payload=payload,
+            )
+        c = concerns(payload)
+        kind = TYPE_OF[type(payload)]
+        thread_id = c.thread_id
+        run_id = c.run_id
+        node_id = c.node_id
+        session_id = c.provider_session_id
+        view.batch.events.append(
+            (
+                sequence,
+                event_id,
+                kind,
+                now,
+                thread_id,
+                run_id,
+                node_id,
+                session_id,
+                command_id,
+                _blob(correlation),
+                _blob(payload),
+            )
+        )
         env = EventEnvelope(
             sequence=sequence,
             event_id=event_id,
@@ -317,12 +429,18 @@ class SQLiteStore:
         ).fetchone()
         return int(seq)
 
-    def _receipt(self, command_id: CommandId) -> CommandReceipt | None:
-        row = self._conn.execute(
-            "SELECT command_id, command_type, accepted_at, result_sequence, result "
-            "FROM command_receipts WHERE command_id = ?",
-            (command_id,),
-        ).fetchone()
+    def _receipt(
+        self, command_id: CommandId, conn: sqlite3.Connection | None = None
+    ) -> CommandReceipt | None:
+        row = (
+            (conn or self._conn)
+            .execute(
+                "SELECT command_id, command_type, accepted_at, result_sequence, result "
+                "FROM command_receipts WHERE command_id = ?",
+                (command_id,),
+            )
+            .fetchone()
+        )
         if row is None:
             return None
         return CommandReceipt(
@@ -360,20 +478,20 @@ class SQLiteStore:
 
     @_guarded
     def rows(self, kind: str, *, thread_id: str | None = None) -> list[Row]:
-        return _rows(self._conn, kind, thread_id)
+        return read_rows(self._conn, kind, thread_id)
 
     @_guarded
     def rows_by_status(self, kind: str, statuses: Sequence[str]) -> list[Row]:
-        return _rows_by_status(self._conn, kind, statuses)
+        return read_rows_by_status(self._conn, kind, statuses)
 
     @_guarded
     def row(self, kind: str, id: str) -> Row | None:
-        return _row(self._conn, kind, id)
+        return read_row(self._conn, kind, id)
 
     @_guarded
     def folded(self, row: Row) -> Row:
         """``row`` with pending streamed text folded in (turn items still streaming)."""
-        return _folded(self._conn, row)
+        return folded(self._conn, row)
 
     @_guarded
     def all_chunks(self) -> list[Chunk]:
@@ -384,7 +502,7 @@ class SQLiteStore:
         cur = self._conn.execute(
             "SELECT sequence, payload FROM events WHERE type = 'turn_item.delta' ORDER BY sequence"
         )
-        chunks = (_chunk(seq, payload) for seq, payload in cur)
+        chunks = (chunk_of(seq, payload) for seq, payload in cur)
         return [c for c in chunks if c.seq > folded.get(c.item_id, 0)]
 
     @_guarded
@@ -394,7 +512,7 @@ class SQLiteStore:
         """The last ``limit`` rows of a thread (before a position), and how many it has."""
         before = before_position if before_position is not None else 2**62
         cur = self._conn.execute(
-            f"SELECT {_ROW_COLUMNS} FROM rows WHERE kind = ? AND thread_id = ? AND position < ? "
+            f"SELECT {ROW_COLUMNS} FROM rows WHERE kind = ? AND thread_id = ? AND position < ? "
             "ORDER BY position DESC, id DESC LIMIT ?",
             (kind, thread_id, before, limit),
         )
@@ -407,7 +525,7 @@ class SQLiteStore:
 
     @_guarded
     def all_rows(self) -> list[Row]:
-        cur = self._conn.execute(f"SELECT {_ROW_COLUMNS} FROM rows ORDER BY kind, id")
+        cur = self._conn.execute(f"SELECT {ROW_COLUMNS} FROM rows ORDER BY kind, id")
         return [Row(*r) for r in cur.fetchall()]
 
     @_guarded
@@ -426,6 +544,10 @@ class SQLiteStore:
                 self._conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise _translate(exc, self.path) from exc
+
+
+def _receipt_row(r: CommandReceipt) -> tuple[Any, ...]:
+    return (r.command_id, r.command_type, r.accepted_at, r.result_sequence, _encode(r.result))
 
 
 def _envelope(r: tuple[Any, ...]) -> EventEnvelope:
@@ -457,247 +579,10 @@ def _check_header(path: Path, *, readonly: bool) -> None:
         raise StoreCorrupt(f"{path}: not a SQLite database (bad header); refusing to touch it")
 
 
-#: How many row keys a store remembers as existing (insertion-ordered, oldest dropped).
-KNOWN_ROWS = 16_384
-
-
-class _TxnView:
-    """State view and row sink over the open transaction.
-
-    What a submission writes is staged here and reaches SQLite when it is kept:
-    its rows and receipt at once (later submissions read them), its events at the
-    end of the batch in one executemany. Streamed text of kept submissions that is
-    not in SQLite yet is indexed by item, so folding a streaming item reads it
-    from memory.
-    """
-
-    def __init__(
-        self, conn: sqlite3.Connection, now: str, known: dict[tuple[str, str], None], head: int
-    ) -> None:
-        self._known = known
-        self._conn = conn
-        self._now = now
-        #: The log's head in SQLite: a row written after it has no stored deltas.
-        self._stored_head = head
-        #: The projection cursor: the last event of a kept submission.
-        self.last_sequence = 0
-        self.next_sequence = head + 1
-        #: Event rows of the batch, inserted by ``flush_events``; a streamed delta's
-        #: (no run, node, session or command) is the shorter tuple of _INSERT_STREAMED.
-        self.events: list[tuple[Any, ...]] = []
-        #: Where the current submission's events start, and its first sequence.
-        self._mark = 0
-        self._first_sequence = self.next_sequence
-        #: The current submission's row upserts and streamed text, in order.
-        self._rows: list[tuple[Any, ...]] = []
-        self._chunks: list[Chunk] = []
-        #: Kept streamed text of this batch, by item.
-        self._batch_chunks: dict[str, list[Chunk]] = {}
-
-    def now(self) -> str:
-        return self._now
-
-    # -- a submission's life ----------------------------------------------------
-
-    def begin(self) -> None:
-        self._mark = len(self.events)
-        self._first_sequence = self.next_sequence
-
-    def keep(self, receipt: CommandReceipt | None) -> None:
-        if self._rows:
-            self._conn.executemany(_UPSERT_ROW, self._rows)
-            for r in self._rows:
-                if r[0] == "turn_item":
-                    self._remember(r[0], r[1])
-            self._rows.clear()
-        if self._chunks:
-            for c in self._chunks:
-                self._batch_chunks.setdefault(c.item_id, []).append(c)
-            self._chunks.clear()
-        if receipt is not None:
-            self._conn.execute(
-                "INSERT INTO command_receipts VALUES (?, ?, ?, ?, ?)",
-                (
-                    receipt.command_id,
-                    receipt.command_type,
-                    receipt.accepted_at,
-                    receipt.result_sequence,
-                    _encode(receipt.result),
-                ),
-            )
-        if self.next_sequence > self._first_sequence:
-            self.last_sequence = self.next_sequence - 1
-
-    def forget(self) -> None:
-        """The submission was rejected: drop what it staged, reuse its sequences."""
-        del self.events[self._mark :]
-        self._rows.clear()
-        self._chunks.clear()
-        self.next_sequence = self._first_sequence
-
-    def flush_events(self) -> None:
-        """Insert the batch's events (every submission is kept or forgotten by now)."""
-        # In sequence order, one executemany per run of rows of one shape: inserted
-        # out of order, the log's B-trees cost more than the extra calls.
-        for width, rows in itertools.groupby(self.events, len):
-            self._conn.executemany(
-                _INSERT_EVENT if width == _EVENT_WIDTH else _INSERT_STREAMED, rows
-            )
-
-    # -- RowSink ------------------------------------------------------------------
-
-    def put_row(self, row: Row) -> None:
-        # ``row.position`` is the writing event's sequence: a new row keeps it as
-        # its position (creation order), every write records it as updated_seq.
-        self._rows.append(
-            (
-                row.kind,
-                row.id,
-                row.thread_id,
-                row.position,
-                row.status,
-                bytearray(row.body),  # bound directly, see _blob
-                row.position,
-            )
-        )
-
-    def append_chunk(self, chunk: Chunk) -> None:
-        # Nothing to write: the delta event is in the log, after the item's
-        # updated_seq. Kept in memory for reads until the batch's events go in.
-        self._chunks.append(chunk)
-
-    def drop_chunks(self, item_id: str) -> None:
-        """Nothing to write: the item's upsert moves its updated_seq past its deltas."""
-
-    # -- StateView ------------------------------------------------------------------
-
-    def exists(self, kind: str, id: str) -> bool:
-        # Rows are never deleted, so a row seen once exists for good: every streamed
-        # delta asks about its item, and a hit here saves a query per delta.
-        if (kind, id) in self._known:
-            return True
-        hit = self._conn.execute(
-            "SELECT 1 FROM rows WHERE kind = ? AND id = ?", (kind, id)
-        ).fetchone()
-        if hit is not None:
-            self._remember(kind, id)
-        return hit is not None
-
-    def _remember(self, kind: str, id: str) -> None:
-        if len(self._known) >= KNOWN_ROWS:
-            self._known.pop(next(iter(self._known)))
-        self._known[(kind, id)] = None
-
-    def _decoded(self, row: Row) -> Any:
-        """The row's value; a streaming item with its pending text folded in."""
-        if not _streaming(row):
-            return row.decode()
-        stored = _chunks(self._conn, row) if row.updated_seq < self._stored_head else []
-        pending = [c for c in self._batch_chunks.get(row.id, ()) if c.seq > row.updated_seq]
-        chunks = stored + pending
-        # Folded as a value: the decision wants the item, not its JSON.
-        return fold_item(row.decode(), chunks) if chunks else row.decode()
-
-    def get(self, kind: str, id: str) -> Any | None:
-        row = _row(self._conn, kind, id)
-        return None if row is None else self._decoded(row)
-
-    def get_unfolded(self, kind: str, id: str) -> Any | None:
-        row = _row(self._conn, kind, id)
-        return None if row is None else row.decode()
-
-    def select(self, kind: str, *, thread_id: str | None = None) -> list[Any]:
-        return [self._decoded(r) for r in _rows(self._conn, kind, thread_id)]
-
-    def select_by_status(
-        self, kind: str, statuses: Sequence[str], *, thread_id: str | None = None
-    ) -> list[Any]:
-        rows = _rows_by_status(self._conn, kind, statuses, thread_id)
-        return [self._decoded(r) for r in rows]
-
-
 _INSERT_EVENT = f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _EVENT_WIDTH = 11
 _INSERT_STREAMED = (
     "INSERT INTO events (sequence, event_id, type, occurred_at, thread_id, correlation, payload) "
     "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
-# An update keeps the row's first position: order is creation order.
-_UPSERT_ROW = (
-    "INSERT INTO rows (kind, id, thread_id, position, status, body, updated_seq) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (kind, id) DO UPDATE SET "
-    "thread_id = excluded.thread_id, status = excluded.status, body = excluded.body, "
-    "updated_seq = excluded.updated_seq"
-)
-_delta_decoder = msgspec.json.Decoder(TurnItemDelta)
-
-
-def _chunk(seq: int, payload: bytes) -> Chunk:
-    d = _delta_decoder.decode(payload)
-    return Chunk(seq, d.item_id, d.field, d.replace, d.text)
-
-
-_ROW_COLUMNS = "kind, id, thread_id, position, status, body, updated_seq"
-_TERMINAL_ITEM = frozenset(TURN_ITEM_TERMINAL)
-
-
-def _chunks(conn: sqlite3.Connection, row: Row) -> list[Chunk]:
-    """The item's deltas after its last write: its thread's, filtered by item."""
-    # instr() skips the thread's other items' deltas without decoding them.
-    cur = conn.execute(
-        "SELECT sequence, payload FROM events WHERE thread_id = ? AND sequence > ? "
-        "AND type = 'turn_item.delta' AND instr(payload, ?) ORDER BY sequence",
-        (row.thread_id, row.updated_seq, row.id.encode()),
-    )
-    chunks = (_chunk(seq, payload) for seq, payload in cur)
-    return [c for c in chunks if c.item_id == row.id]
-
-
-def _streaming(row: Row) -> bool:
-    """A turn item that may have streamed text after its row (terminal ones ignore it)."""
-    return row.kind == "turn_item" and row.status not in _TERMINAL_ITEM
-
-
-def _folded(conn: sqlite3.Connection, row: Row) -> Row:
-    """A turn item with the streamed text it has not folded in yet."""
-    return fold_chunks(row, _chunks(conn, row)) if _streaming(row) else row
-
-
-def _row(conn: sqlite3.Connection, kind: str, id: str) -> Row | None:
-    r = conn.execute(
-        f"SELECT {_ROW_COLUMNS} FROM rows WHERE kind = ? AND id = ?", (kind, id)
-    ).fetchone()
-    return Row(*r) if r else None
-
-
-def _rows(conn: sqlite3.Connection, kind: str, thread_id: str | None) -> list[Row]:
-    if thread_id is None:
-        cur = conn.execute(
-            f"SELECT {_ROW_COLUMNS} FROM rows WHERE kind = ? ORDER BY position, id", (kind,)
-        )
-    else:
-        cur = conn.execute(
-            f"SELECT {_ROW_COLUMNS} FROM rows WHERE kind = ? AND thread_id = ? "
-            "ORDER BY position, id",
-            (kind, thread_id),
-        )
-    return [Row(*r) for r in cur.fetchall()]
-
-
-def _rows_by_status(
-    conn: sqlite3.Connection, kind: str, statuses: Sequence[str], thread_id: str | None = None
-) -> list[Row]:
-    marks = ",".join("?" * len(statuses))
-    where = f"kind = ? AND status IN ({marks})"
-    args: tuple[Any, ...] = (kind, *statuses)
-    if thread_id is not None:
-        where += " AND thread_id = ?"
-        args += (thread_id,)
-    # Live rows are few, a thread's rows many: without the hint SQLite picks the
-    # thread index and reads every row of the thread to test its status.
-    cur = conn.execute(
-        f"SELECT {_ROW_COLUMNS} FROM rows INDEXED BY rows_status WHERE {where} "
-        "ORDER BY position, id",
-        args,
-    )
-    return [Row(*r) for r in cur.fetchall()]
+_INSERT_RECEIPT = "INSERT INTO command_receipts VALUES (?, ?, ?, ?, ?)"

@@ -1,0 +1,292 @@
+"""A batch decided ahead of its write: the state view deciding sees, and what it staged.
+
+The writer decides batch N+1 while batch N is written and committed: SQLite runs
+without the GIL, so Python deciding one batch overlaps SQL writing the other.
+Deciding therefore never reads through the writing connection. A
+:class:`DecideView` reads committed state on a connection of its own and lays
+over it, newest first, what this batch staged and what the batch ahead of it
+(written, perhaps not committed yet) staged. Rows a batch wrote are in its
+overlay, so a read sees the same value whether or not that batch has committed
+meanwhile; the log's own reads (streamed text) stop at the last sequence known
+committed before the batch ahead, the rest of the text is in memory.
+
+If the batch ahead fails to commit, the batch decided behind it is thrown away
+and decided again: nothing of it was written or published.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from t3orch.store.interface import CommandReceipt, Outcome
+from t3orch.store.kinds import Chunk, Row, fold_item
+from t3orch.store.sqlite.rows import (
+    TERMINAL_ITEM,
+    read_chunks,
+    read_position,
+    read_row,
+    read_rows,
+    read_rows_by_status,
+)
+
+#: How many row keys a store remembers as existing (insertion-ordered, oldest dropped).
+KNOWN_ROWS = 16_384
+
+Key = tuple[str, str]
+#: A position cached for a row that was read and is not stored (positions are >= 0).
+ABSENT = -1
+
+
+class PreparedBatch:
+    """A decided batch: its outcomes and every write it needs, in the order made."""
+
+    __slots__ = (
+        "chunks",
+        "events",
+        "first_sequence",
+        "last_sequence",
+        "next_sequence",
+        "outcomes",
+        "overlay",
+        "receipts",
+        "rows",
+    )
+
+    def __init__(self, first_sequence: int) -> None:
+        self.outcomes: list[Outcome] = []
+        #: Event rows in sequence order; a streamed delta's (no run, node, session or
+        #: command) is the shorter tuple of the streamed insert.
+        self.events: list[tuple[Any, ...]] = []
+        #: One upsert per row: the last values written, the first position.
+        self.rows: dict[Key, tuple[Any, ...]] = {}
+        #: The rows as the batch left them, for reads of the batch behind it.
+        self.overlay: dict[Key, Row] = {}
+        self.receipts: dict[str, CommandReceipt] = {}
+        #: Streamed text of kept submissions, by item.
+        self.chunks: dict[str, list[Chunk]] = {}
+        self.first_sequence = first_sequence
+        self.next_sequence = first_sequence
+        #: The projection cursor: the last event of a kept submission (0: none).
+        self.last_sequence = 0
+
+
+class DecideView:
+    """State view and row sink for deciding one batch (see the module docstring).
+
+    What a submission writes is staged and becomes visible to later submissions
+    when it is kept; a rejected submission's staging is dropped (no savepoint).
+    """
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        now: str,
+        known: dict[Key, None],
+        *,
+        next_sequence: int,
+        stored_head: int,
+        behind: PreparedBatch | None,
+    ) -> None:
+        self._conn = conn
+        self._now = now
+        self._known = known
+        #: The log in SQLite is read up to here; later text is in the overlays.
+        self._stored_head = stored_head
+        self._behind = behind
+        self.batch = PreparedBatch(next_sequence)
+        self.next_sequence = next_sequence
+        #: Where the current submission's events start, and its first sequence.
+        self._mark = 0
+        self._first_sequence = next_sequence
+        #: The current submission's rows and streamed text, in order.
+        self._rows: list[Row] = []
+        self._chunks: list[Chunk] = []
+        #: Positions of stored rows read while deciding (ABSENT: read, not there): a
+        #: staged row keeps its first, and most staged rows were read just before.
+        self._positions: dict[Key, int] = {}
+
+    def now(self) -> str:
+        return self._now
+
+    # -- a submission's life ----------------------------------------------------
+
+    def begin(self) -> None:
+        self._mark = len(self.batch.events)
+        self._first_sequence = self.next_sequence
+
+    def keep(self, receipt: CommandReceipt | None) -> None:
+        batch = self.batch
+        for r in self._rows:
+            self._stage(r)
+        self._rows.clear()
+        for c in self._chunks:
+            batch.chunks.setdefault(c.item_id, []).append(c)
+        self._chunks.clear()
+        if receipt is not None:
+            batch.receipts[receipt.command_id] = receipt
+        if self.next_sequence > self._first_sequence:
+            batch.last_sequence = self.next_sequence - 1
+        batch.next_sequence = self.next_sequence
+
+    def forget(self) -> None:
+        """The submission was rejected: drop what it staged, reuse its sequences."""
+        del self.batch.events[self._mark :]
+        self._rows.clear()
+        self._chunks.clear()
+        self.next_sequence = self._first_sequence
+
+    def _stage(self, r: Row) -> None:
+        key = (r.kind, r.id)
+        # ``r.position`` is the writing event's sequence. A row keeps its first
+        # position (the upsert leaves a stored one alone, and the overlay must order
+        # reads as SQLite will); every write records the sequence as updated_seq.
+        seen = self._staged(key)
+        if seen is not None:
+            position = seen.position
+        else:
+            stored = self._positions.get(key)
+            if stored is None:
+                stored = read_position(self._conn, r.kind, r.id)
+            position = r.position if stored is None or stored == ABSENT else stored
+        self.batch.rows[key] = (
+            r.kind,
+            r.id,
+            r.thread_id,
+            position,
+            r.status,
+            bytearray(r.body),  # bound directly: bytes go through the adapter lookup
+            r.position,
+        )
+        self.batch.overlay[key] = Row(
+            r.kind, r.id, r.thread_id, position, r.status, r.body, r.position
+        )
+        if r.kind == "turn_item":
+            self._remember(key)
+
+    def receipt(self, command_id: str) -> CommandReceipt | None:
+        """A receipt this batch or the batch ahead staged (the store reads the rest)."""
+        hit = self.batch.receipts.get(command_id)
+        if hit is None and self._behind is not None:
+            hit = self._behind.receipts.get(command_id)
+        return hit
+
+    # -- RowSink ------------------------------------------------------------------
+
+    def put_row(self, row: Row) -> None:
+        self._rows.append(row)
+
+    def append_chunk(self, chunk: Chunk) -> None:
+        # Nothing to write: the delta event is in the log, after the item's
+        # updated_seq. Kept in memory for reads until it is committed.
+        self._chunks.append(chunk)
+
+    def drop_chunks(self, item_id: str) -> None:
+        """Nothing to write: the item's upsert moves its updated_seq past its deltas."""
+
+    # -- StateView ------------------------------------------------------------------
+
+    def _staged(self, key: Key) -> Row | None:
+        hit = self.batch.overlay.get(key)
+        if hit is None and self._behind is not None:
+            hit = self._behind.overlay.get(key)
+        return hit
+
+    def _row(self, kind: str, id: str) -> Row | None:
+        staged = self._staged((kind, id))
+        if staged is not None:
+            return staged
+        row = read_row(self._conn, kind, id)
+        self._positions[(kind, id)] = ABSENT if row is None else row.position
+        return row
+
+    def _stored(self, rows: list[Row]) -> list[Row]:
+        for r in rows:
+            self._positions[(r.kind, r.id)] = r.position
+        return rows
+
+    def exists(self, kind: str, id: str) -> bool:
+        # Rows are never deleted, so a row seen once exists for good: every streamed
+        # delta asks about its item, and a hit here saves a query per delta.
+        key = (kind, id)
+        if key in self._known:
+            return True
+        if self._staged(key) is not None:
+            return True
+        row = read_row(self._conn, kind, id)
+        self._positions[key] = ABSENT if row is None else row.position
+        if row is not None:
+            self._remember(key)
+        return row is not None
+
+    def _remember(self, key: Key) -> None:
+        if len(self._known) >= KNOWN_ROWS:
+            self._known.pop(next(iter(self._known)))
+        self._known[key] = None
+
+    def _decoded(self, row: Row) -> Any:
+        """The row's value; a streaming item with its pending text folded in."""
+        if row.kind != "turn_item" or row.status in TERMINAL_ITEM:
+            return row.decode()
+        after = row.updated_seq
+        chunks = (
+            read_chunks(self._conn, row, upto=self._stored_head)
+            if after < self._stored_head
+            else []
+        )
+        for batch in (self._behind, self.batch):
+            if batch is not None:
+                chunks += [c for c in batch.chunks.get(row.id, ()) if c.seq > after]
+        # Folded as a value: the decision wants the item, not its JSON.
+        return fold_item(row.decode(), chunks) if chunks else row.decode()
+
+    def get(self, kind: str, id: str) -> Any | None:
+        row = self._row(kind, id)
+        return None if row is None else self._decoded(row)
+
+    def get_unfolded(self, kind: str, id: str) -> Any | None:
+        row = self._row(kind, id)
+        return None if row is None else row.decode()
+
+    def select(self, kind: str, *, thread_id: str | None = None) -> list[Any]:
+        stored = self._stored(read_rows(self._conn, kind, thread_id))
+        rows = self._merged(kind, thread_id, stored, None)
+        return [self._decoded(r) for r in rows]
+
+    def select_by_status(
+        self, kind: str, statuses: Sequence[str], *, thread_id: str | None = None
+    ) -> list[Any]:
+        stored = self._stored(read_rows_by_status(self._conn, kind, statuses, thread_id))
+        rows = self._merged(kind, thread_id, stored, frozenset(statuses))
+        return [self._decoded(r) for r in rows]
+
+    def _merged(
+        self,
+        kind: str,
+        thread_id: str | None,
+        stored: list[Row],
+        statuses: frozenset[str] | None,
+    ) -> list[Row]:
+        """``stored`` with the staged rows laid over it: a staged row replaces or adds
+        its row, or drops it when it left ``statuses``; order stays (position, id)."""
+        staged = [
+            r
+            for batch in (self._behind, self.batch)
+            if batch is not None
+            for (k, _), r in batch.overlay.items()
+            if k == kind and (thread_id is None or r.thread_id == thread_id)
+        ]
+        if not staged:
+            return stored
+        rows = {r.id: r for r in stored}
+        for r in staged:
+            if statuses is None or r.status in statuses:
+                rows[r.id] = r
+            else:
+                rows.pop(r.id, None)
+        return sorted(rows.values(), key=_order)
+
+
+def _order(row: Row) -> tuple[int, str]:
+    return (row.position, row.id)
