@@ -78,20 +78,39 @@ class IdFactory:
         clock_ms: Callable[[], int] | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
+        self._clock_ms = clock_ms
         # Seeded from the OS once: ids need uniqueness, not secrecy, and a syscall
         # per id showed up in the store's profile.
         self._rng = rng or random.Random(os.urandom(16))
-        self._last = 0
+        #: The last id's value, as its millisecond part, its hex, and its low 64 bits.
+        self._ms = 0
+        self._ms_hex = ""
+        self._low = 0
+        self._heads: dict[Callable[[str], str], str] = {}
 
     def new(self, kind: Callable[[str], IdT]) -> IdT:
-        ms = self._clock_ms()
-        last = self._last
-        # Same millisecond (or the clock stepped back): the counter breaks the tie,
-        # as documented; randomness is drawn once per millisecond.
-        value = last + 1 if ms <= last >> 64 else (ms << 64) | self._rng.getrandbits(64)
-        self._last = value
-        return kind(f"{_prefix(kind)}_{value:028x}")
+        # One per stored event: a third of the store's per-event Python went here
+        # (a 112-bit value through the format-spec machinery, a clock function call).
+        clock = self._clock_ms
+        ms = time.time_ns() // 1_000_000 if clock is None else clock()
+        if ms > self._ms:
+            self._ms = ms
+            self._ms_hex = f"{ms:012x}"
+            self._low = self._rng.getrandbits(64)
+        else:
+            # Same millisecond (or the clock stepped back): the counter breaks the tie,
+            # as documented; randomness is drawn once per millisecond.
+            self._low += 1
+            if self._low >> 64:
+                self._ms += 1
+                self._ms_hex = f"{self._ms:012x}"
+                self._low = 0
+        head = self._heads.get(kind)
+        if head is None:
+            head = self._heads[kind] = f"{_prefix(kind)}_"
+        # The NewType is the identity: skip its call. %-formatting of the low part
+        # costs a third of a format spec's.
+        return "%s%s%016x" % (head, self._ms_hex, self._low)  # type: ignore[return-value]  # noqa: UP031
 
 
 def derived_id(kind: Callable[[str], IdT], *parts: str) -> IdT:

@@ -39,7 +39,7 @@ from t3orch.store.sqlite.rows import (
     read_rows_by_status,
 )
 from t3orch.store.sqlite.schema import APPLICATION_ID, SCHEMA_VERSION, migrate, read_version
-from t3orch.store.sqlite.staging import DecideView, PreparedBatch
+from t3orch.store.sqlite.staging import DecideView, PreparedBatch, RowCache
 
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
 
@@ -118,6 +118,7 @@ class SQLiteStore:
         #: Row keys known to exist; see ``DecideView.exists``. A batch that fails to
         #: commit may have made keys known, so it clears them (forget_prepared).
         self._known: dict[tuple[str, str], None] = {}
+        self._cache = RowCache()
         self._next_sequence = self._head() + 1
 
     # -- opening ---------------------------------------------------------------
@@ -235,6 +236,7 @@ class SQLiteStore:
             self._decide_conn,
             iso(self._clock()),
             self._known,
+            self._cache,
             next_sequence=head,
             stored_head=stored,
             behind=behind,
@@ -280,6 +282,7 @@ class SQLiteStore:
         except BaseException as exc:
             self._rollback(exc)
         self._next_sequence = batch.next_sequence
+        self._cache.committed(batch.overlay)
         return batch.outcomes
 
     def _rollback(self, exc: BaseException) -> NoReturn:

@@ -39,6 +39,41 @@ Key = tuple[str, str]
 ABSENT = -1
 
 
+class RowCache:
+    """Rows as this store last committed them, newest kept (by total body size).
+
+    The store's writer is the only writer of rows, so a row it committed stays
+    what SQLite holds until it writes the row again: deciding reads it from here.
+    Reading back through the deciding connection costs more than it seems, as that
+    connection's page cache is dropped each time the writing connection commits.
+    The writer adds a batch once committed (on its thread, while the next batch
+    is decided on another: single dict operations, atomic under the GIL).
+    """
+
+    def __init__(self, max_bytes: int = 8 << 20) -> None:
+        self._rows: dict[Key, Row] = {}
+        self._bytes = 0
+        self._max_bytes = max_bytes
+
+    def get(self, key: Key) -> Row | None:
+        return self._rows.get(key)
+
+    def committed(self, overlay: dict[Key, Row]) -> None:
+        rows = self._rows
+        for key, row in overlay.items():
+            old = rows.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old.body)
+            rows[key] = row
+            self._bytes += len(row.body)
+        while self._bytes > self._max_bytes and rows:
+            self._bytes -= len(rows.pop(next(iter(rows))).body)
+
+    def clear(self) -> None:
+        self._rows.clear()
+        self._bytes = 0
+
+
 class PreparedBatch:
     """A decided batch: its outcomes and every write it needs, in the order made."""
 
@@ -84,6 +119,7 @@ class DecideView:
         conn: sqlite3.Connection,
         now: str,
         known: dict[Key, None],
+        cache: RowCache,
         *,
         next_sequence: int,
         stored_head: int,
@@ -92,6 +128,7 @@ class DecideView:
         self._conn = conn
         self._now = now
         self._known = known
+        self._cache = cache
         #: The log in SQLite is read up to here; later text is in the overlays.
         self._stored_head = stored_head
         self._behind = behind
@@ -100,9 +137,8 @@ class DecideView:
         #: Where the current submission's events start, and its first sequence.
         self._mark = 0
         self._first_sequence = next_sequence
-        #: The current submission's rows and streamed text, in order.
+        #: The current submission's rows, in order.
         self._rows: list[Row] = []
-        self._chunks: list[Chunk] = []
         #: Positions of stored rows read while deciding (ABSENT: read, not there): a
         #: staged row keeps its first, and most staged rows were read just before.
         self._positions: dict[Key, int] = {}
@@ -121,9 +157,6 @@ class DecideView:
         for r in self._rows:
             self._stage(r)
         self._rows.clear()
-        for c in self._chunks:
-            batch.chunks.setdefault(c.item_id, []).append(c)
-        self._chunks.clear()
         if receipt is not None:
             batch.receipts[receipt.command_id] = receipt
         if self.next_sequence > self._first_sequence:
@@ -134,15 +167,18 @@ class DecideView:
         """The submission was rejected: drop what it staged, reuse its sequences."""
         del self.batch.events[self._mark :]
         self._rows.clear()
-        self._chunks.clear()
-        self.next_sequence = self._first_sequence
+        first = self._first_sequence
+        for chunks in self.batch.chunks.values():
+            while chunks and chunks[-1].seq >= first:
+                chunks.pop()
+        self.next_sequence = first
 
     def _stage(self, r: Row) -> None:
         key = (r.kind, r.id)
         # ``r.position`` is the writing event's sequence. A row keeps its first
         # position (the upsert leaves a stored one alone, and the overlay must order
         # reads as SQLite will); every write records the sequence as updated_seq.
-        seen = self._staged(key)
+        seen = self._staged(key) or self._cache.get(key)
         if seen is not None:
             position = seen.position
         else:
@@ -179,8 +215,14 @@ class DecideView:
 
     def append_chunk(self, chunk: Chunk) -> None:
         # Nothing to write: the delta event is in the log, after the item's
-        # updated_seq. Kept in memory for reads until it is committed.
-        self._chunks.append(chunk)
+        # updated_seq. Kept in memory for reads until it is committed. The
+        # submission's own decide is over by now (events are appended after it), so
+        # this is visible to later submissions only; ``forget`` takes it back.
+        chunks = self.batch.chunks.get(chunk.item_id)
+        if chunks is None:
+            self.batch.chunks[chunk.item_id] = [chunk]
+        else:
+            chunks.append(chunk)
 
     def drop_chunks(self, item_id: str) -> None:
         """Nothing to write: the item's upsert moves its updated_seq past its deltas."""
@@ -194,7 +236,8 @@ class DecideView:
         return hit
 
     def _row(self, kind: str, id: str) -> Row | None:
-        staged = self._staged((kind, id))
+        key = (kind, id)
+        staged = self._staged(key) or self._cache.get(key)
         if staged is not None:
             return staged
         row = read_row(self._conn, kind, id)
@@ -212,7 +255,7 @@ class DecideView:
         key = (kind, id)
         if key in self._known:
             return True
-        if self._staged(key) is not None:
+        if self._staged(key) is not None or self._cache.get(key) is not None:
             return True
         row = read_row(self._conn, kind, id)
         self._positions[key] = ABSENT if row is None else row.position
