@@ -32,12 +32,12 @@ provider records the CLOCK_MONOTONIC time at which the adapter *read* each frame
 (above); a coalesced ``turn_item.delta`` names every delta in it.
 Both processes use ``time.monotonic`` (one clock for the machine). The daemon also
 records (in-process wrappers; no t3orch code changed) when each coalesced delta left
-the coalescer (``ingest_queued``), each ``commit_batch``, each publish, each frame
-sent on each connection, and each cyclic GC pass; those give the breakdown. A frame
-goes out either by a direct write on the publishing task (``write_now``: "send done"
-is when ``writev`` returned) or through a write loop ("send done" is when it resumes
-after ``send_all``, which can be after the subscriber already read the bytes: trio
-reschedules it behind other tasks).
+the coalescer (``ingest_queued``), each batch from its deciding to its commit, each
+publish, each frame sent on each connection, and each cyclic GC pass; those give the
+breakdown. A frame goes out either by a direct write on the publishing task
+(``write_now``: "send done" is when ``writev`` returned) or through a write loop ("send
+done" is when it resumes after ``send_all``, which can be after the subscriber already
+read the bytes: trio reschedules it behind other tasks).
 ``--steps`` also times the daemon's trio task steps and loop ticks.
 
 Latencies printed (p50/p99/max over every subscriber × event):
@@ -149,7 +149,7 @@ class Records:
     flush: dict[int, float] = attrs.field(factory=dict)
     #: ``started:<ref>`` / ``completed:<ref>`` → when the pump queued it for ingest.
     item_queued: dict[str, float] = attrs.field(factory=dict)
-    #: Per commit: (start, end, submissions) of ``commit_batch`` (writer thread).
+    #: Per commit: (start, end, submissions) of a batch, from its deciding to its COMMIT.
     #: ... and the writer thread's CPU time in it: wall minus CPU is waiting (disk, GIL).
     #: ... and how long its COMMIT statement took.
     commits: list[tuple[float, float, int, float, float]] = attrs.field(factory=list)
@@ -621,7 +621,9 @@ def _instrument(rec: Records, args: argparse.Namespace) -> None:
 
     CoreService.ingest_queued = timed_ingest  # type: ignore[method-assign]
 
-    commit_batch = SQLiteStore.commit_batch
+    prepare_batch = SQLiteStore.prepare_batch
+    write_batch = SQLiteStore.write_batch
+    commit_written = SQLiteStore.commit_written
     connect = SQLiteStore._connect
     commit_stmt = [0.0]
 
@@ -636,7 +638,7 @@ def _instrument(rec: Records, args: argparse.Namespace) -> None:
 
             def trace(statement: str) -> None:
                 # When the COMMIT statement starts: its fsync (and any WAL checkpoint
-                # it triggers) is the rest of commit_batch.
+                # it triggers) is the rest of the commit.
                 if statement == "COMMIT":
                     commit_stmt[0] = time.monotonic()
 
@@ -645,18 +647,38 @@ def _instrument(rec: Records, args: argparse.Namespace) -> None:
 
     SQLiteStore._connect = traced_connect  # type: ignore[method-assign]
 
-    def timed_commit(self: Any, submissions: Sequence[Any]) -> Any:
+    # A batch is decided (prepare_batch, maybe while the batch ahead commits), then
+    # written and committed: its commit spans from its deciding to its COMMIT's end,
+    # its CPU is the three steps' (each on the thread that ran it).
+    deciding: dict[int, list[Any]] = {}
+
+    def timed_prepare(self: Any, submissions: Sequence[Any], behind: Any = None) -> Any:
         start = time.monotonic()
         cpu = time.thread_time()
+        batch = prepare_batch(self, submissions, behind)
+        deciding[id(batch)] = [start, time.thread_time() - cpu, len(submissions)]
+        return batch
+
+    def timed_write(self: Any, batch: Any) -> None:
+        cpu = time.thread_time()
         try:
-            return commit_batch(self, submissions)
+            write_batch(self, batch)
+        finally:
+            deciding[id(batch)][1] += time.thread_time() - cpu
+
+    def timed_commit(self: Any, batch: Any) -> Any:
+        cpu = time.thread_time()
+        try:
+            return commit_written(self, batch)
         finally:
             end = time.monotonic()
-            rec.commits.append(
-                (start, end, len(submissions), time.thread_time() - cpu, end - commit_stmt[0])
-            )
+            start, spent, n = deciding.pop(id(batch))
+            spent += time.thread_time() - cpu
+            rec.commits.append((start, end, n, spent, end - commit_stmt[0]))
 
-    SQLiteStore.commit_batch = timed_commit  # type: ignore[method-assign]
+    SQLiteStore.prepare_batch = timed_prepare  # type: ignore[method-assign]
+    SQLiteStore.write_batch = timed_write  # type: ignore[method-assign]
+    SQLiteStore.commit_written = timed_commit  # type: ignore[method-assign]
 
     publish = Broadcast.publish
 
@@ -1360,7 +1382,7 @@ def analyse(
         f"{fig['reader_behind_schedule']['p99_ms']:.2f} ms, max "
         f"{fig['reader_behind_schedule']['max_ms']:.2f} ms",
         f"store: {len(all_seqs):,} events for the thread, {len(rec['commits']):,} commits "
-        f"(commit_batch p50 {fig['commit_ms']['p50_ms']:.2f} ms, "
+        f"(batch decide -> commit p50 {fig['commit_ms']['p50_ms']:.2f} ms, "
         f"p99 {fig['commit_ms']['p99_ms']:.2f} ms; the writer thread's CPU in it p50 "
         f"{fig['commit_cpu_ms']['p50_ms']:.2f} ms, p99 {fig['commit_cpu_ms']['p99_ms']:.2f} ms; "
         + (
@@ -1413,7 +1435,7 @@ def analyse(
         row("item: frame read -> pump queued it", be["item_frame_read_to_queued"]),
         row("item: queued -> commit published", be["item_queued_to_publish"]),
         row("  of which queued -> its commit starts", be["item_queued_to_commit_start"]),
-        row("  of which its commit_batch", be["item_commit"]),
+        row("  of which its decide -> commit", be["item_commit"]),
         row("  of which commit end -> published", be["item_commit_end_to_publish"]),
         row("window: first frame read -> flush", be["coalescing_window_first_read_to_flush"]),
         row("flush -> commit published", be["flush_to_publish"]),

@@ -176,7 +176,12 @@ class EventWriter:
                     batch = await self._take()
                     if not batch:
                         return
-                    ahead = await self._decide(batch, None)
+                    if self.store.pipelined and self._receive.statistics().current_buffer_used:
+                        # A backlog: decide now, commit while deciding what follows.
+                        ahead = await self._decide(batch, None)
+                    else:
+                        # Nothing behind it: one trip to the thread is the least latency.
+                        await self._commit_at_once(batch)
                     continue
                 ahead = await self._write(ahead)
         finally:
@@ -218,6 +223,18 @@ class EventWriter:
                 break
         self._in_hand.extend(batch)
         return batch
+
+    async def _commit_at_once(self, batch: list[_Pending]) -> None:
+        try:
+            # Shielded: see _write.
+            with trio.CancelScope(shield=True):
+                outcomes = await trio.to_thread.run_sync(
+                    self.store.commit_batch, [p.submission for p in batch], limiter=self._limiter
+                )
+        except StoreError as exc:
+            self._fail(batch, exc)
+            return
+        self._committed(batch, outcomes)
 
     async def _decide(self, batch: list[_Pending], behind: PreparedBatch | None) -> _Decided | None:
         try:

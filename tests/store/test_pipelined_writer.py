@@ -22,7 +22,7 @@ from t3orch.store.interface import Decision, Outcome, StateView, Submission
 from t3orch.store.sqlite.backend import SQLiteStore
 from t3orch.store.sqlite.staging import PreparedBatch
 from t3orch.store.writer import EventWriter
-from tests.store.contract import ITEM, put_item, stream
+from tests.store.contract import ITEM, diag, put_item, stream
 
 _WAIT_S = 10
 
@@ -78,7 +78,8 @@ async def _behind_a_gated_batch(
     decided while A waits to commit; then A commits (or fails) and B follows."""
     store = GatedStore(tmp_path / "e.db")
     store.fail_commit = fail_commit
-    writer = EventWriter(store)
+    # Batches of two: the third submission is a backlog, which the writer pipelines.
+    writer = EventWriter(store, max_batch=2)
     results: list[Outcome | BaseException] = []
     try:
         with trio.fail_after(_WAIT_S * 3):
@@ -101,12 +102,13 @@ async def _drive(
         await nursery.start(writer.run)
         a1 = await writer.enqueue(put_item("hel").decide)
         a2 = await writer.enqueue(stream("lo").decide)
+        x = await writer.enqueue(diag(1).decide)
         await trio.to_thread.run_sync(store.writing.wait, _WAIT_S)
         b = await writer.enqueue(_note)
         store.may_write.set()
         assert await trio.to_thread.run_sync(store.decided_behind.wait, _WAIT_S)
         store.may_commit.set()
-        for ticket in (a1, a2, b):
+        for ticket in (a1, a2, x, b):
             await outcome_of(ticket)
         writer.close()
 
@@ -114,18 +116,18 @@ async def _drive(
 async def test_a_batch_decided_behind_an_uncommitted_one_sees_its_rows_and_text(
     tmp_path: Path,
 ) -> None:
-    store, (a1, a2, b) = await _behind_a_gated_batch(tmp_path, fail_commit=False)
+    store, (a1, a2, x, b) = await _behind_a_gated_batch(tmp_path, fail_commit=False)
     assert store.prepared_on_top == [False, True]
     assert isinstance(b, Outcome)
     assert b.result == {"get": "hello", "select": ["hello"], "running": ["hello"]}
-    assert isinstance(a1, Outcome) and isinstance(a2, Outcome)
-    assert [e.sequence for o in (a1, a2, b) for e in o.events] == [1, 2, 3]
+    assert isinstance(a1, Outcome) and isinstance(a2, Outcome) and isinstance(x, Outcome)
+    assert [e.sequence for o in (a1, a2, x, b) for e in o.events] == [1, 2, 3, 4]
     reopened = SQLiteStore(tmp_path / "e.db")
     try:
         rebuilt, _, gaps = rebuild(reopened.iter_events())
         assert not gaps
         assert compare(reopened.all_rows(), rebuilt) == []
-        assert reopened.projection_sequence() == 3
+        assert reopened.projection_sequence() == 4
     finally:
         reopened.close()
 
@@ -133,18 +135,19 @@ async def test_a_batch_decided_behind_an_uncommitted_one_sees_its_rows_and_text(
 async def test_a_batch_decided_behind_one_that_failed_to_commit_is_decided_again(
     tmp_path: Path,
 ) -> None:
-    store, (a1, a2, b) = await _behind_a_gated_batch(tmp_path, fail_commit=True)
+    store, (a1, a2, x, b) = await _behind_a_gated_batch(tmp_path, fail_commit=True)
     assert isinstance(a1, StoreFull) and isinstance(a2, StoreFull)
     assert "full" in str(a1)
     # Decided on top of A, thrown away with it, then decided again on its own.
     assert store.prepared_on_top == [False, True, False]
     assert isinstance(b, Outcome)
     assert b.result == {"get": None, "select": [], "running": []}
-    # A's sequences were never committed: B's event takes the first one.
-    assert [e.sequence for e in b.events] == [1]
+    # A's sequences were never committed: the batch behind it takes them.
+    assert isinstance(x, Outcome)
+    assert [e.sequence for o in (x, b) for e in o.events] == [1, 2]
     reopened = SQLiteStore(tmp_path / "e.db")
     try:
-        assert [e.sequence for e in reopened.iter_events()] == [1]
+        assert [e.sequence for e in reopened.iter_events()] == [1, 2]
         assert reopened.all_rows() == []
     finally:
         reopened.close()
