@@ -125,6 +125,13 @@ _delta = msgspec.json.Decoder(
     AgentMessageDelta | CommandOutputDelta | ReasoningTextDelta | PlanDelta
 )
 
+#: The classes of the fast-path deltas, for a ``type(frame) in DELTA_TYPES`` test:
+#: ``isinstance`` against a msgspec Struct class goes through its metaclass's
+#: ``__instancecheck__``, about three times the cost of this lookup per frame.
+DELTA_TYPES: frozenset[type[Delta]] = frozenset(
+    (AgentMessageDelta, CommandOutputDelta, ReasoningTextDelta, PlanDelta)
+)
+
 
 def decode_frame(line: bytes | OversizedLine) -> Frame:
     """Classify one stdout line; never raises."""
