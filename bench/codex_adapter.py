@@ -59,7 +59,14 @@ sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != _HERE]
 
 import supervisor.session as session_mod  # noqa: E402
 from adapters.codex.adapter import CodexAdapter  # noqa: E402
-from adapters.codex.frames import DELTA_TYPES, Delta, Notification, decode_frames  # noqa: E402
+from adapters.codex.frames import (  # noqa: E402
+    DELTA_TYPES,
+    Delta,
+    ItemCompletedFrame,
+    ItemStartedFrame,
+    Notification,
+    decode_frames,
+)
 from adapters.codex.mapper import CodexMapper  # noqa: E402
 from adapters.diagnostics import RotatingRawLog  # noqa: E402
 from adapters.event_queue import EventQueue  # noqa: E402
@@ -772,6 +779,10 @@ def _route(
                 add(mapper.delta(params.item_id, params.delta, raw_id))
             elif type(frame) is Notification:
                 out += mapper.notification(frame.method, frame.params, raw_id)
+            elif type(frame) is ItemStartedFrame:
+                out += mapper.item_started(frame.params, raw_id)
+            elif type(frame) is ItemCompletedFrame:
+                out += mapper.item_completed(frame.params, raw_id)
         deliver(out)
         after_read()
 

@@ -20,6 +20,8 @@ from adapters.codex.frames import (
     DELTA_TYPES,
     Delta,
     Frame,
+    ItemCompletedFrame,
+    ItemStartedFrame,
     Malformed,
     Notification,
     Response,
@@ -291,6 +293,10 @@ class CodexRuntime:
                     add(delta(params.item_id, params.delta, raw_id))
                 elif type(frame) is Notification:
                     events += mapper.notification(frame.method, frame.params, raw_id)
+                elif type(frame) is ItemStartedFrame:
+                    events += mapper.item_started(frame.params, raw_id)
+                elif type(frame) is ItemCompletedFrame:
+                    events += mapper.item_completed(frame.params, raw_id)
                 elif type(frame) is Response:
                     self._on_response(frame, raw_id, events)
                 elif type(frame) is ServerRequest:
