@@ -286,7 +286,11 @@ class CodexRuntime:
         add = events.append
         try:
             for line, frame in zip(lines, frames, strict=True):
-                raw_id = record("incoming", line if type(line) is bytes else line.head)  # type: ignore[union-attr]
+                if type(line) is bytes:
+                    raw_id = record("incoming", line)
+                else:
+                    assert isinstance(line, OversizedLine)
+                    raw_id = record("incoming", line.head)
                 if type(frame) in DELTA_TYPES:
                     hot: Delta = frame  # type: ignore[assignment]  # narrowed by the test above
                     params = hot.params
