@@ -13,7 +13,8 @@ everything queued in one call. What a channel gave is kept:
   whole, and tasks that must not wait, such as a request's answer, can push
   theirs); they return True once ``high_water`` events wait, and the producer
   then awaits :meth:`room` before reading more. Memory stays below the bound
-  plus one frame's events.
+  plus what the producer queues between two checks: one frame's events for
+  Claude's reader, one pipe read's (at most 64 KiB of lines) for Codex's.
 * **Close.** After :meth:`close` (the consumer is gone, or the session is being
   torn down) events are dropped with a debug log, as a closed channel's were:
   the raw frame log still has their frames. The consumer still takes what was

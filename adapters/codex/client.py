@@ -2,13 +2,16 @@
 
 Outgoing requests are built by jsonrpcclient (Codex tolerates its ``"jsonrpc"``
 field) with our own id counter; replies are parsed back through it into
-``Ok``/``Error``. Incoming lines are decoded by :func:`decode_frames` and handed,
-in stdout order, to one ``on_frame`` callback. A response is dispatched to that
-callback *before* its waiter wakes, so events implied by a reply (the thread
-ref of ``thread/start``) keep their place among the notifications around it.
+``Ok``/``Error``. Incoming lines are decoded by :func:`decode_frames` a read at a
+time and handed, in stdout order, to one ``on_read`` callback, which records
+them as raw frames and translates them (the runtime). For a response it takes
+the call it answers (:meth:`CodexClient.answered`) and settles it
+(:meth:`CodexClient.settle`) once the events the reply implies (the thread ref
+of ``thread/start``) are queued, so they keep their place among the
+notifications around it: the waiter runs only when the reader yields.
 
-Raw frames of both directions go to the :class:`RawFrameSink`; the raw event id
-it assigns travels with the frame to the callback.
+Outgoing raw frames go to the :class:`RawFrameSink` here; incoming ones in the
+callback, whose raw event id travels with the frame's events.
 """
 
 from __future__ import annotations
@@ -41,11 +44,10 @@ class Call:
     error: ProviderProtocolError | ProviderGone | None = None
 
 
-#: ``on_frame(frame, raw_event_id, call)``: ``call`` is the request a Response answers.
-#: It returns ``None`` when it has handled the frame without waiting (the usual
-#: case, and the only one for a delta), else an awaitable that finishes the job:
-#: a coroutine per frame would cost more than decoding the frame.
-FrameCallback = Callable[[Frame, str, Call | None], Awaitable[None] | None]
+#: ``on_read(lines, frames)``: one read of stdout, its lines and their frames in order.
+#: One coroutine per read, not per frame: a call per frame would cost more than
+#: decoding the frame (see :meth:`CodexRuntime._on_read`).
+ReadCallback = Callable[[list[bytes | OversizedLine], list[Frame]], Awaitable[None]]
 
 
 class CodexClient:
@@ -53,13 +55,13 @@ class CodexClient:
         self,
         process: ProviderProcess,
         raw: RawFrameSink,
-        on_frame: FrameCallback,
+        on_read: ReadCallback,
         *,
         request_timeout_s: float = 30.0,
     ) -> None:
         self._process = process
         self._raw = raw
-        self._on_frame = on_frame
+        self._on_read = on_read
         self._timeout = request_timeout_s
         self._ids = itertools.count(1)
         self._pending: dict[int, Call] = {}
@@ -77,19 +79,10 @@ class CodexClient:
         receive_lines = (
             process.receive_lines if isinstance(process, LineBatches) else self._receive_one
         )
-        record = self._raw.record
-        on_frame = self._on_frame
+        on_read = self._on_read
         try:
             while lines := await receive_lines():
-                for line, frame in zip(lines, decode_frames(lines), strict=True):
-                    if isinstance(line, OversizedLine):
-                        raw_id = record("incoming", line.head)
-                    else:
-                        raw_id = record("incoming", line)
-                    if isinstance(frame, Response):
-                        await self._dispatch_response(frame, raw_id)
-                    elif (unfinished := on_frame(frame, raw_id, None)) is not None:
-                        await unfinished
+                await on_read(lines, decode_frames(lines))
         finally:
             self._fail_pending("the codex process closed its stdout")
 
@@ -97,15 +90,12 @@ class CodexClient:
         line = await self._process.receive_line()
         return [] if line is None else [line]
 
-    async def _dispatch_response(self, frame: Response, raw_id: str) -> None:
-        call = self._pending.pop(frame.id, None) if isinstance(frame.id, int) else None
-        unfinished = self._on_frame(frame, raw_id, call)
-        if unfinished is not None:
-            await unfinished
-        if call is not None:
-            self._settle(call, frame)
+    def answered(self, frame: Response) -> Call | None:
+        """The pending request ``frame`` answers (no longer pending), if any."""
+        return self._pending.pop(frame.id, None) if isinstance(frame.id, int) else None
 
-    def _settle(self, call: Call, frame: Response) -> None:
+    def settle(self, call: Call, frame: Response) -> None:
+        """Hand ``frame`` to the waiter of ``call``; it runs once the reader yields."""
         body: dict[str, Any] = {"id": call.id}
         if frame.error is not None:
             body["error"] = {
@@ -173,4 +163,4 @@ class CodexClient:
         return await self.send({"id": request_id, "error": {"code": code, "message": message}})
 
 
-__all__ = ["Call", "CodexClient", "FrameCallback", "Malformed"]
+__all__ = ["Call", "CodexClient", "Malformed", "ReadCallback"]

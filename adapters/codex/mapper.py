@@ -483,7 +483,10 @@ class CodexMapper:
         return self._children.get(thread) if thread is not None else None
 
     def _on_item_started(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
-        body = _dict(decode_params(params))
+        return self.item_started(_dict(decode_params(params)), raw_id)
+
+    def item_started(self, body: dict[str, Any], raw_id: str | None) -> list[ProviderEvent]:
+        """``item/started`` with its params decoded (the frame decoder's one-pass path)."""
         item = _dict(body.get("item"))
         ref = str(item.get("id", ""))
         content = item_content(item)
@@ -503,7 +506,10 @@ class CodexMapper:
         ]
 
     def _on_item_completed(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:
-        body = _dict(decode_params(params))
+        return self.item_completed(_dict(decode_params(params)), raw_id)
+
+    def item_completed(self, body: dict[str, Any], raw_id: str | None) -> list[ProviderEvent]:
+        """``item/completed`` with its params decoded (the frame decoder's one-pass path)."""
         item = _dict(body.get("item"))
         ref = str(item.get("id", ""))
         content = item_content(item)

@@ -2,28 +2,38 @@
 
 It hosts one *current* native thread (started, resumed or forked into); turns
 run on it. Inbound frames are translated by :class:`CodexMapper` inside the
-reader task and their events queued at once, so canonical events leave in
-exactly the order the frames came.
+reader task, a read of stdout at a time, and their events queued before the
+reader next yields, so canonical events leave in exactly the order the frames
+came and reach a waiting consumer without waiting for later frames.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable
 from typing import Any
 
 import attrs
 import trio
 
-from adapters.codex.client import Call, CodexClient
-from adapters.codex.frames import Delta, Frame, Malformed, Notification, Response, ServerRequest
+from adapters.codex.client import CodexClient
+from adapters.codex.frames import (
+    DELTA_TYPES,
+    Delta,
+    Frame,
+    ItemCompletedFrame,
+    ItemStartedFrame,
+    Malformed,
+    Notification,
+    Response,
+    ServerRequest,
+)
 from adapters.codex.frames import decode_params as _decode
 from adapters.codex.mapper import CODEX_CAPABILITIES, CodexMapper, resume_failure_reason
 from adapters.codex.server_requests import ATTESTATION, AnswerRefused, answer_result
 from adapters.errors import AdapterError, ProviderProtocolError, ResumeError, StaleRequest
 from adapters.event_queue import EventQueue
 from adapters.protocol import RawFrameSink, RequestAnswer, ResumeRefs, RuntimeConfig
-from adapters.transport import DEFAULT_MAX_LINE_BYTES, ExitStatus, ProviderProcess
+from adapters.transport import DEFAULT_MAX_LINE_BYTES, ExitStatus, OversizedLine, ProviderProcess
 from t3orch.domain.provider import ProviderCapabilities
 from t3orch.provider_events import ProviderEvent, RuntimeExited
 
@@ -67,11 +77,12 @@ class CodexRuntime:
         self._events = events
         self._put = events.put
         self._put_all = events.put_all
+        self._record = raw.record
         self._options = options or CodexOptions()
         self.mapper = CodexMapper(model=config.model)
         self._delta = self.mapper.delta
         self.client = CodexClient(
-            process, raw, self._on_frame, request_timeout_s=config.request_timeout_s
+            process, raw, self._on_read, request_timeout_s=config.request_timeout_s
         )
         self._thread: str | None = None
         self._turn: str | None = None
@@ -258,40 +269,68 @@ class CodexRuntime:
         self.exited.set()
         await trio.lowlevel.checkpoint()
 
-    def _on_frame(self, frame: Frame, raw_id: str, call: Call | None) -> Awaitable[None] | None:
-        """Translate one frame and queue its events; see :data:`FrameCallback`."""
-        if isinstance(frame, Delta):
-            params = frame.params
-            # No checkpoint per event: it would cost more than the delta itself. Only
-            # a full queue needs an await, which is what applies backpressure.
-            if self._put(self._delta(params.item_id, params.delta, raw_id)):
-                return self._events.room()
-            return None
-        if isinstance(frame, Notification):
-            events = self.mapper.notification(frame.method, frame.params, raw_id)
-        elif isinstance(frame, ServerRequest):
-            events = self.mapper.server_request(frame.id, frame.method, frame.params, raw_id)
-            if frame.method == ATTESTATION:
-                return self._refuse_attestation(frame.id, events)
-        elif isinstance(frame, Response):
-            if call is None:
-                events = self.mapper.unexpected_response(frame.id, raw_id)
-            else:
-                result = _decode(frame.result) if frame.result is not None else None
-                events = self.mapper.response(call.method, call.params, result, frame.error, raw_id)
-        else:
-            assert isinstance(frame, Malformed)
-            events = self.mapper.bad_line(
-                frame.code, frame.reason, frame.head, frame.length, raw_id
-            )
-        if self._put_all(events):
-            return self._events.room()
-        return None
+    async def _on_read(self, lines: list[bytes | OversizedLine], frames: list[Frame]) -> None:
+        """Record, translate and queue one read's frames, in order.
 
-    async def _refuse_attestation(self, request_id: int | str, events: list[ProviderEvent]) -> None:
-        await self.client.reply_error(request_id, METHOD_NOT_FOUND, "attestation unsupported")
-        if self._put_all(events):
+        No await per frame: a frame's events are appended to a local list and the
+        whole read's go to the queue at once, before the reader yields (the
+        consumer, woken by the first of them, runs only then anyway). The awaits
+        left are the answer to an attestation request (the events before it are
+        queued first, as the diagnostic after it) and, once per read, room in a
+        full queue: a slow consumer stops the reader within one read of the bound.
+        """
+        record = self._record
+        delta = self._delta
+        mapper = self.mapper
+        events: list[ProviderEvent] = []
+        add = events.append
+        try:
+            for line, frame in zip(lines, frames, strict=True):
+                if type(line) is bytes:
+                    raw_id = record("incoming", line)
+                else:
+                    assert isinstance(line, OversizedLine)
+                    raw_id = record("incoming", line.head)
+                if type(frame) in DELTA_TYPES:
+                    hot: Delta = frame  # type: ignore[assignment]  # narrowed by the test above
+                    params = hot.params
+                    add(delta(params.item_id, params.delta, raw_id))
+                elif type(frame) is Notification:
+                    events += mapper.notification(frame.method, frame.params, raw_id)
+                elif type(frame) is ItemStartedFrame:
+                    events += mapper.item_started(frame.params, raw_id)
+                elif type(frame) is ItemCompletedFrame:
+                    events += mapper.item_completed(frame.params, raw_id)
+                elif type(frame) is Response:
+                    self._on_response(frame, raw_id, events)
+                elif type(frame) is ServerRequest:
+                    opened = mapper.server_request(frame.id, frame.method, frame.params, raw_id)
+                    if frame.method == ATTESTATION:
+                        self._put_all(events)
+                        events.clear()
+                        await self.client.reply_error(
+                            frame.id, METHOD_NOT_FOUND, "attestation unsupported"
+                        )
+                    events += opened
+                else:
+                    assert isinstance(frame, Malformed)
+                    events += mapper.bad_line(
+                        frame.code, frame.reason, frame.head, frame.length, raw_id
+                    )
+        finally:
+            full = self._put_all(events)
+        if full:
             await self._events.room()
+
+    def _on_response(self, frame: Response, raw_id: str, events: list[ProviderEvent]) -> None:
+        call = self.client.answered(frame)
+        if call is None:
+            events += self.mapper.unexpected_response(frame.id, raw_id)
+            return
+        result = _decode(frame.result) if frame.result is not None else None
+        events += self.mapper.response(call.method, call.params, result, frame.error, raw_id)
+        # Its waiter runs once the reader yields: after these events are queued.
+        self.client.settle(call, frame)
 
     def _require_thread(self, method: str) -> str:
         if self._thread is None:

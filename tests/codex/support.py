@@ -7,7 +7,7 @@ import math
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import trio
@@ -15,7 +15,7 @@ import trio
 from adapters.codex.adapter import CodexAdapter
 from adapters.codex.runtime import CodexRuntime
 from adapters.event_queue import EventQueue
-from adapters.protocol import NullRawSink, RuntimeConfig
+from adapters.protocol import NullRawSink, RawFrameSink, RuntimeConfig
 from adapters.transport import ExitStatus, LaunchSpec, OversizedLine
 from tests.adapters.support import QueuedEvents
 
@@ -96,6 +96,32 @@ class ScriptedProcess:
         await trio.lowlevel.checkpoint()
 
 
+class BatchedProcess(ScriptedProcess):
+    """A ScriptedProcess read a pipe read at a time: everything emitted so far at once."""
+
+    async def receive_lines(self) -> list[bytes | OversizedLine]:
+        first = await self.receive_line()
+        if first is None:
+            return []
+        lines = [first]
+        while True:
+            try:
+                lines.append(self._out_recv.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return lines
+
+
+@attrs.define
+class RecordingSink:
+    """A RawFrameSink keeping what it was given, in order: ``(direction, line)``."""
+
+    records: list[tuple[str, bytes]] = attrs.field(factory=list)
+
+    def record(self, direction: Literal["incoming", "outgoing"], line: bytes) -> str:
+        self.records.append((direction, line))
+        return f"raw_{len(self.records)}"
+
+
 @attrs.define
 class ScriptedLauncher:
     process: ScriptedProcess = attrs.field(factory=ScriptedProcess)
@@ -140,14 +166,18 @@ INIT_RESULT = {
 
 @asynccontextmanager
 async def scripted_runtime(
-    *, queue: EventQueue | None = None, **config_overrides: Any
+    *,
+    queue: EventQueue | None = None,
+    process: ScriptedProcess | None = None,
+    raw: RawFrameSink | None = None,
+    **config_overrides: Any,
 ) -> AsyncIterator[tuple[CodexRuntime, ScriptedProcess, Events]]:
-    """A CodexRuntime over a ScriptedProcess, past initialize/initialized."""
-    launcher = ScriptedLauncher()
+    """A CodexRuntime over a ScriptedProcess (``process``), past initialize/initialized."""
+    launcher = ScriptedLauncher(process or ScriptedProcess())
     launcher.process.auto_initialize = True
     events = Events(queue)
     async with CodexAdapter().open_runtime(
-        config(**config_overrides), launcher, events.queue, NullRawSink()
+        config(**config_overrides), launcher, events.queue, raw or NullRawSink()
     ) as runtime:
         assert isinstance(runtime, CodexRuntime)
         yield runtime, launcher.process, events

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import msgspec
+import pytest
 
 from adapters.codex.frames import (
     Delta,
+    ItemFrame,
     Malformed,
     Notification,
     Response,
@@ -113,6 +115,23 @@ def test_hot_deltas_take_the_one_pass_path() -> None:
 def test_unusual_deltas_fall_back_to_the_general_path() -> None:
     spaced = b'{"method": "item/agentMessage/delta", "params": {"itemId": "m", "delta": "hi"}}'
     wrong = b'{"method":"item/agentMessage/delta","params":{"itemId":"m","delta":5}}'
-    other = b'{"method":"item/started","params":{"item":{}}}'
-    for line in (spaced, wrong, other):
+    other = b'{"method":"item/updated","params":{"item":{}}}'
+    not_an_object = b'{"method":"item/started","params":[1]}'
+    for line in (spaced, wrong, other, not_an_object):
         assert isinstance(decode_frame(line), Notification), line
+
+
+@pytest.mark.parametrize("method", ["item/started", "item/completed"])
+def test_item_frames_are_decoded_in_one_pass(method: str) -> None:
+    line = (
+        b'{"method":"' + method.encode() + b'","params":{"threadId":"t","turnId":"u",'
+        b'"item":{"type":"agentMessage","id":"m","text":"a\\nb"}},"emittedAtMs":1}'
+    )
+    frame = decode_frame(line)
+    assert isinstance(frame, ItemFrame)
+    assert frame.method == method
+    assert frame.params == {
+        "threadId": "t",
+        "turnId": "u",
+        "item": {"type": "agentMessage", "id": "m", "text": "a\nb"},
+    }

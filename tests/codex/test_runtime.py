@@ -24,7 +24,14 @@ from t3orch.provider_events import (
     TurnCompleted,
 )
 
-from .support import ScriptedProcess, config, scripted_runtime, start_thread
+from .support import (
+    BatchedProcess,
+    RecordingSink,
+    ScriptedProcess,
+    config,
+    scripted_runtime,
+    start_thread,
+)
 
 
 def test_argv_adds_app_server_once() -> None:
@@ -304,3 +311,67 @@ async def test_a_waiting_consumer_gets_an_event_without_waiting_for_more_frames(
 async def _emit_later(process: ScriptedProcess) -> None:
     await trio.testing.wait_all_tasks_blocked()
     process.emit(_delta(0))
+
+
+async def test_a_read_is_queued_whole_then_the_reader_waits_for_room() -> None:
+    # One read's events go in together: the queue exceeds its bound by at most a read.
+    process = BatchedProcess()
+    async with scripted_runtime(queue=EventQueue(high_water=3), process=process) as (
+        _,
+        _,
+        events,
+    ):
+        await events.until(SessionReady)
+        for n in range(5):
+            process.emit(_delta(n))
+        await trio.testing.wait_all_tasks_blocked()
+        assert (len(events.queue), process.unread) == (5, 0)
+        for n in range(5, 10):
+            process.emit(_delta(n))
+        await trio.testing.wait_all_tasks_blocked()
+        assert (len(events.queue), process.unread) == (5, 5)  # the reader waits for room
+        events.drain()
+        await trio.testing.wait_all_tasks_blocked()
+        assert (len(events.queue), process.unread) == (5, 0)
+        events.drain()
+        texts = [e.text for e in events.seen if isinstance(e, ItemDelta)]
+        assert texts == [f"<{n}>" for n in range(10)]
+
+
+async def test_a_reply_inside_a_read_keeps_its_place_among_the_events() -> None:
+    process = BatchedProcess()
+    async with scripted_runtime(process=process) as (runtime, _, events):
+        await events.until(SessionReady)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runtime.open_thread, None)
+            request = await process.sent()
+            process.emit(_delta(0))
+            process.emit(
+                json.dumps({"id": request["id"], "result": {"thread": {"id": "th1"}}}).encode()
+            )
+            process.emit(_delta(1))
+        assert runtime.native_thread_ref == "th1"
+        kinds = [type(await events.next()) for _ in range(3)]
+        assert kinds == [ItemDelta, ThreadRefsLearned, ItemDelta]
+
+
+async def test_an_attestation_inside_a_read_is_answered_in_order() -> None:
+    process = BatchedProcess()
+    raw = RecordingSink()
+    async with scripted_runtime(process=process, raw=raw) as (_, _, events):
+        await events.until(SessionReady)
+        process.emit(_delta(0))
+        process.emit(b'{"id":7,"method":"attestation/generate","params":{}}')
+        process.emit(_delta(1))
+        seen = [await events.next() for _ in range(3)]
+        reply = await process.sent()
+    assert [type(e) for e in seen] == [ItemDelta, Diagnostic, ItemDelta]
+    assert reply["id"] == 7 and reply["error"]["code"] == -32601
+    # Raw frames in the order they crossed the pipe: the answer before the next line.
+    directions = [(d, b'"id":7' in line) for d, line in raw.records[-4:]]
+    assert directions == [
+        ("incoming", False),
+        ("incoming", True),
+        ("outgoing", True),
+        ("incoming", False),
+    ]
