@@ -74,8 +74,8 @@ def _note(view: StateView) -> Decision:
 async def _behind_a_gated_batch(
     tmp_path: Path, *, fail_commit: bool
 ) -> tuple[GatedStore, list[Outcome | BaseException]]:
-    """Batch A (an item and its streamed text) is written; B is queued behind it and
-    decided while A waits to commit; then A commits (or fails) and B follows."""
+    """Batch A (an item and its streamed text) is written; X and B, queued behind it,
+    are decided while A waits to commit; then A commits (or fails) and they follow."""
     store = GatedStore(tmp_path / "e.db")
     store.fail_commit = fail_commit
     # Batches of two: the third submission is a backlog, which the writer pipelines.
@@ -98,13 +98,15 @@ async def _drive(
         except StoreFull as exc:
             results.append(exc)
 
+    # All queued before the writer starts: it takes A (two), and X and B queue behind.
+    a1 = await writer.enqueue(put_item("hel").decide)
+    a2 = await writer.enqueue(stream("lo").decide)
+    x = await writer.enqueue(diag(1).decide)
+    b = await writer.enqueue(_note)
     async with trio.open_nursery() as nursery:
         await nursery.start(writer.run)
-        a1 = await writer.enqueue(put_item("hel").decide)
-        a2 = await writer.enqueue(stream("lo").decide)
-        x = await writer.enqueue(diag(1).decide)
+        # A is being written (or committed) while X and B are decided on top of it.
         await trio.to_thread.run_sync(store.writing.wait, _WAIT_S)
-        b = await writer.enqueue(_note)
         store.may_write.set()
         assert await trio.to_thread.run_sync(store.decided_behind.wait, _WAIT_S)
         store.may_commit.set()
