@@ -1,17 +1,22 @@
-"""The single writer: group commit from a bounded channel, publish after commit.
+"""The single writer: group commit on a writer thread, publish after commit.
 
-Callers ``await writer.submit(...)``; the writer task takes whatever has queued
-up (at most ``max_batch``), commits it in one transaction on a worker thread,
-then publishes the committed envelopes and wakes each caller with its outcome.
-Under load batches grow by themselves; when idle a lone submission commits at
-once, so latency stays at one commit, well under the 50 ms bound.
+Callers ``await writer.submit(...)``. The writer thread takes whatever has queued
+up (at most ``max_batch`` submissions or ~``max_batch_events`` events), decides,
+writes and commits it in one transaction, and hands the outcomes to the event
+loop, which publishes the committed envelopes and wakes each caller. Under load
+batches grow by themselves, and while a batch commits the next one is decided on
+a second thread (see ``SQLiteStore.prepare_batch``); the event loop is never a
+step between two batches. When idle a lone submission commits at once, so
+latency stays at one commit, well under the 50 ms bound.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
 import attrs
@@ -102,14 +107,29 @@ class EventWriter:
         #: ``size``, else 1 each): a few hundred events per transaction, and what
         #: queued beyond is decided while the batch is written.
         self._max_batch_events = max_batch_events
-        self._send, self._receive = trio.open_memory_channel[_Pending](queue_size)
-        self._limiter = trio.CapacityLimiter(1)
-        self._decide_limiter = trio.CapacityLimiter(1)
-        #: Submissions taken into a batch whose outcome is not known yet.
-        self._in_hand: list[_Pending] = []
+        #: At most this many submissions queued or in a batch; more wait (backpressure).
+        self._queue_size = queue_size
+        #: Guards what the threads share: the queue, ``taken``, ``_in_hand``, the flags.
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._queue: deque[_Pending] = deque()
+        #: The writer thread waits for work (an enqueue must notify it).
+        self._idle = False
+        #: No more work will come: drain the queue, then stop.
+        self._ending = False
+        #: Stop after the transaction in flight (cancellation).
+        self._stop_now = False
+        #: Taken into a batch, outcome not handed back yet (by id, in order).
+        self._in_hand: dict[int, _Pending] = {}
+        #: Event-loop side: submissions queued or in a batch, and who waits for room.
+        self._outstanding = 0
+        self._room = trio.lowlevel.ParkingLot()
         self._closed = False
         #: The last submission queued, while nothing is queued behind it.
         self._tail: _Pending | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        #: An unexpected exception that stopped the writer thread (``run`` re-raises it).
+        self._crash: BaseException | None = None
 
     async def submit(
         self,
@@ -137,192 +157,187 @@ class EventWriter:
 
         A submission without a command id whose decide the last queued one absorbs
         (``Absorbing``: a session's next batch of provider events right behind its
-        previous one) joins it instead of queueing: the same ticket, one decision.
-        The log's order is unchanged, as nothing was queued between them.
+        previous one) joins it instead of queueing, as long as the writer has not
+        taken it: the same ticket, one decision. The log's order is unchanged, as
+        nothing was queued between them.
         """
         if self._closed:
             raise StoreClosed("the event writer has stopped")
-        tail = self._tail
-        if command_id is None and tail is not None and not tail.taken:
-            absorb = getattr(tail.submission.decide, "absorb", None)
-            if absorb is not None and tail.submission.command_id is None and absorb(decide):
-                return tail.ticket
-        pending = _Pending(Submission(decide, command_id, command_type))
-        try:
-            try:
-                # Only a full queue is a reason to wait (that is the backpressure);
-                # a scheduler pass per queued batch showed up in the store bench.
-                self._send.send_nowait(pending)
-                self._tail = pending
-            except trio.WouldBlock:
-                # Senders waiting on a full queue resume in an order this cannot
-                # see: nothing joins a submission queued that way.
-                self._tail = None
-                await self._send.send(pending)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            raise StoreClosed("the event writer has stopped") from None
-        return pending.ticket
+        with self._lock:
+            tail = self._tail
+            if command_id is None and tail is not None and not tail.taken:
+                absorb = getattr(tail.submission.decide, "absorb", None)
+                if absorb is not None and tail.submission.command_id is None and absorb(decide):
+                    return tail.ticket
+            # Only a full queue is a reason to wait (that is the backpressure); a
+            # scheduler pass per queued batch showed up in the store bench.
+            if self._outstanding < self._queue_size:
+                return self._put(Submission(decide, command_id, command_type)).ticket
+            self._tail = None
+        while self._outstanding >= self._queue_size:
+            await self._room.park()
+            if self._closed:
+                raise StoreClosed("the event writer has stopped")
+        with self._lock:
+            return self._put(Submission(decide, command_id, command_type)).ticket
+
+    def _put(self, submission: Submission) -> _Pending:
+        """Queue ``submission`` (the lock held, room checked)."""
+        pending = _Pending(submission)
+        self._queue.append(pending)
+        self._tail = pending
+        self._outstanding += 1
+        if self._idle:
+            self._work.notify()
+        return pending
 
     def close(self) -> None:
         """No new submissions; ``run`` commits what is queued, then returns."""
         self._closed = True
-        self._send.close()
+        with self._lock:
+            self._ending = True
+            self._work.notify()
+        self._room.unpark_all()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        token = self._token = trio.lowlevel.current_trio_token()
+        stopped = trio.Event()
+
+        def deliver(_: object) -> None:
+            token.run_sync_soon(stopped.set)
+
+        trio.lowlevel.start_thread_soon(self._serve, deliver, name="t3orch event writer")
         task_status.started()
         try:
-            ahead: _Decided | None = None
-            while True:
-                if ahead is None:
-                    batch = await self._take()
-                    if not batch:
-                        return
-                    if self.store.pipelined and self._receive.statistics().current_buffer_used:
-                        # A backlog: decide now, commit while deciding what follows.
-                        ahead = await self._decide(batch, None)
-                    else:
-                        # Nothing behind it: one trip to the thread is the least latency.
-                        await self._commit_at_once(batch)
-                    continue
-                ahead = await self._write(ahead)
+            await stopped.wait()
         finally:
             self._closed = True
-            self._send.close()
-            stranded = [p for p in self._in_hand if not p.done.is_set()]
-            # Wake anyone still queued: their submissions were never committed.
-            while True:
-                try:
-                    stranded.append(self._receive.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
+            with self._lock:
+                # Cancelled: the transaction in flight finishes (its callers learn the
+                # outcome), nothing more starts. After close() the queue drained already.
+                self._ending = self._stop_now = True
+                self._work.notify()
+            # The thread always ends before this does: it owns the connection. Its
+            # hand-offs were queued before ``stopped`` was set, so they have run.
+            with trio.CancelScope(shield=True):
+                await stopped.wait()
+            self._room.unpark_all()
+            # Wake anyone still queued or decided: their submissions were never committed.
+            stranded = [*self._in_hand.values(), *self._queue]
+            self._in_hand.clear()
+            self._queue.clear()
             for p in stranded:
-                p.failure = StoreClosed("the event writer stopped before committing")
-                p.done.set()
+                if not p.done.is_set():
+                    p.failure = StoreClosed("the event writer stopped before committing")
+                    p.done.set()
+        if self._crash is not None:
+            raise self._crash
 
-    async def _take(self) -> list[_Pending]:
-        """The next batch, waiting for its first submission; empty once closed."""
-        try:
-            first = await self._receive.receive()
-        except trio.EndOfChannel:
-            return []
-        return self._take_now(first)
+    # -- the writer thread ---------------------------------------------------------
 
-    def _take_now(self, first: _Pending | None = None) -> list[_Pending]:
-        batch: list[_Pending] = []
-        events = 0
-        p = first
-        while True:
-            if p is not None:
+    def _take(self, *, wait: bool) -> list[_Pending] | None:
+        """The next batch: None once stopping (or, waiting, once drained)."""
+        with self._work:
+            while wait and not self._queue and not self._ending:
+                self._idle = True
+                self._work.wait()
+            self._idle = False
+            if self._stop_now or (wait and not self._queue):
+                return None
+            batch: list[_Pending] = []
+            events = 0
+            queue = self._queue
+            while queue and len(batch) < self._max_batch and events < self._max_batch_events:
+                p = queue.popleft()
                 p.taken = True
                 batch.append(p)
+                self._in_hand[id(p)] = p
                 events += getattr(p.submission.decide, "size", 1)
-                if len(batch) >= self._max_batch or events >= self._max_batch_events:
-                    break
-            try:
-                p = self._receive.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel):
-                break
-        self._in_hand.extend(batch)
-        return batch
+            return batch
 
-    async def _commit_at_once(self, batch: list[_Pending]) -> None:
+    def _serve(self) -> None:
         try:
-            # Shielded: see _write.
-            with trio.CancelScope(shield=True):
-                outcomes = await trio.to_thread.run_sync(
-                    self.store.commit_batch, [p.submission for p in batch], limiter=self._limiter
-                )
-        except StoreError as exc:
-            self._fail(batch, exc)
-            return
-        self._committed(batch, outcomes)
+            with ThreadPoolExecutor(1, thread_name_prefix="t3orch decider") as decider:
+                self._pipeline(decider)
+        except BaseException as exc:  # a bug: stop, and let ``run`` raise it
+            self._crash = exc
 
-    async def _decide(self, batch: list[_Pending], behind: PreparedBatch | None) -> _Decided | None:
-        try:
-            # Shielded: see _write.
-            with trio.CancelScope(shield=True):
-                prepared = await trio.to_thread.run_sync(
-                    self.store.prepare_batch,
-                    [p.submission for p in batch],
-                    behind,
-                    limiter=self._decide_limiter,
-                )
-        except StoreError as exc:
-            self._fail(batch, exc)
-            return None
-        return _Decided(batch, prepared)
-
-    async def _write(self, ahead: _Decided) -> _Decided | None:
-        """Write and commit ``ahead``; while it commits, decide what queued behind it
-        (returned decided, if anything did)."""
-        committed: list[Outcome] | StoreError = []
-        decided: PreparedBatch | StoreError | None = None
-        # Only the commit overlaps deciding: it runs without the GIL in one call,
-        # where writing rows takes the GIL back after every row and would wait behind
-        # the deciding thread each time. The two threads hand over between them, not
-        # through the event loop: a trip through it cost ~1 ms under load.
-        written = threading.Event()
-        write_failed = False
-        following = self._take_now() if self.store.pipelined else []
-
-        def write_and_commit() -> list[Outcome]:
-            nonlocal write_failed
+    def _pipeline(self, decider: ThreadPoolExecutor) -> None:
+        """Take, decide, write, commit; while a batch commits, decide the next on
+        ``decider``. COMMIT runs without the GIL in one call, so deciding really
+        overlaps it; writing rows takes the GIL back after every row and would wait
+        behind the deciding thread each time, so that is not overlapped."""
+        store = self.store
+        ahead: tuple[list[_Pending], PreparedBatch] | None = None
+        while not self._stop_now:
+            if ahead is None:
+                batch = self._take(wait=True)
+                if batch is None:
+                    return
+                ahead = self._decided(batch, None)
+                continue
+            batch, prepared = ahead
+            ahead = None
+            following = (self._take(wait=False) or []) if store.pipelined else []
             try:
-                self.store.write_batch(ahead.prepared)
-            except BaseException:
-                write_failed = True
-                raise
-            finally:
-                written.set()
-            return self.store.commit_written(ahead.prepared)
-
-        def decide_when_written() -> PreparedBatch | None:
-            written.wait()
-            if write_failed:
-                return None
-            return self.store.prepare_batch([p.submission for p in following], ahead.prepared)
-
-        async def commit() -> None:
-            nonlocal committed
-            try:
-                committed = await trio.to_thread.run_sync(write_and_commit, limiter=self._limiter)
+                store.write_batch(prepared)
             except StoreError as exc:
-                committed = exc
-
-        async def decide() -> None:
-            nonlocal decided
-            try:
-                decided = await trio.to_thread.run_sync(
-                    decide_when_written, limiter=self._decide_limiter
-                )
-            except StoreError as exc:
-                decided = exc
-
-        # Shielded: a transaction in flight always finishes and its callers learn
-        # the outcome, even when the daemon is shutting down around it.
-        with trio.CancelScope(shield=True):
+                self._hand_back(batch, exc)
+                if following:
+                    ahead = self._decided(following, None)
+                continue
+            behind: Future[PreparedBatch] | None = None
             if following:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(commit)
-                    nursery.start_soon(decide)
-            else:
-                await commit()
-        if isinstance(committed, StoreError):
-            self._fail(ahead.batch, committed)
-            # ``following`` was decided on top of a batch that is not in the log.
-            return await self._decide(following, None) if following else None
-        self._committed(ahead.batch, committed)
-        if isinstance(decided, StoreError):
-            self._fail(following, decided)
-            return None
-        return None if decided is None else _Decided(following, decided)
+                behind = decider.submit(
+                    store.prepare_batch, [p.submission for p in following], prepared
+                )
+            try:
+                outcomes = store.commit_written(prepared)
+            except StoreError as exc:
+                if behind is not None:
+                    # Decided on top of a batch that is not in the log: decide it again.
+                    _settled(behind)
+                self._hand_back(batch, exc)
+                if following:
+                    ahead = self._decided(following, None)
+                continue
+            self._hand_back(batch, outcomes)
+            if behind is not None:
+                try:
+                    ahead = (following, behind.result())
+                except StoreError as exc:
+                    self._hand_back(following, exc)
 
-    def _fail(self, batch: Sequence[_Pending], exc: StoreError) -> None:
-        self.store.forget_prepared()
+    def _decided(
+        self, batch: list[_Pending], behind: PreparedBatch | None
+    ) -> tuple[list[_Pending], PreparedBatch] | None:
+        try:
+            return batch, self.store.prepare_batch([p.submission for p in batch], behind)
+        except StoreError as exc:
+            self._hand_back(batch, exc)
+            return None
+
+    def _hand_back(self, batch: list[_Pending], outcomes: list[Outcome] | StoreError) -> None:
+        """Give the event loop a batch's outcomes (or its failure), in commit order."""
+        if isinstance(outcomes, StoreError):
+            # Nothing decided on top of it survives (the caller decides again).
+            self.store.forget_prepared()
+        with self._lock:
+            for p in batch:
+                del self._in_hand[id(p)]
+        assert self._token is not None
+        if isinstance(outcomes, StoreError):
+            self._token.run_sync_soon(self._failed, batch, outcomes)
+        else:
+            self._token.run_sync_soon(self._committed, batch, outcomes)
+
+    # -- back on the event loop ----------------------------------------------------
+
+    def _failed(self, batch: Sequence[_Pending], exc: StoreError) -> None:
         for p in batch:
             p.failure = exc
             p.done.set()
-        self._in_hand = [p for p in self._in_hand if not p.done.is_set()]
+        self._release(len(batch))
 
     def _committed(self, batch: Sequence[_Pending], outcomes: Sequence[Outcome]) -> None:
         committed: list[EventEnvelope] = []
@@ -337,12 +352,17 @@ class EventWriter:
             self.broadcast.publish(committed)
         for p in batch:
             p.done.set()
-        self._in_hand = [p for p in self._in_hand if not p.done.is_set()]
+        self._release(len(batch))
+
+    def _release(self, count: int) -> None:
+        self._outstanding -= count
+        if self._room:
+            self._room.unpark_all()
 
 
-@attrs.frozen
-class _Decided:
-    """A batch decided and not yet written."""
-
-    batch: list[_Pending]
-    prepared: PreparedBatch
+def _settled(future: Future[PreparedBatch]) -> None:
+    """Wait for ``future``, whatever its end (its result is thrown away)."""
+    try:
+        future.result()
+    except Exception:
+        return

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import msgspec
@@ -22,6 +25,7 @@ from t3orch.provider_events import (
     TurnStarted,
 )
 from t3orch.store.inflight import InflightWindow
+from t3orch.store.interface import Decision, StateView
 from tests.store.support import new_thread, started_turn
 
 
@@ -58,6 +62,26 @@ def _log(core: Core) -> list[tuple[str, str | None]]:
         ]
 
 
+@asynccontextmanager
+async def _writer_busy(core: Core) -> AsyncIterator[None]:
+    """The writer thread is deciding a command that waits for the block to end:
+    what is queued meanwhile waits, untaken, and is taken together afterwards."""
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(view: StateView) -> Decision:
+        entered.set()
+        release.wait(10)
+        return Decision([])
+
+    held = await core.writer.enqueue(hold, command_id=CommandId("cmd_hold"))
+    assert await trio.to_thread.run_sync(entered.wait, 10)
+    try:
+        yield
+    finally:
+        release.set()
+    await held.outcome()
+
+
 def _rows_equal_a_rebuild(core: Core) -> None:
     with core.reader.snapshot():
         rebuilt, _, gaps = rebuild(core.reader.iter_events())
@@ -71,14 +95,14 @@ async def test_a_sessions_batches_queued_back_to_back_are_one_submission(tmp_pat
         t1, b1 = await _streaming(core)
         t2, b2 = await _streaming(core)
         before = core.writer.stats.submissions
-        # No checkpoint between these calls: the writer takes nothing before the last.
-        a = await svc.ingest_queued(b1, _delta("a"))
-        b = await svc.ingest_queued(b1, _delta("b"))
-        c = await svc.ingest_queued(b2, _delta("c"))
-        d = await svc.ingest_queued(b1, _delta("d"))
+        async with _writer_busy(core):
+            a = await svc.ingest_queued(b1, _delta("a"))
+            b = await svc.ingest_queued(b1, _delta("b"))
+            c = await svc.ingest_queued(b2, _delta("c"))
+            d = await svc.ingest_queued(b1, _delta("d"))
         oa, ob, oc, od = [await t.outcome() for t in (a, b, c, d)]
         # b joined a; d queued behind another session's batch stays apart (log order).
-        assert core.writer.stats.submissions - before == 3
+        assert core.writer.stats.submissions - before == 1 + 3
         assert oa is ob and oa is not od
         texts = [[e.payload.text for e in o.events] for o in (oa, oc, od)]  # type: ignore[union-attr]
         assert texts == [["a", "b"], ["c"], ["d"]]
@@ -92,9 +116,10 @@ async def test_the_inflight_window_counts_events_not_joined_batches(tmp_path: Pa
         tid, b = await _streaming(core)
         window = InflightWindow(limit=3)
         # Joined batches share one ticket: the window holds one submission of 3 events.
-        for text in "abc":
-            await window.add(await core.service.ingest_queued(b, _delta(text)), 1)
-        assert (len(window), window.events) == (1, 3)
+        async with _writer_busy(core):
+            for text in "abc":
+                await window.add(await core.service.ingest_queued(b, _delta(text)), 1)
+            assert (len(window), window.events) == (1, 3)
         # One more event is over the limit: add waits for that commit, then returns.
         await window.add(await core.service.ingest_queued(b, _delta("d")), 1)
         assert window.events <= 3
@@ -108,14 +133,15 @@ async def test_nothing_joins_a_taken_batch_or_a_command(tmp_path: Path) -> None:
         tid, b = await _streaming(core)
         before = core.writer.stats.submissions
         first = await core.service.ingest_queued(b, _delta("a"))
-        await trio.testing.wait_all_tasks_blocked()  # the writer has taken it
-        second = await core.service.ingest_queued(b, _delta("b"))
-        command = await core.writer.enqueue(
-            IngestBatch(b, _delta("c")), command_id=CommandId("cmd_1"), command_type="ingest"
-        )
-        behind = await core.service.ingest_queued(b, _delta("d"))
+        # Once a submission queued after it is being decided, the writer has taken it.
+        async with _writer_busy(core):
+            second = await core.service.ingest_queued(b, _delta("b"))
+            command = await core.writer.enqueue(
+                IngestBatch(b, _delta("c")), command_id=CommandId("cmd_1"), command_type="ingest"
+            )
+            behind = await core.service.ingest_queued(b, _delta("d"))
         outcomes = [await t.outcome() for t in (first, second, command, behind)]
-        assert core.writer.stats.submissions - before == 4
+        assert core.writer.stats.submissions - before == 4 + 1
         assert [len(o.events) for o in outcomes] == [1, 1, 1, 1]
         assert _reply(core, tid)["text"] == "abcd"
 
