@@ -58,9 +58,9 @@ import trio
 from t3orch.commands.specs import CreateThread
 from t3orch.core import Core, open_core
 from t3orch.domain.provider import ProviderCapabilities
-from t3orch.gc_tuning import tune_gc
 from t3orch.ingest.binding import SessionBinding
 from t3orch.ingest.coalesce import DEFAULT_WINDOW_S, DeltaCoalescer
+from t3orch.process_tuning import tune_process
 from t3orch.projections.views import thread_detail
 from t3orch.provider_events import (
     AssistantText,
@@ -264,8 +264,8 @@ async def play_session(
 
 
 async def append_phase(db: Path, events: int, sessions: int, sync: Sync) -> dict[str, Any]:
-    # The collector settings of the daemon process (``t3orch serve``).
-    tune_gc()
+    # The interpreter settings of the daemon process (``t3orch serve``).
+    tune_process()
     # The provider side is generated before the clock starts: producing text and
     # coalescing raw deltas is the supervisor's work, not the log's, and it would
     # share the GIL with the writer it is meant to measure.

@@ -33,7 +33,7 @@ from t3orch.api.runner import serve_api
 from t3orch.config import Config
 from t3orch.core import Core, open_core
 from t3orch.domain.vocab import ProviderKind
-from t3orch.gc_tuning import tune_gc
+from t3orch.process_tuning import tune_process
 from t3orch.state import prepare_state_dir
 from t3orch.store.errors import StateDirInvalid
 from t3orch.store.interface import Decision
@@ -189,7 +189,7 @@ def _writer_probe(core: Core) -> Callable[[], Awaitable[bool]]:
 
 async def serve_until_signalled(config: Config, state_dir: Path) -> None:
     """``t3orch serve``: run the daemon; SIGTERM or SIGINT is a graceful stop."""
-    tune_gc()
+    tune_process()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             daemon: Daemon = await nursery.start(run_daemon, config, state_dir)
