@@ -129,9 +129,6 @@ class EventWriter:
         self._tail: _Pending | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._handoff: trio.MemorySendChannel[_Handoff | None]
-        #: The event loop has dealt with every batch handed back to it (see _pipeline).
-        self._delivered = threading.Event()
-        self._delivered.set()
         #: An unexpected exception that stopped the writer thread (``run`` re-raises it).
         self._crash: BaseException | None = None
 
@@ -286,11 +283,6 @@ class EventWriter:
         ahead: tuple[list[_Pending], PreparedBatch] | None = None
         while not self._stop_now:
             if ahead is None:
-                # Nothing decided ahead: not under load. Let the event loop publish the
-                # last batch before deciding the next, as the loop's own writes to the
-                # subscribers' sockets would each wait for the GIL behind the decider
-                # (bench/fanout.py: publish -> subscriber p99 ~10 -> ~16 ms without).
-                self._delivered.wait(_DELIVERY_WAIT_S)
                 batch = self._take(wait=True)
                 if batch is None:
                     return
@@ -346,7 +338,6 @@ class EventWriter:
             for p in batch:
                 del self._in_hand[id(p)]
         assert self._token is not None
-        self._delivered.clear()
         self._token.run_sync_soon(self._handoff.send_nowait, (batch, outcomes))
 
     # -- back on the event loop ----------------------------------------------------
@@ -382,13 +373,9 @@ class EventWriter:
         self._outstanding -= count
         if self._room:
             self._room.unpark_all()
-        self._delivered.set()
 
 
 _Handoff = tuple[list["_Pending"], list[Outcome] | StoreError]
-
-#: Bound on the writer thread's wait for the event loop to deliver (never a deadlock).
-_DELIVERY_WAIT_S = 1.0
 
 
 def _settled(future: Future[PreparedBatch]) -> None:

@@ -69,10 +69,6 @@ class RowCache:
         while self._bytes > self._max_bytes and rows:
             self._bytes -= len(rows.pop(next(iter(rows))).body)
 
-    def clear(self) -> None:
-        self._rows.clear()
-        self._bytes = 0
-
 
 class PreparedBatch:
     """A decided batch: its outcomes and every write it needs, in the order made."""
