@@ -290,14 +290,14 @@ class EventWriter:
                 continue
             batch, prepared = ahead
             ahead = None
-            following = (self._take(wait=False) or []) if store.pipelined else []
             try:
                 store.write_batch(prepared)
             except StoreError as exc:
                 self._hand_back(batch, exc)
-                if following:
-                    ahead = self._decided(following, None)
                 continue
+            # Taken once the batch is written: what queued while it was is decided
+            # while it commits, instead of waiting for the next turn.
+            following = (self._take(wait=False) or []) if store.pipelined else []
             behind: Future[PreparedBatch] | None = None
             if following:
                 behind = decider.submit(

@@ -162,3 +162,29 @@ def test_only_a_store_with_a_second_connection_is_pipelined(tmp_path: Path) -> N
             assert store.pipelined is pipelined
         finally:
             store.close()
+
+
+async def test_what_queues_while_a_batch_is_written_is_decided_while_it_commits(
+    tmp_path: Path,
+) -> None:
+    store = GatedStore(tmp_path / "w.db")
+    writer = EventWriter(store)
+    try:
+        with trio.fail_after(_WAIT_S * 3):
+            a = await writer.enqueue(put_item("hel").decide)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(writer.run)
+                await trio.to_thread.run_sync(store.writing.wait, _WAIT_S)
+                # Queued once A is taken and being written: A's commit waits for it
+                # to be decided on top of A, not for A's turn to end.
+                b = await writer.enqueue(_note)
+                store.may_write.set()
+                assert await trio.to_thread.run_sync(store.decided_behind.wait, _WAIT_S)
+                store.may_commit.set()
+                first, second = await a.outcome(), await b.outcome()
+                writer.close()
+    finally:
+        store.close()
+    assert store.prepared_on_top == [False, True]
+    assert second.result == {"get": "hel", "select": ["hel"], "running": ["hel"]}
+    assert [e.sequence for o in (first, second) for e in o.events] == [1, 2]

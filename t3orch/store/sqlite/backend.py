@@ -29,6 +29,7 @@ from t3orch.store.errors import (
 )
 from t3orch.store.interface import CommandReceipt, Outcome, Submission
 from t3orch.store.kinds import Chunk, Row
+from t3orch.store.sqlite.keyfilter import KeyFilter
 from t3orch.store.sqlite.rows import (
     ROW_COLUMNS,
     UPSERT_ROW,
@@ -119,6 +120,12 @@ class SQLiteStore:
         #: commit may have made keys known, so it clears them (forget_prepared).
         self._known: dict[tuple[str, str], None] = {}
         self._cache = RowCache()
+        #: Row keys that may exist (see keyfilter): deciding skips reads of new rows.
+        try:
+            self._keys = KeyFilter() if readonly else self._read_keys()
+        except BaseException:
+            self.close()
+            raise
         self._next_sequence = self._head() + 1
 
     # -- opening ---------------------------------------------------------------
@@ -203,6 +210,12 @@ class SQLiteStore:
             raise _translate(exc, self.path) from exc
         return conn
 
+    def _read_keys(self, staged: PreparedBatch | None = None) -> KeyFilter:
+        try:
+            return KeyFilter.of_table(self._decide_conn, staged.overlay if staged else ())
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
+
     def close(self) -> None:
         if self._decide_conn is not self._conn:
             self._decide_conn.close()
@@ -232,17 +245,31 @@ class SQLiteStore:
             head, stored = self._next_sequence, self._next_sequence - 1
         else:
             head, stored = behind.next_sequence, behind.first_sequence - 1
+        if self._keys.full:
+            # Rebuilt at twice the table's size: the table has every row committed
+            # before the batch ahead, whose rows are in its overlay.
+            self._keys = self._read_keys(behind)
         view = DecideView(
             self._decide_conn,
             iso(self._clock()),
             self._known,
             self._cache,
+            self._keys,
             next_sequence=head,
             stored_head=stored,
             behind=behind,
         )
+        reading = self._decide_conn is not self._conn
         try:
-            view.batch.outcomes.extend([self._run_one(view, sub) for sub in submissions])
+            if reading:
+                # One read transaction for the batch: one snapshot, and the page cache
+                # checked once for the writer's commits instead of at every read.
+                self._decide_conn.execute("BEGIN")
+            try:
+                view.batch.outcomes.extend([self._run_one(view, sub) for sub in submissions])
+            finally:
+                if reading:
+                    self._decide_conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self._known.clear()
             raise _translate(exc, self.path) from exc

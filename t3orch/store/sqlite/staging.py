@@ -22,6 +22,7 @@ from typing import Any
 
 from t3orch.store.interface import CommandReceipt, Outcome
 from t3orch.store.kinds import Chunk, Row, fold_item
+from t3orch.store.sqlite.keyfilter import KeyFilter
 from t3orch.store.sqlite.rows import (
     TERMINAL_ITEM,
     read_chunks,
@@ -116,6 +117,7 @@ class DecideView:
         now: str,
         known: dict[Key, None],
         cache: RowCache,
+        keys: KeyFilter,
         *,
         next_sequence: int,
         stored_head: int,
@@ -125,6 +127,7 @@ class DecideView:
         self._now = now
         self._known = known
         self._cache = cache
+        self._keys = keys
         #: The log in SQLite is read up to here; later text is in the overlays.
         self._stored_head = stored_head
         self._behind = behind
@@ -180,8 +183,13 @@ class DecideView:
         else:
             stored = self._positions.get(key)
             if stored is None:
-                stored = read_position(self._conn, r.kind, r.id)
-            position = r.position if stored is None or stored == ABSENT else stored
+                # Not in the filter: certainly not stored, no need to ask.
+                stored = read_position(self._conn, r.kind, r.id) if key in self._keys else ABSENT
+            if stored is None or stored == ABSENT:
+                position = r.position
+                self._keys.add(key)
+            else:
+                position = stored
         self.batch.rows[key] = (
             r.kind,
             r.id,
@@ -236,8 +244,11 @@ class DecideView:
         staged = self._staged(key) or self._cache.get(key)
         if staged is not None:
             return staged
+        if key not in self._keys:
+            self._positions[key] = ABSENT
+            return None
         row = read_row(self._conn, kind, id)
-        self._positions[(kind, id)] = ABSENT if row is None else row.position
+        self._positions[key] = ABSENT if row is None else row.position
         return row
 
     def _stored(self, rows: list[Row]) -> list[Row]:
@@ -253,6 +264,9 @@ class DecideView:
             return True
         if self._staged(key) is not None or self._cache.get(key) is not None:
             return True
+        if key not in self._keys:
+            self._positions[key] = ABSENT
+            return False
         row = read_row(self._conn, kind, id)
         self._positions[key] = ABSENT if row is None else row.position
         if row is not None:
