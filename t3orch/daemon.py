@@ -33,7 +33,7 @@ from t3orch.api.runner import serve_api
 from t3orch.config import Config
 from t3orch.core import Core, open_core
 from t3orch.domain.vocab import ProviderKind
-from t3orch.process_tuning import tune_process
+from t3orch.process_tuning import GC_THRESHOLDS, tune_process
 from t3orch.state import prepare_state_dir
 from t3orch.store.errors import StateDirInvalid
 from t3orch.store.interface import Decision
@@ -163,11 +163,11 @@ async def run_daemon(
                         state_dir, {"pid": os.getpid(), "port": port, "reconciled": reconciled}
                     )
                     # Startup objects live for the daemon's life: keep them out of every
-                    # collection, and collect the young generation less often (full
-                    # passes stalled event fan-out by 50-110 ms in bench/fanout.py).
+                    # collection (full passes over them stalled event fan-out by 50-110
+                    # ms in bench/fanout.py); see process_tuning on the thresholds.
                     gc.collect()
                     gc.freeze()
-                    gc.set_threshold(20_000, 20, 20)
+                    gc.set_threshold(*GC_THRESHOLDS)
                     notifier.ready(f"ready: {daemon.status_line()}")
                     nursery.start_soon(notifier.watchdog, _writer_probe(core), daemon.status_line)
                     task_status.started(daemon)
