@@ -87,3 +87,26 @@ def test_a_full_filter_is_rebuilt_from_the_table(
         assert [r.position for r in store.rows("thread")] == [*range(1, 12)]
     finally:
         store.close()
+
+
+def test_a_table_too_large_to_scan_reads_every_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    store.commit_batch([upsert(i) for i in range(1, 4)])
+    store.close()
+    monkeypatch.setattr(keyfilter, "MAX_SCANNED_ROWS", 2)
+    store = SQLiteStore(tmp_path / "s.db")
+    try:
+        assert ("thread", "thr_0009") in store._keys
+        reads = _reads(store)
+        store.commit_batch([upsert(9), upsert(2, title="renamed")])
+        assert len([sql for sql in reads if "FROM rows" in sql]) >= 2
+        assert [(r.id, r.position) for r in store.rows("thread")] == [
+            ("thr_0001", 1),
+            ("thr_0002", 2),
+            ("thr_0003", 3),
+            ("thr_0009", 4),
+        ]
+    finally:
+        store.close()
