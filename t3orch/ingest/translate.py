@@ -111,6 +111,16 @@ def ingest_many(view: StateView, b: SessionBinding, events: list[ProviderEvent])
     """One decision for a batch: later events see what earlier ones changed."""
     ch = Changes(view)
     for event in events:
+        if type(event) is ItemDelta and not b.lingering:
+            # Most events: no dispatch (a class pattern is an isinstance test) and the
+            # correlation from the only refs a delta has.
+            ch.correlation = Correlation(
+                provider=b.provider,
+                native_item_ref=event.native_item_ref,
+                raw_event_id=event.raw_event_id,  # type: ignore[arg-type]
+            )
+            _item_delta(ch, b, event)
+            continue
         ch.correlation = _correlation(b, event)
         _dispatch(ch, b, event)
     return Decision(events=ch.drafts)

@@ -214,3 +214,20 @@ async def test_completions_in_the_decision_that_streamed_the_text(tmp_path: Path
         # user message; m started, completed; n started, completed.
         assert len(upserts) == 5
         _rows_equal_a_rebuild(core)
+
+
+async def test_a_streamed_delta_carries_the_correlation_of_any_other_event(
+    tmp_path: Path,
+) -> None:
+    from t3orch.ingest.translate import _correlation
+
+    async with open_core(tmp_path / "e.db") as core:
+        _, b = await _streaming(core)
+        delta = ItemDelta(native_item_ref="m", text="hi", raw_event_id="raw_7")
+        await core.service.ingest(b, [delta])
+        with core.reader.snapshot():
+            stored = [e for e in core.reader.iter_events() if e.type == "turn_item.delta"]
+        assert [e.correlation for e in stored] == [_correlation(b, delta)]
+        assert stored[0].correlation.raw_event_id == "raw_7"
+        assert stored[0].correlation.native_item_ref == "m"
+        assert stored[0].correlation.provider == b.provider
