@@ -112,6 +112,24 @@ class IdFactory:
         # costs a third of a format spec's.
         return "%s%s%016x" % (head, self._ms_hex, self._low)  # type: ignore[return-value]  # noqa: UP031
 
+    def new_many(self, kind: Callable[[str], IdT], count: int) -> list[IdT]:
+        """``count`` ids, as ``count`` calls of ``new`` would give them within one
+        millisecond: one clock read for all (a decision's events, ~0.5 µs each saved)."""
+        if count <= 0:
+            return []
+        out = [self.new(kind)]
+        head, ms_hex, low = self._heads[kind], self._ms_hex, self._low
+        for _ in range(count - 1):
+            low += 1
+            if low >> 64:
+                # The counter would carry into the millisecond: ``new`` handles it.
+                self._low = low - 1
+                out.extend(self.new(kind) for _ in range(count - len(out)))
+                return out
+            out.append("%s%s%016x" % (head, ms_hex, low))  # type: ignore[arg-type]  # noqa: UP031
+        self._low = low
+        return out
+
 
 def derived_id(kind: Callable[[str], IdT], *parts: str) -> IdT:
     """A stable id for the entity named by ``parts`` (durable refs, ordinals)."""

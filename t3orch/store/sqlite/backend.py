@@ -342,9 +342,12 @@ class SQLiteStore:
         try:
             decision = sub.decide(view)
             command_id = sub.command_id
+            drafts = decision.events
             envelopes = [
-                self._append(view, draft.payload, draft.correlation, command_id)
-                for draft in decision.events
+                self._append(view, event_id, draft.payload, draft.correlation, command_id)
+                for event_id, draft in zip(
+                    self._ids.new_many(EventId, len(drafts)), drafts, strict=True
+                )
             ]
         except sqlite3.Error:
             raise
@@ -365,11 +368,11 @@ class SQLiteStore:
     def _append(
         self,
         view: DecideView,
+        event_id: EventId,
         payload: EventPayload,
         correlation: Correlation,
         command_id: CommandId | None,
     ) -> EventEnvelope:
-        event_id = self._ids.new(EventId)
         sequence = view.next_sequence
         view.next_sequence = sequence + 1
         now = view.now()
