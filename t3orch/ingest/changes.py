@@ -55,6 +55,8 @@ class Changes:
         self._read: dict[tuple[str, str], Any] = {}
         self._unfolded: dict[tuple[str, str], Any] = {}
         self._deltas: dict[str, list[tuple[str, str | None, bool]]] = {}
+        #: Rows seen to exist (rows are never deleted): each delta asks for its item.
+        self._existing: set[tuple[str, str]] = set()
         self.drafts: list[EventDraft] = []
 
     def now(self) -> str:
@@ -62,9 +64,12 @@ class Changes:
 
     def exists(self, kind: str, id: str) -> bool:
         key = (kind, id)
-        if key in self._overlay or self._read.get(key) is not None:
+        if key in self._existing:
             return True
-        return self.view.exists(kind, id)
+        if key in self._overlay or self._read.get(key) is not None or self.view.exists(kind, id):
+            self._existing.add(key)
+            return True
+        return False
 
     def get(self, kind: str, id: str) -> Any | None:
         key = (kind, id)
@@ -161,7 +166,11 @@ class Changes:
         The item is not read for this: the text waits in ``_deltas`` until something
         in the same decision reads the item (most deltas are never read back).
         """
-        self._deltas.setdefault(item_id, []).append((text, field, replace))
+        pending = self._deltas.get(item_id)
+        if pending is None:
+            self._deltas[item_id] = [(text, field, replace)]
+        else:
+            pending.append((text, field, replace))
         # emit(), inlined: most events of a busy log pass here.
         payload = TurnItemDelta(
             item_id=item_id, thread_id=thread_id, text=text, field=field, replace=replace
