@@ -19,9 +19,9 @@ from collections.abc import Iterable
 
 Key = tuple[str, str]
 
-#: Above this many rows the table is not scanned (~0.4 s per 100,000 rows at open) and
-#: every key may exist: deciding reads, as it would without a filter.
-MAX_SCANNED_ROWS = 250_000
+#: Above this many rows the table is not scanned (~0.2 s per 100,000 rows, at every
+#: daemon start) and every key may exist: deciding reads, as it would without a filter.
+MAX_SCANNED_ROWS = 100_000
 #: Bits per expected key, and bit positions per key: ~0.5% false positives when full.
 _BITS_PER_KEY = 12
 _PROBES = 4
