@@ -74,7 +74,7 @@ class TurnItemUpserted(Payload, tag="turn_item.upserted"):
     item: TurnItem
 
 
-class TurnItemDelta(Payload, tag="turn_item.delta"):
+class TurnItemDelta(Payload, tag="turn_item.delta", gc=False):
     item_id: TurnItemId
     thread_id: ThreadId
     text: str
@@ -154,7 +154,9 @@ EVENT_TYPES: tuple[str, ...] = tuple(t.__struct_config__.tag for t in EventPaylo
 TYPE_OF: dict[type, str] = dict(zip(EventPayload.__args__, EVENT_TYPES, strict=True))
 
 
-class Correlation(msgspec.Struct, rename="camel", kw_only=True, frozen=True, omit_defaults=True):
+class Correlation(
+    msgspec.Struct, rename="camel", kw_only=True, frozen=True, omit_defaults=True, gc=False
+):
     """Where an event came from on the provider side: refs, never app identity."""
 
     provider: ProviderKind | None = None
@@ -166,14 +168,14 @@ class Correlation(msgspec.Struct, rename="camel", kw_only=True, frozen=True, omi
     raw_event_id: RawEventId | None = None
 
 
-class EventDraft(msgspec.Struct, kw_only=True, frozen=True):
+class EventDraft(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """An event before the store gives it a sequence."""
 
     payload: EventPayload
     correlation: Correlation = Correlation()
 
 
-class EventEnvelope(msgspec.Struct, rename="camel", kw_only=True, frozen=True):
+class EventEnvelope(msgspec.Struct, rename="camel", kw_only=True, frozen=True, gc=False):
     """A committed event: the store-assigned ``sequence`` is the stream cursor."""
 
     sequence: int

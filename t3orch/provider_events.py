@@ -159,7 +159,7 @@ class ItemStarted(AdapterEvent, tag="item.started"):
     parent_native_item_ref: str | None = None
 
 
-class ItemDelta(AdapterEvent, tag="item.delta"):
+class ItemDelta(AdapterEvent, tag="item.delta", gc=False):
     native_item_ref: str
     text: str
     #: Which part of the item the text extends: ``None`` is its main text (message,

@@ -75,7 +75,7 @@ class Row:
         return KINDS[self.kind].decoder.decode(self.body)
 
 
-class Chunk(msgspec.Struct, frozen=True):
+class Chunk(msgspec.Struct, frozen=True, gc=False):
     """Streamed text not yet folded into its item's row (``seq`` is its delta event's).
 
     A msgspec struct, not attrs: one is made per streamed delta in the writer.
