@@ -259,7 +259,7 @@ class SQLiteStore:
             stored_head=stored,
             behind=behind,
         )
-        reading = self._decide_conn is not self._conn
+        reading = self.pipelined
         try:
             if reading:
                 # One read transaction for the batch: one snapshot, and the page cache
