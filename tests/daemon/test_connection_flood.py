@@ -83,6 +83,16 @@ async def ws_status(port: int, token: str | None) -> object:
         return await ws.get_message()
 
 
+def run_status(state: Path, thread_id: str, run_id: str, within: float = 20) -> str:
+    deadline = time.monotonic() + within
+    while True:
+        view = rpc(state, "view.read", {"topic": "threadDetail", "threadId": thread_id})
+        (run,) = [r for r in view["data"]["runs"] if r["id"] == run_id]
+        if run["status"] in ("completed", "failed", "interrupted") or time.monotonic() > deadline:
+            return str(run["status"])
+        time.sleep(0.05)
+
+
 def test_a_connection_flood_leaves_the_unix_socket_answering(tmp_path: Path) -> None:
     state = tmp_path / "state"
     config = tmp_path / "t3orch.toml"
@@ -100,6 +110,14 @@ def test_a_connection_flood_leaves_the_unix_socket_answering(tmp_path: Path) -> 
                 assert time.monotonic() - started < 2.0
                 assert status["pid"] == d.proc.pid
                 time.sleep(0.3)
+            # Work goes on meanwhile: a stand-in run (its pipes need descriptors too).
+            tid = rpc(
+                state,
+                "thread.create",
+                {"commandId": "flood-t", "provider": "standin", "cwd": str(tmp_path)},
+            )["result"]["threadId"]
+            run = rpc(state, "run.send", {"commandId": "flood-r", "threadId": tid, "text": "hi"})
+            assert run_status(state, tid, run["result"]["runId"]) == "completed"
             api = status["api"]
             assert api["unauthenticated"] <= api["limits"]["maxUnauthenticated"] < NOFILE
             assert api["refused"] > 0
