@@ -94,9 +94,9 @@ class DaemonConfig:
     api_allow_remote: bool = False
     max_frame_bytes: int = MiB
     #: WebSocket connections at once (further capped by RLIMIT_NOFILE less a reserve).
-    api_max_connections: int = 256
+    api_max_connections: int = 1024
     #: WebSocket connections at once that have not (yet) presented the token.
-    api_max_unauthenticated: int = 32
+    api_max_unauthenticated: int = 64
     #: A WebSocket connection without the token is closed this long after its accept.
     api_auth_timeout_s: float = 10.0
     #: Events buffered per subscription before a slow client gets ``resync``.
