@@ -418,6 +418,9 @@ async def serve_websocket(
                 # The handler has closed the WebSocket (or the handshake never ended):
                 # the reader task goes, and the stream with it.
                 nursery.cancel_scope.cancel()
+        except Exception:
+            # One connection's failure must never take the listener (or the daemon) down.
+            log.exception("WebSocket connection failed")
         finally:
             ticket.release()
             with trio.CancelScope(shield=True):
