@@ -93,6 +93,12 @@ class DaemonConfig:
     #: A non-loopback ``api_host`` is refused unless this is set as well.
     api_allow_remote: bool = False
     max_frame_bytes: int = MiB
+    #: WebSocket connections at once (further capped by RLIMIT_NOFILE less a reserve).
+    api_max_connections: int = 1024
+    #: WebSocket connections at once that have not (yet) presented the token.
+    api_max_unauthenticated: int = 64
+    #: A WebSocket connection without the token is closed this long after its accept.
+    api_auth_timeout_s: float = 10.0
     #: Events buffered per subscription before a slow client gets ``resync``.
     subscription_buffer: int = 4096
     idle_timeout_s: float = 1800.0
@@ -301,7 +307,16 @@ def _validate(cfg: Config) -> list[str]:
         out.append(f"daemon.max_frame_bytes: must be at least 1024, got {d.max_frame_bytes}")
     if d.subscription_buffer < 16:
         out.append(f"daemon.subscription_buffer: must be at least 16, got {d.subscription_buffer}")
-    for key in ("idle_timeout_s", "restart_period_s", "backoff_initial_s", "backoff_max_s"):
+    for key in ("api_max_connections", "api_max_unauthenticated"):
+        if getattr(d, key) < 1:
+            out.append(f"daemon.{key}: must be at least 1, got {getattr(d, key)}")
+    for key in (
+        "idle_timeout_s",
+        "restart_period_s",
+        "backoff_initial_s",
+        "backoff_max_s",
+        "api_auth_timeout_s",
+    ):
         if getattr(d, key) <= 0:
             out.append(f"daemon.{key}: must be positive, got {getattr(d, key)}")
     if d.max_delta_handoff_chars < 1000:

@@ -1,4 +1,4 @@
-"""The daemon process's interpreter settings (``t3orch serve`` applies them).
+"""The daemon process's interpreter and process settings (``t3orch serve`` applies them).
 
 * **Garbage collection.** Each event the writer decides allocates a dozen
   short-lived objects (structs, tuples, envelopes). With CPython's default
@@ -17,6 +17,14 @@
   GIL; at CPython's 5 ms the writer sat idle behind the decider. 1 ms: +9% in
   bench/store.py (mean of 4 runs each, 19.0k -> 20.8k events/s).
 
+* **Descriptors.** The soft RLIMIT_NOFILE is raised to the hard limit, at most
+  65,536 (``NOFILE_TARGET``), never lowered. Every provider holds pipes and a log,
+  every client a socket; a soft limit of 1,024 (the usual login default) leaves
+  little room, and the API sizes its WebSocket bound from what is left. The cap
+  keeps children (providers and the tools they run, which inherit the limit)
+  away from limits in the millions, which make programs that close every
+  possible descriptor slow; Node and Bun raise their own soft limit anyway.
+
 Only the daemon process does this: tests run many daemons in one interpreter and
 rely on prompt collection to report unclosed resources where they happen.
 """
@@ -24,14 +32,30 @@ rely on prompt collection to report unclosed resources where they happen.
 from __future__ import annotations
 
 import gc
+import resource
 import sys
 
 #: Young generation every 2,000 allocations, older ones every 10 passes of the one below.
 GC_THRESHOLDS = (2_000, 10, 10)
 SWITCH_INTERVAL_S = 0.001
+NOFILE_TARGET = 65_536
 
 
 def tune_process() -> None:
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    raise_descriptor_limit()
+
+
+def raise_descriptor_limit(target: int = NOFILE_TARGET) -> int:
+    """Raises the soft RLIMIT_NOFILE towards ``target`` within the hard limit; the new soft."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    ceiling = target if hard == resource.RLIM_INFINITY else min(hard, target)
+    if soft != resource.RLIM_INFINITY and soft < ceiling:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
+        except (OSError, ValueError):
+            return soft
+        return ceiling
+    return soft

@@ -9,7 +9,10 @@ import msgspec
 from t3orch.domain.vocab import InteractionMode, ProviderKind, RuntimeMode
 
 CommandIdField = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-Cursor = Annotated[int, msgspec.Meta(ge=0)]
+#: SQLite integers are 64-bit: a larger one is refused here (-32602), not by the store.
+INT64_MAX = 2**63 - 1
+Cursor = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+Position = Annotated[int, msgspec.Meta(ge=-INT64_MAX, le=INT64_MAX)]
 Topic = Literal[
     "threadShell", "threadDetail", "executionGraph", "providerSessions", "pendingRequests"
 ]
@@ -126,7 +129,7 @@ class ViewRead(Params):
     topic: Topic
     thread_id: str | None = None
     #: threadDetail pages: the window of turn items before this position.
-    before_position: int | None = None
+    before_position: Position | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 200
 
 

@@ -51,6 +51,9 @@ class Request(msgspec.Struct, forbid_unknown_fields=True):
 
 
 _request_decoder = msgspec.json.Decoder(Request)
+#: msgspec decodes nested arrays and objects recursively, bounded by the
+#: interpreter's recursion limit (~1,000 levels): deeper is refused, not a crash.
+TOO_DEEP = "JSON nested too deeply (the limit is about 1,000 levels of arrays and objects)"
 _PATH = re.compile(r" - at `(\$[^`]*)`$")
 
 
@@ -62,6 +65,8 @@ def decode_request(frame: bytes | str) -> Request:
         raise RpcError(INVALID_REQUEST, f"invalid request: {exc}", _path_data(exc)) from None
     except msgspec.DecodeError as exc:
         raise RpcError(PARSE_ERROR, f"parse error: {exc}") from None
+    except RecursionError:
+        raise RpcError(PARSE_ERROR, f"parse error: {TOO_DEEP}") from None
     if req.jsonrpc != "2.0":
         raise RpcError(
             INVALID_REQUEST, f'invalid request: jsonrpc must be "2.0", got {req.jsonrpc!r}'
@@ -73,7 +78,7 @@ def salvage_id(frame: bytes | str) -> RequestId:
     """The id of a request too broken to decode, when one can still be read."""
     try:
         doc = msgspec.json.decode(frame)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
     if isinstance(doc, dict):
         rid = doc.get("id")
@@ -92,6 +97,10 @@ def decode_params(raw: msgspec.Raw | msgspec.UnsetType, tp: type[Any]) -> Any:
         text = _PATH.sub("", str(exc))
         where = f" at {data['path']}" if data else ""
         raise RpcError(INVALID_PARAMS, f"invalid params: {text}{where}", data) from None
+    except RecursionError:
+        raise RpcError(
+            INVALID_PARAMS, f"invalid params: {TOO_DEEP}", {"path": "$.params"}
+        ) from None
 
 
 def _path_data(exc: Exception, prefix: str = "$") -> dict[str, str] | None:

@@ -15,7 +15,9 @@ from t3orch.api.operations import Operations
 from t3orch.api.reads import ApiReader
 from t3orch.api.server import ApiLimits, ApiServer
 from t3orch.api.transport import (
+    Admission,
     bound_port,
+    descriptor_limit,
     open_unix_listener,
     open_websocket_listeners,
     serve_unix,
@@ -89,12 +91,18 @@ async def serve_api(
         max_frame_bytes=config.max_frame_bytes,
         subscription_buffer=config.subscription_buffer,
     )
-    server = ApiServer(core, operations, token, reader, limits)
+    admission = Admission.within(
+        config.api_max_connections,
+        config.api_max_unauthenticated,
+        config.api_auth_timeout_s,
+        descriptor_limit(),
+    )
+    server = ApiServer(core, operations, token, reader, limits, admission)
     port = bound_port(tcp)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(
-                serve_websocket, server.handle_websocket, tcp, limits.max_frame_bytes
+                serve_websocket, server.handle_websocket, tcp, limits.max_frame_bytes, admission
             )
             await nursery.start(serve_unix, server.handle_unix, unix)
             _write_port(port_file, port)

@@ -37,10 +37,12 @@ from t3orch.api.streamed import StreamedItems
 from t3orch.api.streaming import StreamPlan, pump
 from t3orch.api.topics import TopicFilter
 from t3orch.api.transport import (
+    Admission,
     ConnectionGone,
     FrameChannel,
     FrameTooLarge,
     LineChannel,
+    Ticket,
     WebSocketChannel,
 )
 from t3orch.core import Core
@@ -72,8 +74,10 @@ class ApiServer:
         token: str,
         reader: ApiReader,
         limits: ApiLimits,
+        admission: Admission,
     ) -> None:
         self.core = core
+        self.admission = admission
         self.ops = ops
         self.reader = reader
         self.limits = limits
@@ -93,19 +97,32 @@ class ApiServer:
             **self.endpoints,
             "connections": len(self.connections),
             "subscriptions": sum(len(c.subscriptions) for c in self.connections),
+            **self.admission.status(),
         }
 
-    async def handle_websocket(self, request: trio_websocket.WebSocketRequest) -> None:
+    async def handle_websocket(
+        self, request: trio_websocket.WebSocketRequest, ticket: Ticket
+    ) -> None:
         # The connection is accepted either way so that an unauthenticated client
-        # gets JSON-RPC errors (naming the fix) rather than a bare HTTP refusal.
+        # gets JSON-RPC errors (naming the fix) rather than a bare HTTP refusal;
+        # until its ticket's deadline only, then it is closed (1008).
         authorized = bearer_matches(request.headers, self._token)
         try:
             ws = await request.accept()
         except trio_websocket.ConnectionClosed:
             return
-        await self._serve(
-            Connection(self, WebSocketChannel(ws, self.limits.max_frame_bytes), authorized)
+        channel = WebSocketChannel(ws, self.limits.max_frame_bytes)
+        conn = Connection(self, channel, authorized)
+        if authorized:
+            ticket.authenticate()
+            await self._serve(conn)
+            return
+        channel.close_code = 1008
+        channel.close_reason = (
+            f"unauthorized: no valid token within {ticket.admission.auth_timeout_s:g} s"
         )
+        with trio.move_on_at(ticket.deadline):
+            await self._serve(conn)
 
     async def handle_unix(self, stream: trio.SocketStream) -> None:
         # The socket file is 0600 in a 0700 directory: reaching it is the auth.

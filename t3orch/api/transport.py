@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
+import math
 import os
+import resource
 import socket
 import stat
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+import attrs
 import trio
 import trio_websocket
+
+log = logging.getLogger(__name__)
 
 #: The longest path a Unix socket address can hold (sun_path, with its NUL).
 UNIX_PATH_MAX = 107
@@ -142,6 +148,9 @@ class WebSocketChannel:
     def __init__(self, ws: trio_websocket.WebSocketConnection, max_frame_bytes: int) -> None:
         self._ws = ws
         self._limit = max_frame_bytes
+        #: The close frame ``aclose`` sends.
+        self.close_code = 1000
+        self.close_reason: str | None = None
         self._writes: SocketWrites | None = None
         if _raw_frames_possible(ws) and not ws._stream_lock.locked():
             # trio-websocket's own writes (pongs, the close) take our gate from now on.
@@ -181,7 +190,7 @@ class WebSocketChannel:
         return self._writes.write_now(_framed(frames))
 
     async def aclose(self) -> None:
-        await self._ws.aclose()
+        await self._ws.aclose(self.close_code, self.close_reason)
 
 
 def _framed(frames: Sequence[bytes]) -> list[bytes]:
@@ -270,22 +279,168 @@ def bound_port(listeners: list[trio.SocketListener]) -> int:
     return int(listeners[0].socket.getsockname()[1])
 
 
+#: Descriptors kept out of the WebSocket budget: the Unix socket's clients, the
+#: store's files, every provider's pipes and raw-frame log.
+FD_RESERVE = 128
+#: Sent to a connection refused past a bound, before it is closed.
+_REFUSAL = (
+    b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n"
+    b"X-T3orch-Refused: too many WebSocket connections\r\n\r\n"
+)
+#: At most one warning per this many seconds while connections are being refused.
+_REFUSAL_LOG_EVERY_S = 10.0
+
+
+def descriptor_limit() -> int:
+    """This process's soft RLIMIT_NOFILE (a large number when unlimited)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return 1 << 20 if soft == resource.RLIM_INFINITY else soft
+
+
+@attrs.define
+class Admission:
+    """The bounds on WebSocket connections, so a local flood cannot take the descriptors
+    the Unix socket, the store and the providers need.
+
+    A TCP connection is *unauthenticated* from its accept until its handshake has
+    carried the right token, and is closed ``auth_timeout_s`` after its accept if it
+    has not (a handshake that never ends included). Past ``max_unauthenticated`` such
+    connections, or ``max_connections`` in all, a new one is answered 503 and closed
+    at once: that frees its descriptor and drains the listen backlog, so a flood
+    costs the daemon a bounded number of descriptors and never blocks the accept
+    loop of the Unix socket.
+    """
+
+    max_connections: int
+    max_unauthenticated: int
+    auth_timeout_s: float
+    open: int = 0
+    unauthenticated: int = 0
+    refused: int = 0
+    _warned_at: float = -math.inf
+
+    @classmethod
+    def within(
+        cls, max_connections: int, max_unauthenticated: int, auth_timeout_s: float, nofile: int
+    ) -> Admission:
+        """The configured bounds, cut to fit ``nofile`` descriptors less the reserve."""
+        total = max(1, min(max_connections, nofile - FD_RESERVE))
+        return cls(total, max(1, min(max_unauthenticated, total)), auth_timeout_s)
+
+    def admit(self) -> Ticket | None:
+        if self.open >= self.max_connections or self.unauthenticated >= self.max_unauthenticated:
+            self.refused += 1
+            now = trio.current_time()
+            if now - self._warned_at >= _REFUSAL_LOG_EVERY_S:
+                self._warned_at = now
+                log.warning(
+                    "refusing WebSocket connections: %d open, %d unauthenticated "
+                    "(bounds %d, %d); %d refused so far",
+                    self.open,
+                    self.unauthenticated,
+                    self.max_connections,
+                    self.max_unauthenticated,
+                    self.refused,
+                )
+            return None
+        self.open += 1
+        self.unauthenticated += 1
+        return Ticket(self, trio.current_time() + self.auth_timeout_s)
+
+    def status(self) -> dict[str, object]:
+        return {
+            "unauthenticated": self.unauthenticated,
+            "refused": self.refused,
+            "limits": {
+                "maxConnections": self.max_connections,
+                "maxUnauthenticated": self.max_unauthenticated,
+                "authTimeoutS": self.auth_timeout_s,
+            },
+        }
+
+
+@attrs.define
+class Ticket:
+    """One admitted connection's place in the :class:`Admission` counts."""
+
+    admission: Admission
+    #: When the connection is closed unless it has authenticated (trio time).
+    deadline: float
+    authenticated: bool = False
+    released: bool = False
+
+    def authenticate(self) -> None:
+        if not self.authenticated and not self.released:
+            self.authenticated = True
+            self.admission.unauthenticated -= 1
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.admission.open -= 1
+            if not self.authenticated:
+                self.admission.unauthenticated -= 1
+
+
 async def serve_websocket(
-    handler: Callable[[trio_websocket.WebSocketRequest], Awaitable[None]],
+    handler: Callable[[trio_websocket.WebSocketRequest, Ticket], Awaitable[None]],
     listeners: list[trio.SocketListener],
     max_frame_bytes: int,
+    admission: Admission,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    server = trio_websocket.WebSocketServer(
-        handler,
-        listeners,
-        max_message_size=max_frame_bytes,
-        # The handshake and the close must not hang a connection task forever.
-        connect_timeout=10,
-        disconnect_timeout=5,
-    )
-    await server.run(task_status=task_status)  # type: ignore[arg-type]
+    """Serves WebSocket connections within ``admission``'s bounds.
+
+    trio-websocket's server is not used: it admits every connection and gives each
+    its own handshake timeout, which bounds neither their number nor how long one
+    without the token may stay.
+    """
+
+    async def one(stream: trio.SocketStream) -> None:
+        ticket = admission.admit()
+        if ticket is None:
+            _refuse(stream)
+            await stream.aclose()
+            return
+        try:
+            async with trio.open_nursery() as nursery:
+                request = None
+                with trio.move_on_at(ticket.deadline):
+                    # trio-websocket waits for a handshake even after the peer hung up:
+                    # one that leaves without a word must not hold its place.
+                    if await _peer_speaks(stream):
+                        request = await trio_websocket.wrap_server_stream(
+                            nursery, stream, max_message_size=max_frame_bytes
+                        )
+                if request is not None:
+                    await handler(request, ticket)
+                # The handler has closed the WebSocket (or the handshake never ended):
+                # the reader task goes, and the stream with it.
+                nursery.cancel_scope.cancel()
+        except Exception:
+            # One connection's failure must never take the listener (or the daemon) down.
+            log.exception("WebSocket connection failed")
+        finally:
+            ticket.release()
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+    await trio.serve_listeners(one, listeners, task_status=task_status)  # type: ignore[arg-type]
+
+
+async def _peer_speaks(stream: trio.SocketStream) -> bool:
+    """Waits for the peer's first byte (left in the socket); False when it hung up first."""
+    try:
+        return bool(await stream.socket.recv(1, socket.MSG_PEEK))
+    except OSError:
+        return False
+
+
+def _refuse(stream: trio.SocketStream) -> None:
+    """Says why without waiting: a peer that does not read gets nothing more."""
+    with contextlib.suppress(OSError):
+        os.write(stream.socket.fileno(), _REFUSAL)
 
 
 class SocketPathError(Exception):

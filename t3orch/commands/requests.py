@@ -15,8 +15,10 @@ def claim_request(request_id: str, decision: str) -> Decide:
 
     The decision is written while the request is still ``pending``; the provider
     resolving it (``serverRequest/resolved``, the tool result) moves it on. A second
-    answer, an expired request or one without a live runtime is refused with a
-    reason the client can show.
+    answer is ``request_already_answered`` (before or after the provider resolved
+    it); a request that ended unanswered (expired with its run or runtime,
+    cancelled) is ``request_not_pending``; one without a live runtime is
+    ``request_not_resumable``.
     """
     if decision not in DECISIONS:
         raise CommandRejected(
@@ -27,6 +29,15 @@ def claim_request(request_id: str, decision: str) -> Decide:
         req = view.get("runtime_request", request_id)
         if req is None:
             raise CommandRejected("unknown_request", f"no runtime request {request_id!r}")
+        # An answer already recorded decides first, whatever the provider did with it
+        # since: the loser of a race hears "answered" even when the provider resolved
+        # the request (or its runtime died) before the losing answer was decided.
+        if req.decision is not None:
+            since = "" if req.status == "pending" else f"; it is now {req.status}"
+            raise CommandRejected(
+                "request_already_answered",
+                f"request {request_id} was already answered ({req.decision}){since}",
+            )
         if req.status != "pending":
             raise CommandRejected(
                 "request_not_pending",
@@ -36,11 +47,6 @@ def claim_request(request_id: str, decision: str) -> Decide:
             raise CommandRejected(
                 "request_not_resumable",
                 f"request {request_id} has no live runtime: {req.response_capability.reason}",
-            )
-        if req.decision is not None:
-            raise CommandRejected(
-                "request_already_answered",
-                f"request {request_id} was already answered ({req.decision})",
             )
         ch = Changes(view)
         ch.put("runtime_request", msgspec.structs.replace(req, decision=decision))

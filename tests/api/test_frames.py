@@ -115,3 +115,65 @@ async def test_binary_frames_are_accepted() -> None:
             await ws.send_message(b'{"jsonrpc": "2.0", "id": 9, "method": "daemon.status"}')
             with trio.fail_after(TIMEOUT):
                 assert '"id":9' in await ws.get_message()
+
+
+def nested(depth: int, where: str) -> str:
+    arrays = "[" * depth + "]" * depth
+    objects = '{"a": ' * depth + "1" + "}" * depth
+    deep = arrays if where.endswith("arrays") else objects
+    if where.startswith("params"):
+        return (
+            '{"jsonrpc": "2.0", "id": 7, "method": "daemon.status", "params": {"x": ' + deep + "}}"
+        )
+    return deep
+
+
+async def test_deeply_nested_json_is_an_error_and_the_connection_goes_on() -> None:
+    async with running_api() as api, ws_client(api) as ws, unix_client(api) as ux:
+        for client in (ws, ux):
+            for where in ("params arrays", "params objects", "bare arrays", "bare objects"):
+                for depth in (2_000, 100_000):
+                    await client.raw(nested(depth, where))
+                    doc = await client.recv()
+                    assert doc["error"]["code"] in (-32700, -32600), (where, depth, doc)
+                    assert doc["id"] is None
+                    if where.startswith("params"):
+                        assert doc["error"]["code"] == -32700
+                        assert "nested too deeply" in doc["error"]["message"], doc
+                # The same connection still answers.
+                status = await client.call("daemon.status")
+                assert status["pid"] > 0
+
+
+async def test_integers_beyond_64_bits_are_invalid_params() -> None:
+    huge = 10**30
+    async with running_api() as api, ws_client(api) as ws, unix_client(api) as ux:
+        tid = await new_thread(api.core.service)
+        for client in (ws, ux):
+            for method, params, path in [
+                ("events.read", {"afterSequence": huge}, "$.params.afterSequence"),
+                ("events.read", {"afterSequence": 1e30}, "$.params.afterSequence"),
+                ("events.read", {"afterSequence": 2**63}, "$.params.afterSequence"),
+                (
+                    "subscribe",
+                    {"topic": "threadShell", "afterSequence": huge},
+                    "$.params.afterSequence",
+                ),
+                (
+                    "view.read",
+                    {"topic": "threadDetail", "threadId": tid, "beforePosition": huge},
+                    "$.params.beforePosition",
+                ),
+                (
+                    "view.read",
+                    {"topic": "threadDetail", "threadId": tid, "beforePosition": -huge},
+                    "$.params.beforePosition",
+                ),
+            ]:
+                doc = await client.request(method, params)
+                assert doc["error"]["code"] == -32602, (method, params, doc)
+                assert doc["error"]["data"] == {"path": path}
+            # The largest 64-bit cursor is merely ahead of the log.
+            doc = await client.request("events.read", {"afterSequence": 2**63 - 1})
+            assert "result" in doc or doc["error"]["code"] == -32000, doc
+            assert (await client.call("daemon.status"))["pid"] > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -73,8 +74,13 @@ def config_file(tmp: Path, *standin_args: str) -> Path:
 
 @contextmanager
 def serve(
-    state_dir: Path, config: Path | None = None, watchdog_usec: int | None = None
+    state_dir: Path,
+    config: Path | None = None,
+    watchdog_usec: int | None = None,
+    nofile: int | tuple[int, int] | None = None,
 ) -> Iterator[Served]:
+    """``nofile``: the daemon's RLIMIT_NOFILE (soft and hard, or both as one), so a
+    test can exhaust it cheaply."""
     sock_path = state_dir.parent / f"notify-{os.getpid()}-{time.monotonic_ns()}.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     listener.bind(str(sock_path))
@@ -84,8 +90,19 @@ def serve(
     args = [sys.executable, "-m", "t3orch.cli.main", "serve", "--state-dir", str(state_dir)]
     if config is not None:
         args += ["--config", str(config)]
+
+    def limit_descriptors() -> None:
+        if nofile is not None:
+            limits = nofile if isinstance(nofile, tuple) else (nofile, nofile)
+            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+
     proc = subprocess.Popen(
-        args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        args,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=limit_descriptors if nofile is not None else None,
     )
     try:
         yield Served(proc, state_dir, listener)
