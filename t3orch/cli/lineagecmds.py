@@ -195,8 +195,9 @@ async def cmd_checkpoints(client: ApiClient, args: argparse.Namespace) -> int:
         rows.append(
             [
                 cp["id"],
-                # A subagent's checkpoint does not advance the run count.
-                "subagent" if cp["appRunOrdinal"] is None else str(cp["appRunOrdinal"]),
+                # A subagent's checkpoint, or a rollback's undo point, does not
+                # advance the run count.
+                _kind(cp) if cp["appRunOrdinal"] is None else str(cp["appRunOrdinal"]),
                 cp["status"],
                 f"{len(cp['files'])} files +{adds} -{dels}",
                 cp["capturedAt"],
@@ -205,6 +206,11 @@ async def cmd_checkpoints(client: ApiClient, args: argparse.Namespace) -> int:
     if rows or res["enabled"]:
         _table(["CHECKPOINT", "RUN", "STATUS", "CHANGES", "CAPTURED"], rows)
     return 0
+
+
+def _kind(cp: dict[str, Any]) -> str:
+    # An undo checkpoint's ref is under the thread's undo/ (gitstore.undo_checkpoint_ref).
+    return "undo" if f"/{cp['threadId']}/undo/" in cp["ref"] else "subagent"
 
 
 async def cmd_diff(client: ApiClient, args: argparse.Namespace) -> int:

@@ -144,6 +144,8 @@ def test_rollback_lists_asks_and_can_itself_be_rolled_back(tmp_path: Path) -> No
         doc = json.loads(ok(state, "checkpoints", tid, "--json"))
         kinds = {c["id"]: c["appRunOrdinal"] for c in doc["checkpoints"]}
         assert kinds[undo.group(1)] is None
+        [row] = [ln for ln in ok(state, "checkpoints", tid).splitlines() if undo.group(1) in ln]
+        assert row.split()[1] == "undo"
 
 
 def test_rollback_asks_on_a_terminal_and_a_no_changes_nothing(
