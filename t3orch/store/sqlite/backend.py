@@ -636,6 +636,10 @@ def _verify_pages(path: Path) -> None:
     opened and written to. The check runs on a read-only connection; with no
     ``-wal`` beside the file (a clean shutdown deletes it) the file is the whole
     store and is read as ``immutable``, so not even a ``-wal``/``-shm`` is created.
+    After an unclean shutdown the ``-wal`` holds committed pages the file alone
+    lacks (a checkpoint may have stopped halfway): the check then reads both, and
+    SQLite rebuilds its ``-shm`` index (no data lives there); the file and the
+    ``-wal`` keep their bytes.
     """
     if not path.exists() or path.stat().st_size == 0:
         return
