@@ -10,6 +10,7 @@ starts a new one seeded with a summary of what is left (see docs/lineage.md).
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -18,8 +19,8 @@ import trio
 from adapters.errors import AdapterError
 from supervisor.session import SessionFailed
 from t3orch import gitstore
-from t3orch.commands.checkpoints import require_run_checkpoint
-from t3orch.ids import CommandId
+from t3orch.commands.checkpoints import require_run_checkpoint, target_ordinal
+from t3orch.ids import CheckpointId, CommandId
 from t3orch.service import CommandResult, CoreService
 from t3orch.store.errors import CommandRejected
 from t3orch.store.sqlite.backend import SQLiteStore
@@ -134,7 +135,7 @@ class Checkpointer:
         scopes = [
             s
             for s in self._rows("checkpoint_scope", thread_id)
-            if s.run_id == run.id and not s.advances_app_run_count
+            if s.run_id == run.id and s.kind == "subagent"
         ]
         if not scopes:
             return
@@ -174,11 +175,28 @@ class Checkpointer:
         checkpoint_id: str,
         *,
         command_id: str | None = None,
+        dry_run: bool = False,
+        allow_shared_work_tree: bool = False,
+        expect_work_tree: str | None = None,
     ) -> CommandResult:
+        """Roll ``thread_id`` back to ``checkpoint_id``: files, provider thread, runs.
+
+        ``dry_run``: only the plan (what would be written back and deleted, which
+        runs roll back, which other threads share the work tree); nothing changes.
+        Otherwise the work tree as it is now is first recorded as an undo checkpoint
+        (rolling back to it undoes the rollback's files), and a work tree another
+        thread uses too (a fork shares its parent's) is refused unless
+        ``allow_shared_work_tree``. ``expect_work_tree``: the ``workTree`` of the
+        plan the user confirmed; a work tree changed since is refused.
+        """
         thread = self._row("thread", thread_id)
         if thread is None:
             raise CommandRejected("unknown_thread", f"no thread {thread_id!r}")
-        if command_id is not None and self.reader.receipt(CommandId(command_id)) is not None:
+        if (
+            not dry_run
+            and command_id is not None
+            and self.reader.receipt(CommandId(command_id)) is not None
+        ):
             # A retry: the first answer, without touching files or providers again.
             return await self.core.rollback(
                 thread_id, checkpoint_id, reverted={}, closed=[], command_id=command_id
@@ -198,19 +216,50 @@ class Checkpointer:
         commit = await gitstore.resolve(root, cp.ref)
         if commit is None:
             raise CommandRejected("checkpoint_missing", f"{cp.ref} is gone from {root}")
+        keep = target_ordinal(cp, runs)
         later = sorted(
-            (r for r in runs if r.ordinal > cp.app_run_ordinal and r.status != "rolled_back"),
+            (r for r in runs if r.ordinal > keep and r.status != "rolled_back"),
             key=lambda r: r.ordinal,
         )
+        plan = await gitstore.plan_restore(root, commit)
+        shared = await self._sharing(thread_id, root)
+        if dry_run:
+            return CommandResult(
+                {
+                    "threadId": thread_id,
+                    "checkpointId": checkpoint_id,
+                    "dryRun": True,
+                    "root": root,
+                    "workTree": plan.tree,
+                    "restore": plan.restore,
+                    "delete": plan.delete,
+                    "rollsBackRuns": [r.ordinal for r in later],
+                    "sharedWith": shared,
+                },
+                self.reader.last_sequence(),
+            )
+        if shared and not allow_shared_work_tree:
+            raise CommandRejected(
+                "shared_work_tree",
+                f"{root} is also the work tree of {', '.join(shared)}: rolling back {thread_id} "
+                "rewrites their files too; confirm it (allowSharedWorkTree), or fork with "
+                "a worktree of its own (fork --worktree)",
+            )
+        if expect_work_tree is not None and expect_work_tree != plan.tree:
+            raise CommandRejected(
+                "work_tree_changed",
+                f"files in {root} changed since the rollback was planned; nothing was changed, "
+                "plan it again",
+            )
+        # The undo point first: nothing below may change a file before it is recorded.
+        undo = await self._capture_undo(root, thread, runs)
         reverted: dict[str, int | None] = {}
         closed: list[str] = []
         for pt_id in dict.fromkeys(r.provider_thread_id for r in later if r.provider_thread_id):
             kept = [
                 r.ordinal
                 for r in runs
-                if r.provider_thread_id == pt_id
-                and r.ordinal <= cp.app_run_ordinal
-                and r.status != "rolled_back"
+                if r.provider_thread_id == pt_id and r.ordinal <= keep and r.status != "rolled_back"
             ]
             if await self._revert_natively(manager, thread, pt_id, later):
                 reverted[pt_id] = max(kept) if kept else None
@@ -224,10 +273,52 @@ class Checkpointer:
         ):
             # Its conversation holds rolled-back runs: the next run opens a new one.
             await manager.retire(runner)
-        await gitstore.restore(root, commit)
+        deleted = await gitstore.restore(root, commit)
         return await self.core.rollback(
-            thread_id, checkpoint_id, reverted=reverted, closed=closed, command_id=command_id
+            thread_id,
+            checkpoint_id,
+            reverted=reverted,
+            closed=closed,
+            undo_checkpoint_id=undo,
+            restored=plan.restore,
+            deleted=deleted,
+            command_id=command_id,
         )
+
+    async def _capture_undo(self, root: str, thread: Any, runs: list[Any]) -> str:
+        """Commit and record the work tree as it is now; returns the checkpoint's id."""
+        cp_id = self.core.ids.new(CheckpointId)
+        ref = gitstore.undo_checkpoint_ref(thread.id, cp_id)
+        live = [r.ordinal for r in runs if r.status != "rolled_back"]
+        prev = self.previous(thread.id, max(live) + 1) if live else None
+        base = await gitstore.resolve(root, prev.ref) if prev is not None else None
+        commit, _ = await gitstore.capture(
+            root, ref, f"t3orch checkpoint: thread {thread.id} before a rollback", base
+        )
+        files = await gitstore.numstat(root, base, commit)
+        await self.core.record_undo_checkpoint(
+            thread.id, cp_id, thread.cwd, ref, files, prev.id if prev is not None and base else None
+        )
+        return cp_id
+
+    async def _sharing(self, thread_id: str, root: str) -> list[str]:
+        """The other live threads whose cwd is in the work tree at ``root``.
+
+        Only cwds under ``root`` can be in it; each is asked (a nested repository
+        or a git worktree below ``root`` is a work tree of its own).
+        """
+        with self.reader.snapshot():
+            threads = [t.decode() for t in self.reader.rows("thread")]
+        prefix = root.rstrip(os.sep) + os.sep
+        out = []
+        for t in threads:
+            if t.id == thread_id or t.archived_at is not None:
+                continue
+            if t.cwd != root and not t.cwd.startswith(prefix):
+                continue
+            if await gitstore.work_tree_root(t.cwd) == root:
+                out.append(str(t.id))
+        return sorted(out)
 
     async def _revert_natively(
         self, manager: SessionManager, thread: Any, pt_id: str, later: list[Any]

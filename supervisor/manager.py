@@ -402,11 +402,24 @@ class SessionManager:
         return runner
 
     async def rollback(
-        self, thread_id: str, checkpoint_id: str, *, command_id: str | None = None
+        self,
+        thread_id: str,
+        checkpoint_id: str,
+        *,
+        command_id: str | None = None,
+        dry_run: bool = False,
+        allow_shared_work_tree: bool = False,
+        expect_work_tree: str | None = None,
     ) -> CommandResult:
         """Files back to the checkpoint, the provider thread rolled back, later runs marked."""
         return await self.checkpointer.rollback(
-            self, thread_id, checkpoint_id, command_id=command_id
+            self,
+            thread_id,
+            checkpoint_id,
+            command_id=command_id,
+            dry_run=dry_run,
+            allow_shared_work_tree=allow_shared_work_tree,
+            expect_work_tree=expect_work_tree,
         )
 
     async def retire(self, runner: SessionRunner, reason: str = "provider_switch") -> None:

@@ -371,6 +371,10 @@ class SessionRunner:
             return ResumeRefs(src.native_thread_ref, point.provider_turn_ref)
         if src.last_run_ordinal != run.ordinal:
             return None
+        if src.cwd is not None and src.cwd != self.config.cwd:
+            # Claude keeps a session under its cwd's project directory: a fork in
+            # another cwd (a `fork --worktree`) cannot find it, so it is portable.
+            return None
         return ResumeRefs(src.native_thread_ref, None)
 
     async def _open_fork(self, rt: ProviderRuntime, fork: Any) -> None:

@@ -79,6 +79,11 @@ def checkpoint_ref(thread_id: str, ordinal: int) -> str:
     return f"{REF_PREFIX}/{thread_id}/{ordinal}"
 
 
+def undo_checkpoint_ref(thread_id: str, checkpoint_id: str) -> str:
+    """The work tree as a rollback found it (the checkpoint that undoes the rollback)."""
+    return f"{REF_PREFIX}/{thread_id}/undo/{checkpoint_id}"
+
+
 def child_checkpoint_ref(thread_id: str, scope_id: str, ordinal: int) -> str:
     # Beside the run refs, not under one: a ref cannot also be a ref directory.
     return f"{REF_PREFIX}/{thread_id}/subagents/{scope_id}/{ordinal}"
@@ -122,6 +127,37 @@ async def diff(root: str, base: str, target: str) -> str:
     return await _git(root, "diff", "--no-renames", base, target)
 
 
+@attrs.frozen
+class RestorePlan:
+    """What restoring a checkpoint would do to the work tree as it is now."""
+
+    #: The tree of the work tree now (tracked and untracked files, ignored ones left out).
+    tree: str
+    #: Files the checkpoint writes back: changed or deleted since it was taken.
+    restore: list[str]
+    #: Files created since the checkpoint: restoring it deletes them.
+    delete: list[str]
+
+
+async def plan_restore(root: str, commit: str) -> RestorePlan:
+    """What :func:`restore` would change, computed without touching a file.
+
+    The work tree is snapshotted through a temporary index (its blobs land in the
+    object store, as a checkpoint's do; the user's index, HEAD and files are untouched).
+    """
+    with tempfile.TemporaryDirectory(prefix="t3pl") as tmp:
+        tree = await _snapshot_tree(root, os.path.join(tmp, "now"))
+    out = await _git(root, "diff", "--name-status", "--no-renames", "-z", commit, tree)
+    fields = out.split("\0")
+    restore: list[str] = []
+    delete: list[str] = []
+    for status, path in zip(fields[::2], fields[1::2], strict=False):
+        if not path:
+            continue
+        (delete if status == "A" else restore).append(path)
+    return RestorePlan(tree, restore, delete)
+
+
 async def restore(root: str, commit: str) -> list[str]:
     """Make the work tree's files those of ``commit``; returns the paths deleted.
 
@@ -148,6 +184,27 @@ def _remove(root: str, paths: list[str]) -> None:
             target.unlink()
 
 
+def fork_worktree_path(root: str, thread_id: str) -> str:
+    """Where ``fork --worktree`` puts a fork's work tree: beside the repository's,
+    where the user looks (``git worktree list`` names it too)."""
+    top = Path(root)
+    return str(top.parent / f"{top.name}-fork-{thread_id}")
+
+
+async def add_worktree(root: str, path: str, files_from: str | None) -> None:
+    """A git worktree at ``path`` on the repository's HEAD (detached: no branch is
+    made), its files then made those of ``files_from`` (a checkpoint) when given."""
+    if await resolve(root, "HEAD") is None:
+        raise GitError(f"{root} has no commit yet to make a worktree from")
+    await _git(root, "worktree", "add", "--detach", "--quiet", path, "HEAD")
+    if files_from is not None:
+        await restore(path, files_from)
+
+
+async def remove_worktree(root: str, path: str) -> None:
+    await _git(root, "worktree", "remove", "--force", path)
+
+
 async def resolve(root: str, ref: str) -> str | None:
     try:
         return (await _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")).strip()
@@ -159,12 +216,18 @@ __all__: Sequence[str] = [
     "EMPTY_TREE",
     "FileStat",
     "GitError",
+    "RestorePlan",
+    "add_worktree",
     "capture",
     "checkpoint_ref",
     "child_checkpoint_ref",
     "diff",
+    "fork_worktree_path",
     "numstat",
+    "plan_restore",
+    "remove_worktree",
     "resolve",
     "restore",
+    "undo_checkpoint_ref",
     "work_tree_root",
 ]

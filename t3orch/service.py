@@ -29,6 +29,7 @@ from t3orch.domain.vocab import (
 )
 from t3orch.gitstore import FileStat
 from t3orch.ids import (
+    CheckpointId,
     CommandId,
     ContextTransferId,
     IdFactory,
@@ -228,10 +229,17 @@ class CoreService:
         *,
         title: str | None = None,
         provider: ProviderKind | None = None,
+        new_thread_id: ThreadId | None = None,
+        worktree: tuple[str, str] | None = None,
         command_id: str | None = None,
     ) -> CommandResult:
         decide = lineage.fork_thread(
-            thread_id, run_id, self.ids.new(ThreadId), title=title, provider=provider
+            thread_id,
+            run_id,
+            new_thread_id or self.ids.new(ThreadId),
+            title=title,
+            provider=provider,
+            worktree=worktree,
         )
         return await self._run(decide, command_id, "thread.fork")
 
@@ -303,10 +311,36 @@ class CoreService:
         *,
         reverted: dict[str, int | None],
         closed: Sequence[str],
+        undo_checkpoint_id: str | None = None,
+        restored: Sequence[str] = (),
+        deleted: Sequence[str] = (),
         command_id: str | None = None,
     ) -> CommandResult:
-        decide = checkpoints.rollback(thread_id, checkpoint_id, reverted=reverted, closed=closed)
+        decide = checkpoints.rollback(
+            thread_id,
+            checkpoint_id,
+            reverted=reverted,
+            closed=closed,
+            undo_checkpoint_id=undo_checkpoint_id,
+            restored=restored,
+            deleted=deleted,
+        )
         return await self._run(decide, command_id, "thread.rollback")
+
+    async def record_undo_checkpoint(
+        self,
+        thread_id: str,
+        checkpoint_id: CheckpointId,
+        cwd: str,
+        ref: str,
+        files: Sequence[FileStat],
+        parent_id: str | None,
+    ) -> CommandResult:
+        """The work tree as a rollback found it (``commands.checkpoints``)."""
+        decide = checkpoints.record_undo_checkpoint(
+            thread_id, checkpoint_id, cwd, ref, files, parent_id
+        )
+        return await self._run(decide, None, "checkpoint.undo")
 
     async def note(
         self,

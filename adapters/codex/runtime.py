@@ -205,6 +205,9 @@ class CodexRuntime:
         params: dict[str, Any] = {
             "threadId": resume.native_thread_ref,
             "excludeTurns": True,
+            # The fork runs in this runtime's cwd (a `fork --worktree` has its own);
+            # without it the fork keeps the source thread's.
+            "cwd": self._config.cwd,
             "approvalPolicy": approval,
             "sandbox": sandbox,
         }

@@ -23,6 +23,7 @@ from t3orch.commands.specs import CreateThread
 from t3orch.service import CommandResult
 from t3orch.store.errors import CommandRejected
 from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.worktrees import fork_into_worktree
 
 if TYPE_CHECKING:
     from t3orch.api.server import Connection
@@ -94,9 +95,20 @@ async def thread_configure(conn: Connection, p: P.ThreadConfigure) -> Any:
 
 
 async def thread_fork(conn: Connection, p: P.ThreadFork) -> Any:
-    res = await conn.core.service.fork_thread(
-        p.thread_id, p.run_id, title=p.title, provider=p.provider, command_id=p.command_id
-    )
+    if p.worktree:
+        res = await fork_into_worktree(
+            conn.core.service,
+            conn.reader,
+            p.thread_id,
+            p.run_id,
+            title=p.title,
+            provider=p.provider,
+            command_id=p.command_id,
+        )
+    else:
+        res = await conn.core.service.fork_thread(
+            p.thread_id, p.run_id, title=p.title, provider=p.provider, command_id=p.command_id
+        )
     return _committed(res)
 
 
@@ -168,7 +180,14 @@ async def checkpoint_diff(conn: Connection, p: P.CheckpointDiff) -> Any:
 
 
 async def thread_rollback(conn: Connection, p: P.ThreadRollback) -> Any:
-    res = await conn.ops.rollback(p.thread_id, p.checkpoint_id, command_id=p.command_id)
+    res = await conn.ops.rollback(
+        p.thread_id,
+        p.checkpoint_id,
+        command_id=p.command_id,
+        dry_run=p.dry_run,
+        allow_shared_work_tree=p.allow_shared_work_tree,
+        expect_work_tree=p.expect_work_tree,
+    )
     return _committed(res)
 
 

@@ -61,9 +61,19 @@ class Operations(Protocol):
         """The settings of the thread's next runs (cwd, model, runtime mode)."""
 
     async def rollback(
-        self, thread_id: str, checkpoint_id: str, *, command_id: str
+        self,
+        thread_id: str,
+        checkpoint_id: str,
+        *,
+        command_id: str,
+        dry_run: bool,
+        allow_shared_work_tree: bool,
+        expect_work_tree: str | None,
     ) -> CommandResult:
-        """Files back to the checkpoint, the provider thread rolled back, later runs marked."""
+        """Files back to the checkpoint, the provider thread rolled back, later runs marked.
+
+        ``dry_run``: only what it would change; the real one records the work tree
+        it found as an undo checkpoint first (docs/lineage.md, Rollback)."""
 
     def status(self) -> dict[str, Any]:
         """pid, uptime, provider sessions by status, writer stats."""
@@ -140,7 +150,14 @@ class CoreOperations:
         )
 
     async def rollback(
-        self, thread_id: str, checkpoint_id: str, *, command_id: str
+        self,
+        thread_id: str,
+        checkpoint_id: str,
+        *,
+        command_id: str,
+        dry_run: bool = False,
+        allow_shared_work_tree: bool = False,
+        expect_work_tree: str | None = None,
     ) -> CommandResult:
         if self.core.reader.row("thread", thread_id) is None:
             raise CommandRejected("unknown_thread", f"no thread {thread_id!r}")

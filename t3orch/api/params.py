@@ -82,6 +82,8 @@ class ThreadFork(Params):
     run_id: str | None = None
     title: str | None = None
     provider: ProviderKind | None = None
+    #: A git worktree of its own (beside the repository) instead of the parent's cwd.
+    worktree: bool = False
 
 
 class ThreadMergeBack(Params):
@@ -114,6 +116,12 @@ class ThreadRollback(Params):
     command_id: CommandIdField
     thread_id: str
     checkpoint_id: str
+    #: Only say what it would change (files written back and deleted, runs rolled back).
+    dry_run: bool = False
+    #: Confirms rolling back a work tree other threads use too (a fork's, say).
+    allow_shared_work_tree: bool = False
+    #: The ``workTree`` of the dry run the user confirmed: refused if files changed since.
+    expect_work_tree: str | None = None
 
 
 class DaemonStatus(Params):

@@ -4,8 +4,11 @@ checkpoints."""
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from typing import Any
+
+import trio
 
 from t3orch.cli.client import ApiClient
 from t3orch.cli.clientcmds import Command, _json, _short, _table, command_id, run_client
@@ -28,6 +31,12 @@ def register(
     p.add_argument("--run", default=None, help="the source run (finished); default the latest")
     p.add_argument("--title", default=None)
     p.add_argument("--provider", choices=PROVIDERS, default=None, help="default: the parent's")
+    p.add_argument(
+        "--worktree",
+        action="store_true",
+        help="give the fork a git worktree of its own (<repo>-fork-<id>, beside the repository) "
+        "instead of the parent's cwd",
+    )
     p = add("switch-provider", "run the thread's next runs on another provider", cmd_switch)
     p.add_argument("thread")
     p.add_argument("provider", choices=PROVIDERS)
@@ -61,6 +70,12 @@ def register(
     p = add("rollback", "restore a checkpoint's files and roll the conversation back", cmd_rollback)
     p.add_argument("thread")
     p.add_argument("--to", required=True, dest="checkpoint", help="the checkpoint id")
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help="do it without asking (needed when stdin is not a terminal); the changes are "
+        "still printed first",
+    )
 
 
 async def cmd_fork(client: ApiClient, args: argparse.Namespace) -> int:
@@ -68,6 +83,8 @@ async def cmd_fork(client: ApiClient, args: argparse.Namespace) -> int:
     for key, value in (("runId", args.run), ("title", args.title), ("provider", args.provider)):
         if value:
             params[key] = value
+    if args.worktree:
+        params["worktree"] = True
     res = await client.call("thread.fork", params)
     if args.json:
         _json(res)
@@ -178,8 +195,9 @@ async def cmd_checkpoints(client: ApiClient, args: argparse.Namespace) -> int:
         rows.append(
             [
                 cp["id"],
-                # A subagent's checkpoint does not advance the run count.
-                "subagent" if cp["appRunOrdinal"] is None else str(cp["appRunOrdinal"]),
+                # A subagent's checkpoint, or a rollback's undo point, does not
+                # advance the run count.
+                _kind(cp) if cp["appRunOrdinal"] is None else str(cp["appRunOrdinal"]),
                 cp["status"],
                 f"{len(cp['files'])} files +{adds} -{dels}",
                 cp["capturedAt"],
@@ -188,6 +206,11 @@ async def cmd_checkpoints(client: ApiClient, args: argparse.Namespace) -> int:
     if rows or res["enabled"]:
         _table(["CHECKPOINT", "RUN", "STATUS", "CHANGES", "CAPTURED"], rows)
     return 0
+
+
+def _kind(cp: dict[str, Any]) -> str:
+    # An undo checkpoint's ref is under the thread's undo/ (gitstore.undo_checkpoint_ref).
+    return "undo" if f"/{cp['threadId']}/undo/" in cp["ref"] else "subagent"
 
 
 async def cmd_diff(client: ApiClient, args: argparse.Namespace) -> int:
@@ -205,15 +228,84 @@ async def cmd_diff(client: ApiClient, args: argparse.Namespace) -> int:
     return 0
 
 
+#: Paths listed per kind before "… and N more".
+_LISTED = 20
+
+
+def _listing(verb: str, paths: list[str]) -> list[str]:
+    lines = [f"  {verb} {p}" for p in paths[:_LISTED]]
+    if len(paths) > _LISTED:
+        lines.append(f"  … and {len(paths) - _LISTED} more to {verb}")
+    return lines
+
+
+def _confirmed(question: str) -> bool:
+    """The user's yes on the terminal (the prompt goes to stderr, like an error would)."""
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline()
+    return answer.strip().lower() in ("y", "yes")
+
+
 async def cmd_rollback(client: ApiClient, args: argparse.Namespace) -> int:
+    """Say what the rollback changes, ask (or need --yes), then do it; name the undo."""
+    target = {"threadId": args.thread, "checkpointId": args.checkpoint}
+    plan_res = await client.call(
+        "thread.rollback", {"commandId": command_id(), **target, "dryRun": True}
+    )
+    plan = plan_res["result"]
+    shared = plan["sharedWith"]
+    lines = [
+        f"rollback of {args.thread} to {args.checkpoint} in {plan['root']}:",
+        *_listing("restore", plan["restore"]),
+        *_listing("delete", plan["delete"]),
+    ]
+    if not plan["restore"] and not plan["delete"]:
+        lines.append("  no file changes")
+    runs = ", ".join(str(n) for n in plan["rollsBackRuns"])
+    lines.append(f"  runs rolled back: {runs or 'none'}")
+    if shared:
+        lines.append(
+            f"  warning: {', '.join(shared)} use this work tree too: their files change as well "
+            "(a fork made with `fork --worktree` has its own)"
+        )
+    if args.json:
+        print("\n".join(lines), file=sys.stderr)
+    else:
+        print("\n".join(lines))
+    if not args.yes:
+        interactive = sys.stdin is not None and sys.stdin.isatty()
+        if not interactive:
+            print(
+                f"t3orch rollback: refused: stdin is not a terminal to confirm on; nothing was "
+                f"changed (run again with --yes to {args.checkpoint})",
+                file=sys.stderr,
+            )
+            return 3
+        question = "roll back?" if not shared else f"roll back ({', '.join(shared)} too)?"
+        if not await trio.to_thread.run_sync(_confirmed, question):
+            print("t3orch rollback: not confirmed; nothing was changed", file=sys.stderr)
+            return 3
     res = await client.call(
         "thread.rollback",
-        {"commandId": command_id(), "threadId": args.thread, "checkpointId": args.checkpoint},
+        {
+            "commandId": command_id(),
+            **target,
+            "allowSharedWorkTree": bool(shared),
+            "expectWorkTree": plan["workTree"],
+        },
     )
     if args.json:
         _json(res)
         return 0
     r = res["result"]
     runs = ", ".join(str(n) for n in r["rolledBackRuns"]) or "none"
-    print(f"{args.thread}: files restored to {r['checkpointId']}; runs rolled back: {runs}")
+    print(
+        f"{args.thread}: files restored to {r['checkpointId']} ({len(r['restored'])} written "
+        f"back, {len(r['deleted'])} deleted); runs rolled back: {runs}"
+    )
+    print(
+        f"undo: t3orch rollback {args.thread} --to {r['undoCheckpointId']} "
+        "(the files as they were before this rollback)"
+    )
     return 0

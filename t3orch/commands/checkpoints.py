@@ -8,10 +8,11 @@ import msgspec
 
 from t3orch.commands.threads import require_thread
 from t3orch.domain.checkpoint import Checkpoint, CheckpointFileSummary, CheckpointScope
+from t3orch.domain.run import Run
 from t3orch.domain.turn_items import CheckpointItem
 from t3orch.domain.vocab import RUN_TERMINAL
 from t3orch.events import CheckpointScopeUpserted, CheckpointUpserted, ProviderDiagnostic
-from t3orch.gitstore import FileStat
+from t3orch.gitstore import REF_PREFIX, FileStat
 from t3orch.ids import CheckpointId, CheckpointScopeId, ThreadId, TurnItemId, derived_id
 from t3orch.ingest.changes import Changes
 from t3orch.ingest.subagents import adopt_child_scopes
@@ -155,18 +156,104 @@ def record_child_checkpoint(
 def require_run_checkpoint(
     checkpoint: Checkpoint | None, checkpoint_id: str, thread_id: str
 ) -> Checkpoint:
-    """The checkpoint a rollback goes to: a run's, on this thread."""
+    """The checkpoint a rollback goes to: a run's, or a rollback's undo point, on this thread."""
     if checkpoint is None or checkpoint.thread_id != thread_id:
         raise CommandRejected(
             "unknown_checkpoint", f"no checkpoint {checkpoint_id!r} on {thread_id}"
         )
-    if checkpoint.app_run_ordinal is None:
+    if checkpoint.app_run_ordinal is None and not is_undo_checkpoint(checkpoint):
         raise CommandRejected(
             "subagent_checkpoint",
             f"checkpoint {checkpoint_id} is a subagent's (it does not advance the run count); "
             "roll back to a run's checkpoint",
         )
     return checkpoint
+
+
+def is_undo_checkpoint(checkpoint: Checkpoint) -> bool:
+    """Taken by a rollback of the work tree it found (a ``manual`` scope's, see
+    :func:`record_undo_checkpoint`): it never advances the run count."""
+    return checkpoint.ref.startswith(f"{REF_PREFIX}/{checkpoint.thread_id}/undo/")
+
+
+def target_ordinal(checkpoint: Checkpoint, runs: Sequence[Run]) -> int:
+    """The last run a rollback to ``checkpoint`` keeps: later runs are rolled back.
+
+    A run's checkpoint keeps its own run; an undo checkpoint keeps the runs that
+    were live when it was taken (its ``runId`` is the latest of them).
+    """
+    if checkpoint.app_run_ordinal is not None:
+        return checkpoint.app_run_ordinal
+    ordinals = {r.id: r.ordinal for r in runs}
+    return ordinals.get(checkpoint.run_id, 0) if checkpoint.run_id else 0
+
+
+def record_undo_checkpoint(
+    thread_id: str,
+    checkpoint_id: CheckpointId,
+    cwd: str,
+    ref: str,
+    files: Sequence[FileStat],
+    parent_id: str | None,
+) -> Decide:
+    """The work tree as a rollback found it, recorded before the rollback changes a file.
+
+    Its own ``manual`` scope (it is no run's end and never advances the run count),
+    on the thread's latest live run: rolling back to it restores those files and
+    rolls back any run started after it was taken.
+    """
+
+    def decide(view: StateView) -> Decision:
+        require_thread(view, thread_id)
+        live = [r for r in view.select("run", thread_id=thread_id) if r.status != "rolled_back"]
+        if not live:
+            raise CommandRejected("no_runs", f"thread {thread_id} has no run to roll back from")
+        latest = max(live, key=lambda r: r.ordinal)
+        assert latest.root_node_id is not None
+        n = 1 + sum(
+            1 for s in view.select("checkpoint_scope", thread_id=thread_id) if s.kind == "manual"
+        )
+        now = view.now()
+        scope_id = derived_id(CheckpointScopeId, thread_id, "undo", checkpoint_id)
+        ch = Changes(view)
+        ch.emit(
+            CheckpointScopeUpserted(
+                scope=CheckpointScope(
+                    id=scope_id,
+                    thread_id=ThreadId(thread_id),
+                    run_id=latest.id,
+                    node_id=latest.root_node_id,
+                    parent_scope_id=None,
+                    provider_thread_id=None,
+                    kind="manual",
+                    ordinal_within_parent=n,
+                    advances_app_run_count=False,
+                    cwd=cwd,
+                    created_at=now,
+                )
+            )
+        )
+        ch.emit(
+            CheckpointUpserted(
+                checkpoint=Checkpoint(
+                    id=checkpoint_id,
+                    thread_id=ThreadId(thread_id),
+                    scope_id=scope_id,
+                    run_id=latest.id,
+                    node_id=latest.root_node_id,
+                    parent_checkpoint_id=CheckpointId(parent_id) if parent_id else None,
+                    ordinal_within_scope=1,
+                    app_run_ordinal=None,
+                    ref=ref,
+                    status="ready",
+                    files=summaries(files),
+                    captured_at=now,
+                )
+            )
+        )
+        return Decision(ch.drafts, {"checkpointId": checkpoint_id, "ref": ref})
+
+    return decide
 
 
 def checkpoints_disabled(thread_id: str, cwd: str, reason: str) -> Decide:
@@ -194,8 +281,16 @@ def rollback(
     *,
     reverted: dict[str, int | None],
     closed: Sequence[str],
+    undo_checkpoint_id: str | None = None,
+    restored: Sequence[str] = (),
+    deleted: Sequence[str] = (),
 ) -> Decide:
     """Runs after the checkpoint's run become ``rolled_back``; later checkpoints ``stale``.
+
+    ``undo_checkpoint_id`` (the work tree as the rollback found it), ``restored`` and
+    ``deleted`` (the files it wrote back and removed) go into the answer, so that a
+    retry of the command gets them too. Undo checkpoints never go stale: they are
+    the user's files, whatever the conversation did since.
 
     ``reverted`` maps provider threads rolled back natively to the last run ordinal
     they still hold; ``closed`` ones cannot be rolled back and are never resumed
@@ -205,13 +300,13 @@ def rollback(
     def decide(view: StateView) -> Decision:
         thread = require_thread(view, thread_id)
         cp = require_run_checkpoint(view.get("checkpoint", checkpoint_id), checkpoint_id, thread_id)
-        assert cp.app_run_ordinal is not None
         ch = Changes(view)
         now = view.now()
         runs = view.select("run", thread_id=thread_id)
         if any(r.status not in RUN_TERMINAL for r in runs):
             raise CommandRejected("run_active", f"thread {thread_id} has a run in progress")
-        later = [r for r in runs if r.ordinal > cp.app_run_ordinal and r.status != "rolled_back"]
+        keep = target_ordinal(cp, runs)
+        later = [r for r in runs if r.ordinal > keep and r.status != "rolled_back"]
         for r in later:
             ch.put("run", msgspec.structs.replace(r, status="rolled_back"))
             for n in view.select("node", thread_id=thread_id):
@@ -219,7 +314,8 @@ def rollback(
                     ch.put("node", msgspec.structs.replace(n, status="rolled_back"))
         later_ids = {r.id for r in later}
         for other in view.select("checkpoint", thread_id=thread_id):
-            if other.run_id in later_ids and other.status == "ready":
+            stays = other.status != "ready" or is_undo_checkpoint(other)
+            if other.run_id in later_ids and not stays:
                 ch.emit(
                     CheckpointUpserted(checkpoint=msgspec.structs.replace(other, status="stale"))
                 )
@@ -252,6 +348,9 @@ def rollback(
                 "rolledBackRuns": sorted(r.ordinal for r in later),
                 "revertedProviderThreads": sorted(reverted),
                 "closedProviderThreads": sorted(closed),
+                "undoCheckpointId": undo_checkpoint_id,
+                "restored": list(restored),
+                "deleted": list(deleted),
             },
         )
 
@@ -260,9 +359,12 @@ def rollback(
 
 __all__ = [
     "checkpoints_disabled",
+    "is_undo_checkpoint",
     "latest_checkpoint",
     "record_checkpoint",
     "record_child_checkpoint",
+    "record_undo_checkpoint",
     "require_run_checkpoint",
     "rollback",
+    "target_ordinal",
 ]

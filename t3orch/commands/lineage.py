@@ -301,11 +301,14 @@ def fork_thread(
     *,
     title: str | None = None,
     provider: ProviderKind | None = None,
+    worktree: tuple[str, str] | None = None,
 ) -> Decide:
     """A new app thread continuing ``thread_id`` from ``run_id`` (default: its latest run).
 
     Nothing is copied: the fork's lineage and a ``fork`` transfer (source point =
     the run) are recorded; the fork's first run resolves it (native or portable).
+    ``worktree``: (cwd, worktreePath) of a git worktree made for the fork
+    (``t3orch.worktrees``); without it the fork shares its parent's cwd.
     """
 
     def decide(view: StateView) -> Decision:
@@ -325,9 +328,9 @@ def fork_thread(
             else ModelSelection(provider=kind, model=None),
             runtime_mode=parent.runtime_mode,
             interaction_mode=parent.interaction_mode,
-            cwd=parent.cwd,
-            branch=parent.branch,
-            worktree_path=parent.worktree_path,
+            cwd=worktree[0] if worktree else parent.cwd,
+            branch=None if worktree else parent.branch,
+            worktree_path=worktree[1] if worktree else parent.worktree_path,
             active_provider_thread_id=None,
             lineage=AppThreadLineage(
                 parent_thread_id=ThreadId(parent.id),

@@ -375,3 +375,14 @@ async def test_an_attestation_inside_a_read_is_answered_in_order() -> None:
         ("outgoing", True),
         ("incoming", False),
     ]
+
+
+async def test_fork_runs_in_the_runtimes_cwd() -> None:
+    """A fork with a worktree of its own: Codex must not keep the source thread's cwd."""
+    async with scripted_runtime() as (runtime, process, _), trio.open_nursery() as nursery:
+        nursery.start_soon(runtime.fork_thread, ResumeRefs("th1", "turn3"))
+        request = await process.sent()
+        assert request["method"] == "thread/fork"
+        assert request["params"]["cwd"] == "/work"
+        assert request["params"]["lastTurnId"] == "turn3"
+        process.emit({"id": request["id"], "result": {"thread": {"id": "th2"}}})

@@ -77,11 +77,18 @@ async def test_checkpoints_then_rollback_restores_files_and_marks_runs(tmp_path:
         assert await git(repo, "status", "--porcelain") == status_before
         runs = sorted(r.rows("run", tid), key=lambda x: x.ordinal)
         assert [x.status for x in runs] == ["completed", "rolled_back", "rolled_back"]
-        assert {c.app_run_ordinal: c.status for c in r.rows("checkpoint", tid)} == {
-            1: "ready",
-            2: "stale",
-            3: "stale",
-        }
+        assert {
+            c.app_run_ordinal: c.status
+            for c in r.rows("checkpoint", tid)
+            if c.app_run_ordinal is not None
+        } == {1: "ready", 2: "stale", 3: "stale"}
+        # The work tree as the rollback found it: the checkpoint that undoes it.
+        undo = r.row("checkpoint", res.result["undoCheckpointId"])
+        assert undo.app_run_ordinal is None and undo.status == "ready"
+        assert undo.run_id == run3.id and undo.ref.startswith(f"refs/t3orch/checkpoints/{tid}/")
+        assert r.row("checkpoint_scope", undo.scope_id).kind == "manual"
+        assert sorted(res.result["deleted"]) == ["b.txt", "c.txt"]
+        assert res.result["restored"] == ["a.txt"]
         # The stand-in's provider thread cannot be reverted natively: it is closed, and
         # the next run starts a new one told only what is left (run 1).
         assert r.row("provider_thread", run1.provider_thread_id).status == "closed"

@@ -136,3 +136,36 @@ async def test_writer_survives_a_full_disk(state_dir: Path) -> None:
         core.store._conn.execute("PRAGMA max_page_count = 1073741823")
         out = await core.writer.submit(diag(1).decide)
         assert out.events[0].sequence == 2
+
+
+def test_serve_refuses_a_store_with_damaged_pages_and_changes_nothing(state_dir: Path) -> None:
+    """A valid header and damaged pages in the middle: ``serve`` exits with one line."""
+    db = state_dir / "events.sqlite3"
+    store = SQLiteStore(db)
+    for _ in range(20):
+        store.commit_batch([diag(50)])
+    store.close()
+    size = db.stat().st_size
+    assert size > 64 * 4096
+    middle = (size // 2) // 4096 * 4096
+    with db.open("r+b") as fh:
+        fh.seek(middle)
+        fh.write(b"\x5a" * 2 * 4096)  # two pages of the log's b-tree, header intact
+
+    def files() -> dict[str, str]:
+        return {
+            p.name: _digest(p) for p in sorted(state_dir.iterdir()) if p.name.startswith("events")
+        }
+
+    before = files()
+    assert list(before) == ["events.sqlite3"]
+    proc = _cli("serve", "--state-dir", str(state_dir))
+    _assert_one_line_failure(proc, str(db))
+    assert proc.returncode == 2
+    assert "damaged pages" in proc.stderr and "move it aside" in proc.stderr
+    assert files() == before
+    # What `check` says of the same file.
+    _assert_one_line_failure(
+        _cli("check", "--state-dir", str(state_dir)), "integrity check failed: Page"
+    )
+    assert _digest(db) == before["events.sqlite3"]

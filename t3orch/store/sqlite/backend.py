@@ -9,6 +9,7 @@ import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, NoReturn, TypeVar, cast
+from urllib.parse import quote
 
 import msgspec
 
@@ -45,6 +46,11 @@ from t3orch.store.sqlite.staging import DecideView, PreparedBatch, RowCache
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+#: A writable open first runs SQLite's page check (``PRAGMA quick_check``) on the
+#: file: a store with damaged pages is refused before anything writes to it. It
+#: reads every page: 1 GB costs 0.5 s from the page cache, 15 s from this VM's disk
+#: (bench/store_open.py, docs/performance.md; the decision: docs/decisions.md).
+VERIFY_PAGES_AT_OPEN = True
 _payload_decoder: msgspec.json.Decoder[EventPayload] = msgspec.json.Decoder(EventPayload)
 _encoder = msgspec.json.Encoder()
 _correlation_decoder = msgspec.json.Decoder(Correlation)
@@ -136,6 +142,8 @@ class SQLiteStore:
         memory = self.path == ":memory:"
         if not memory:
             _check_header(Path(self.path), readonly=self.readonly)
+            if not self.readonly and VERIFY_PAGES_AT_OPEN:
+                _verify_pages(Path(self.path))
         try:
             if self.readonly:
                 conn = sqlite3.connect(
@@ -564,7 +572,7 @@ class SQLiteStore:
     @_guarded
     def integrity_problems(self) -> list[str]:
         rows = self._conn.execute("PRAGMA quick_check").fetchall()
-        return [r[0] for r in rows if r[0] != "ok"]
+        return _problems([str(r[0]) for r in rows])
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[SQLiteStore]:
@@ -610,6 +618,48 @@ def _check_header(path: Path, *, readonly: bool) -> None:
         head = fh.read(16)
     if head and head != _SQLITE_MAGIC:
         raise StoreCorrupt(f"{path}: not a SQLite database (bad header); refusing to touch it")
+
+
+def _problems(found: list[str]) -> list[str]:
+    """SQLite's check answers as one-line problems ("ok" is none; a result may hold
+    several lines under a ``*** in database main ***`` heading)."""
+    if found == ["ok"]:
+        return []
+    lines = [ln.strip() for f in found for ln in f.splitlines()]
+    return [ln for ln in lines if ln and not ln.startswith("***")] or ["check failed"]
+
+
+def _verify_pages(path: Path) -> None:
+    """Refuse a store whose pages are damaged, before any connection can write to it.
+
+    The header check alone lets a file with a valid header and damaged pages be
+    opened and written to. The check runs on a read-only connection; with no
+    ``-wal`` beside the file (a clean shutdown deletes it) the file is the whole
+    store and is read as ``immutable``, so not even a ``-wal``/``-shm`` is created.
+    After an unclean shutdown the ``-wal`` holds committed pages the file alone
+    lacks (a checkpoint may have stopped halfway): the check then reads both, and
+    SQLite rebuilds its ``-shm`` index (no data lives there); the file and the
+    ``-wal`` keep their bytes.
+    """
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    wal = Path(f"{path}-wal")
+    uri = f"file:{quote(str(path))}?mode=ro" + ("" if wal.exists() else "&immutable=1")
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+        try:
+            found = [str(r[0]) for r in conn.execute("PRAGMA quick_check(3)").fetchall()]
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        found = [str(exc)]
+    problems = _problems(found)
+    if not problems:
+        return
+    raise StoreCorrupt(
+        f"{path}: damaged pages ({'; '.join(problems[:3])}); "
+        "refusing to open it: move it aside or restore it from a backup (nothing was changed)"
+    )
 
 
 _INSERT_EVENT = f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
