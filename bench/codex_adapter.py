@@ -77,6 +77,7 @@ from supervisor.session import MAX_INGEST_BATCH, SessionRunner  # noqa: E402
 from t3orch.commands.specs import CreateThread  # noqa: E402
 from t3orch.core import open_core  # noqa: E402
 from t3orch.provider_events import RuntimeExited, TurnCompleted  # noqa: E402
+from t3orch.provider_versions import CODEX_TESTED  # noqa: E402
 
 #: Targets of issue 3.
 TARGET_ADAPTER_RATIO = 0.30
@@ -87,7 +88,7 @@ CHUNK_BYTES = 64 * 1024
 #: The event queue's bound in a session (``SessionRunner.run`` uses MAX_INGEST_BATCH).
 QUEUE_SIZE = MAX_INGEST_BATCH
 
-CODEX_VERSION = "0.169.0"
+CODEX_VERSION = CODEX_TESTED
 THREAD_ID = "01a22d23-29ff-7810-a22a-20759d90506a"
 USER_AGENT = f"t3orch/{CODEX_VERSION} (Debian 12.0.0; x86_64) unknown (t3orch; 0.1.0)"
 

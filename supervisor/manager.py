@@ -26,6 +26,7 @@ from supervisor.providers import ProviderSettings, adapter_for, runtime_config
 from supervisor.session import RawSinkFactory, SessionFailed, SessionRunner
 from t3orch.domain.vocab import ProviderKind, RuntimeMode
 from t3orch.ingest.binding import SessionBinding, TurnBinding
+from t3orch.provider_versions import describe
 from t3orch.service import CommandResult, CoreService
 from t3orch.store.errors import CommandRejected
 from t3orch.store.sqlite.backend import SQLiteStore
@@ -276,6 +277,8 @@ class SessionManager:
             "runners": [r.describe() for r in self.runners.values()],
             "released": self.released,
             "heldThreads": sorted(t for t, c in self.crashes.items() if c.held),
+            # What ``--version`` said of each binary (the daemon probes them once at start).
+            "providers": [describe(kind, s.command) for kind, s in self.providers.items()],
         }
 
     # -- dispatch ------------------------------------------------------------------

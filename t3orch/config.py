@@ -27,7 +27,8 @@ import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 from cattrs.gen import make_dict_structure_fn
 
-CODEX_VERSION = "0.169.0"
+from t3orch.provider_versions import CODEX_TESTED
+
 MiB = 1024 * 1024
 
 
@@ -48,7 +49,7 @@ def codex_cache_binary(home: Path | None = None) -> Path:
     cache = Path(root) if root else (home or Path.home()) / ".cache" / "t3orch"
     return (
         cache
-        / f"codex-{CODEX_VERSION}"
+        / f"codex-{CODEX_TESTED}"
         / "node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
     )
 

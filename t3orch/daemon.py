@@ -34,6 +34,7 @@ from t3orch.config import Config
 from t3orch.core import Core, open_core
 from t3orch.domain.vocab import ProviderKind
 from t3orch.process_tuning import GC_THRESHOLDS, tune_process
+from t3orch.provider_versions import probe_all
 from t3orch.state import prepare_state_dir
 from t3orch.store.errors import StateDirInvalid
 from t3orch.store.interface import Decision
@@ -170,12 +171,23 @@ async def run_daemon(
                     gc.set_threshold(*GC_THRESHOLDS)
                     notifier.ready(f"ready: {daemon.status_line()}")
                     nursery.start_soon(notifier.watchdog, _writer_probe(core), daemon.status_line)
+                    nursery.start_soon(_probe_provider_versions, manager.providers)
                     task_status.started(daemon)
                     await trio.sleep_forever()
                 finally:
                     notifier.stopping()
                     await Daemon(core, manager, state_dir, None, reconciled).shutdown()
                     nursery.cancel_scope.cancel()
+
+
+async def _probe_provider_versions(providers: dict[str, ProviderSettings]) -> None:
+    """``--version`` of each provider binary, once, off the event loop; ``status`` shows it."""
+    commands = {kind: list(s.command) for kind, s in providers.items()}
+    for found in await trio.to_thread.run_sync(probe_all, commands):
+        if found.error:
+            log.warning("%s: %s", found.provider, found.error)
+        elif warning := found.warning():
+            log.warning("%s", warning)
 
 
 def _writer_probe(core: Core) -> Callable[[], Awaitable[bool]]:

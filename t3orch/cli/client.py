@@ -164,6 +164,10 @@ class ThreadView:
         self.items: dict[str, dict[str, Any]] = {
             i["id"]: i for i in snapshot.get("visibleTurnItems", snapshot["turnItems"])
         }
+        #: The thread's pending runtime requests (approvals, questions) by id.
+        self.requests: dict[str, dict[str, Any]] = {
+            q["id"]: q for q in snapshot.get("pendingRequests", [])
+        }
         self.sequence: int = int(snapshot.get("snapshotSequence", 0))
 
     def apply(self, event: dict[str, Any]) -> dict[str, Any] | None:
@@ -177,6 +181,12 @@ class ThreadView:
                 self.thread = p["thread"]
             case "run.upserted":
                 self.runs[p["run"]["id"]] = p["run"]
+            case "runtime_request.upserted":
+                req = p["request"]
+                if req["status"] == "pending":
+                    self.requests[req["id"]] = req
+                else:
+                    self.requests.pop(req["id"], None)
             case "turn_item.upserted":
                 item = p["item"]
                 if item.get("hidden"):

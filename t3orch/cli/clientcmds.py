@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import shutil
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
@@ -170,6 +171,7 @@ async def cmd_status(client: ApiClient, args: argparse.Namespace) -> int:
     st = await client.call("daemon.status")
     if args.json:
         _json(st)
+        _version_warnings(st)
         return 0
     api = st.get("api", {})
     ws = api.get("websocket", {})
@@ -183,7 +185,30 @@ async def cmd_status(client: ApiClient, args: argparse.Namespace) -> int:
     print(f"api        ws://{ws.get('host')}:{ws.get('port')}  {api.get('socket')}")
     conns, subs = api.get("connections", 0), api.get("subscriptions", 0)
     print(f"clients    {conns} connected, {subs} subscriptions")
+    found = st.get("providers")
+    if found is not None:
+        print(f"providers  {', '.join(_provider_version(p) for p in found) or 'none'}")
+    _version_warnings(st)
     return 0
+
+
+def _provider_version(p: dict[str, Any]) -> str:
+    if p.get("tested") is None:
+        return str(p["provider"])
+    if not p.get("checked"):
+        return f"{p['provider']} (version not checked yet)"
+    version = p.get("version") or f"? ({p.get('error')})"
+    return f"{p['provider']} {version} (tested {p['tested']})"
+
+
+def _version_warnings(st: dict[str, Any]) -> None:
+    for p in st.get("providers") or []:
+        if p.get("newerThanTested"):
+            print(
+                f"t3orch status: warning: {p['provider']} {p['version']} is newer than the "
+                f"version t3orch was tested with ({p['tested']}); its protocol may have changed",
+                file=sys.stderr,
+            )
 
 
 async def cmd_threads(client: ApiClient, args: argparse.Namespace) -> int:
@@ -271,7 +296,7 @@ async def cmd_send(client: ApiClient, args: argparse.Namespace) -> int:
     if view is None:
         return 0
     with trio.move_on_after(args.timeout if args.timeout is not None else float("inf")) as scope:
-        status = await _run_end(client, args.thread, view, run_id)
+        status = await _run_end(client, args, view, run_id)
     if scope.cancelled_caught:
         print(f"t3orch send: run {run_id} still working after {args.timeout} s", file=sys.stderr)
         return 1
@@ -284,8 +309,19 @@ async def cmd_send(client: ApiClient, args: argparse.Namespace) -> int:
     return 0 if status == "completed" else 1
 
 
-async def _run_end(client: ApiClient, thread_id: str, view: ThreadView, run_id: str) -> str:
+async def _run_end(
+    client: ApiClient, args: argparse.Namespace, view: ThreadView, run_id: str
+) -> str:
+    announced: set[str] = set()
     while True:
+        # A run waiting for an answer waits for the user: say what it asks, and how to answer.
+        for req in view.requests.values():
+            if req["id"] not in announced:
+                announced.add(req["id"])
+                if args.json:
+                    _json({"pendingRequest": req})
+                else:
+                    print(pending_request_text(req, args), file=sys.stderr, flush=True)
         run = view.runs.get(run_id)
         if run is not None and run["status"] in RUN_TERMINAL:
             return str(run["status"])
@@ -294,8 +330,18 @@ async def _run_end(client: ApiClient, thread_id: str, view: ThreadView, run_id: 
             view.apply(note["params"]["event"])
         elif note["method"] == "resync":
             # Too slow to keep up: a fresh snapshot has the run's current state.
-            _, snap = await client.subscribe("threadDetail", thread_id)
+            _, snap = await client.subscribe("threadDetail", args.thread)
             view.reset(snap)
+
+
+def pending_request_text(req: dict[str, Any], args: argparse.Namespace) -> str:
+    """Two lines: the request (id, kind, what it asks) and the commands that answer it."""
+    state = f" --state-dir {args.state_dir}" if args.state_dir else ""
+    what = request_what(req) or "(no detail)"
+    return (
+        f"? {req['id']} waits for an answer: {req['kind']}: {what}\n"
+        f"  answer with: t3orch approve {req['id']}{state}   or: t3orch deny {req['id']}{state}"
+    )
 
 
 async def cmd_requests(client: ApiClient, args: argparse.Namespace) -> int:
@@ -308,7 +354,7 @@ async def cmd_requests(client: ApiClient, args: argparse.Namespace) -> int:
             q["id"],
             q["threadId"],
             q["kind"],
-            _short(_summary(q), 50) or "-",
+            _short(request_what(q), 50) or "-",
             "/".join(q.get("availableDecisions") or []) or "-",
         ]
         for q in view["data"]["requests"]
@@ -317,11 +363,22 @@ async def cmd_requests(client: ApiClient, args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary(req: dict[str, Any]) -> str:
+#: Where a request says what it asks, best first: the adapter's summary, else the
+#: command or path in the provider's own shape (Codex ``params``, Claude ``input``).
+_WHAT_KEYS = ("summary", "command", "path", "file_path", "blockedPath", "reason", "message")
+
+
+def request_what(req: dict[str, Any]) -> str:
     detail = req.get("detail") or {}
-    for key in ("summary", "command", "reason", "path", "message"):
-        if detail.get(key):
-            return str(detail[key])
+    nested = (detail, detail.get("params"), detail.get("input"))
+    sources = [d for d in nested if isinstance(d, dict)]
+    for key in _WHAT_KEYS:
+        for source in sources:
+            value = source.get(key)
+            if isinstance(value, list):
+                value = " ".join(str(part) for part in value)
+            if value:
+                return str(value)
     return ""
 
 
@@ -362,15 +419,33 @@ async def cmd_show(client: ApiClient, args: argparse.Namespace) -> int:
     t = data["thread"]
     print(f"{t['title']}  ({t['id']}, {t['defaultProvider']}, {t['cwd']})")
     runs = {r["id"]: r for r in data["runs"]}
-    current = None
-    for item in data["visibleTurnItems"]:
-        run_id = item.get("runId")
-        if run_id != current and run_id in runs:
-            current = run_id
+    for run_id, items in _by_run(data["visibleTurnItems"], runs):
+        if run_id is not None:
             r = runs[run_id]
             print(f"\n── run {r['ordinal']} · {r['status']} · {r['provider']} ({r['id']})")
-        print(render_item(item))
+        for item in items:
+            print(render_item(item))
     return 0
+
+
+def _by_run(
+    items: list[dict[str, Any]], runs: dict[str, dict[str, Any]]
+) -> list[tuple[str | None, list[dict[str, Any]]]]:
+    """Items grouped under their run, runs in ordinal order, one header each.
+
+    Items interleave in the log: a queued run's message is written while the run
+    ahead of it still streams, and a steer adds to a run out of order. An item of
+    no known run (a handoff, say) stays with the item before it.
+    """
+    groups: dict[str | None, list[dict[str, Any]]] = {}
+    current: str | None = None
+    for item in items:
+        run_id = item.get("runId")
+        if run_id in runs:
+            current = run_id
+        groups.setdefault(current, []).append(item)
+    order = sorted(groups, key=lambda r: -1 if r is None else runs[r]["ordinal"])
+    return [(r, groups[r]) for r in order]
 
 
 async def cmd_sessions(client: ApiClient, args: argparse.Namespace) -> int:
@@ -504,21 +579,44 @@ class _Screen:
             self.clear()
             return
         run = live[-1]
-        working = [i for i in view.items.values() if i.get("status") not in TURN_ITEM_TERMINAL]
-        what = ""
-        if working:
-            w = working[-1]
-            size = len(w.get("text") or w.get("output") or "")
-            what = f" · {w['type'].replace('_', ' ')}" + (f" {size} chars" if size else "")
-        self.progress = f"{next(self.frames)} run {run['ordinal']} {run['status']}{what}"
+        head = f"{next(self.frames)} run {run['ordinal']} {run['status']}"
+        self.progress = _fit(f"{head} · {progress_detail(view)}".rstrip(" ·"), self.width())
         self.out.write("\r\033[K" + self.progress)
         self.out.flush()
+
+    def width(self) -> int:
+        return shutil.get_terminal_size().columns - 1
 
     def clear(self) -> None:
         if self.tty and self.progress:
             self.out.write("\r\033[K")
             self.out.flush()
             self.progress = ""
+
+
+def progress_detail(view: ThreadView) -> str:
+    """What a live run is doing now: the request it waits on, else the text coming in."""
+    if view.requests:
+        req = list(view.requests.values())[-1]
+        return f"waiting for {req['id']} ({req['kind']}): {_short(request_what(req), 200)}"
+    working = [i for i in view.items.values() if i.get("status") not in TURN_ITEM_TERMINAL]
+    if not working:
+        return ""
+    w = working[-1]
+    kind = w["type"].replace("_", " ")
+    text = w.get("text") or w.get("output") or w.get("input") or ""
+    return f"{kind}: {' '.join(text.split())}" if text else kind
+
+
+def _fit(line: str, width: int) -> str:
+    """The line cut to the terminal, keeping its end (the newest text) after the head."""
+    if len(line) <= width:
+        return line
+    head, sep, rest = line.partition(": ")
+    room = width - len(head) - len(sep) - 1
+    if not sep or room < 10:
+        return line[: max(width - 1, 0)] + "…"
+    return f"{head}{sep}…{rest[-room:]}"
 
 
 async def cmd_watch(client: ApiClient, args: argparse.Namespace) -> int:
@@ -533,6 +631,18 @@ async def cmd_watch(client: ApiClient, args: argparse.Namespace) -> int:
             print(msgspec.json.encode(item).decode(), flush=True)
         else:
             screen.item(item)
+    announced: set[str] = set()
+
+    def announce() -> None:
+        for req in view.requests.values():
+            if req["id"] not in announced:
+                announced.add(req["id"])
+                if args.json:
+                    print(msgspec.json.encode({"pendingRequest": req}).decode(), flush=True)
+                else:
+                    screen.line(pending_request_text(req, args))
+
+    announce()
     if args.until_idle and not view.live_runs():
         return 0
     async with trio.open_nursery() as nursery:
@@ -561,6 +671,7 @@ async def cmd_watch(client: ApiClient, args: argparse.Namespace) -> int:
                     print(msgspec.json.encode(item).decode(), flush=True)
                 else:
                     screen.item(item)
+            announce()
             for run in view.runs.values():
                 if statuses.get(run["id"]) != run["status"]:
                     statuses[run["id"]] = run["status"]

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +130,9 @@ async def _conversation(daemon: Daemon, work: Path, plan: ProviderPlan) -> Outco
     out = Outcome(plan.kind)
     created = await daemon.core.service.create_thread(
         CreateThread(provider=plan.kind, cwd=str(work), title=f"{plan.kind} demo"),  # type: ignore[arg-type]
-        command_id=f"demo-{plan.kind}",
+        # Fresh per demo: a --state-dir kept from an earlier demo must get new threads,
+        # not the old ones back (an idempotent replay) with their work dir long gone.
+        command_id=f"demo-{plan.kind}-{uuid.uuid4().hex}",
     )
     tid = created.result["threadId"]
     print(f"\n== {plan.kind}: thread {tid}")
@@ -139,7 +142,7 @@ async def _conversation(daemon: Daemon, work: Path, plan: ProviderPlan) -> Outco
         run_id = await _send(daemon, tid, plan.approval)
         req = await _until(lambda: _pending(daemon, tid))
         print(f"  approval requested ({req.kind}): answering accept")
-        await daemon.manager.respond(req.id, "accept", command_id=f"demo-approve-{plan.kind}")
+        await daemon.manager.respond(req.id, "accept", command_id=None)
         out.requests += 1
         run = await _wait_run(daemon, run_id)
         made = plan.created_file and (work / plan.created_file).exists()
@@ -248,15 +251,19 @@ async def _demo(state_dir: Path, work: Path, tmp: Path) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """The log goes to ``--state-dir`` when given (kept for ``events`` and ``check``)."""
     with tempfile.TemporaryDirectory(prefix="t3orch-demo-") as tmp:
         root = Path(tmp)
-        state_dir = Path(args.state_dir) if args.state_dir else root / "state"
+        state_dir = Path(args.state_dir).absolute() if args.state_dir else root / "state"
         work = root / "work"
         work.mkdir()
         # Codex trusts (and checkpoints will need) a git work tree.
         subprocess.run(["git", "init", "-q", str(work)], check=False)
+        code = 1
         try:
-            return trio.run(_demo, state_dir, work, root)
-        except trio.TooSlowError:
+            code = trio.run(_demo, state_dir, work, root)
+        except* trio.TooSlowError:
             print(f"t3orch demo: did not finish within {DEADLINE_S:.0f} s", file=sys.stderr)
-            return 1
+        if args.state_dir:
+            print(f"the demo's log stays in {state_dir} (t3orch events / check --state-dir …)")
+        return code

@@ -342,9 +342,17 @@ def _daemon_crash(kind: str, config: Config, state: Path, work: Path, tmp: Path)
     return v
 
 
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
 def _print(v: Verdict, as_json: bool) -> None:
     if as_json:
-        print(json.dumps({**attrs.asdict(v), "passed": v.passed}))
+        # camelCase like every other --json (``lostEvents``, ``detectionS``); the
+        # checks keep their sentences as keys: they are data, not field names.
+        doc = {_camel(k): value for k, value in attrs.asdict(v).items()}
+        print(json.dumps({**doc, "passed": v.passed}))
         return
 
     def fmt(x: float | None) -> str:

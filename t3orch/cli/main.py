@@ -4,13 +4,24 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
-from t3orch.config import ConfigError
+from t3orch.config import ConfigError, load_config
 from t3orch.store.errors import CommandRejected, StoreError
 
 Handler = Callable[[argparse.Namespace], int]
+
+DESCRIPTION = """\
+t3orch owns the coding-agent processes of this machine (OpenAI Codex, Claude Code):
+it runs them for you, keeps every change in a durable event log, recovers them after
+a crash, and serves threads, runs and approvals to the commands below.
+"""
+#: A closed pipe ends us quietly, with the status a shell shows for SIGPIPE.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -30,8 +41,17 @@ def _common(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from t3orch.cli import daemoncmds, demo, drill, storecmds
 
-    parser = argparse.ArgumentParser(prog="t3orch", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="t3orch",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="print t3orch's version and the provider versions it finds, then exit",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("events", help="print committed events as JSON lines")
     _common(p)
@@ -78,7 +98,78 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def t3orch_version() -> str:
+    try:
+        return version("t3orch")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def version_report(config_path: str | None) -> str:
+    """``t3orch X``, then one line per provider binary the config finds, with its version."""
+    from t3orch.provider_versions import TESTED, probe
+
+    providers = load_config(config_path).providers
+    lines = [f"t3orch {t3orch_version()}"]
+    for kind, command in (("codex", providers.codex.command), ("claude", providers.claude.command)):
+        if not command:
+            lines.append(f"{kind}: not found (tested with {TESTED[kind]})")
+            continue
+        found = probe(kind, command)
+        lines.append(
+            f"{kind} {found.version or '?'} ({' '.join(found.command)}; tested with {found.tested})"
+            + (f": {found.error}" if found.error else "")
+        )
+        if warning := found.warning():
+            lines.append(f"  warning: {warning}")
+    return "\n".join(lines) + "\n"
+
+
+class _VersionAction(argparse.Action):
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        try:
+            report = version_report(os.environ.get("T3ORCH_CONFIG"))
+        except ConfigError as exc:
+            parser.exit(2, f"t3orch --version: config error: {exc}\n")
+        sys.stdout.write(report)
+        parser.exit(0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs one command; a reader that closed our stdout (``| head``) ends it quietly."""
+    code = 0
+    try:
+        try:
+            code = _main(argv)
+        finally:
+            # Buffered output goes now, where a closed pipe is caught, not at exit.
+            sys.stdout.flush()
+    except* BrokenPipeError:
+        _silence_stdout()
+        code = EXIT_BROKEN_PIPE
+    return code
+
+
+def _silence_stdout() -> None:
+    # What is still buffered for the closed pipe would fail again at interpreter exit.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real stdout (a test's capture): nothing to silence
+        pass
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
     code = 0

@@ -37,7 +37,7 @@ def cmd_events(args: argparse.Namespace) -> int:
             if not args.follow:
                 return 0
             time.sleep(0.2)
-    except (BrokenPipeError, KeyboardInterrupt):
+    except KeyboardInterrupt:  # a closed pipe is handled for every command in main
         return 0
     finally:
         store.close()
@@ -45,31 +45,48 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     store = open_readonly(args)
+    count, rows, projected = 0, 0, 0
     try:
         with store.snapshot():
             problems = store.integrity_problems()
-            if problems:
-                print(
-                    f"t3orch check: {Path(store.path)}: SQLite integrity check failed: "
-                    f"{'; '.join(problems[:5])}",
-                    file=sys.stderr,
-                )
-                return 1
-            rebuilt, count, gaps = rebuild(store.iter_events())
-            diffs = gaps + compare(store.all_rows(), rebuilt)
-            diffs += compare_chunks(store.all_chunks(), rebuilt)
-            projected = store.projection_sequence()
-            last = store.last_sequence()
-            if projected != last:
-                diffs.append(f"projection cursor at {projected} but the log ends at {last}")
+            diffs: list[str] = []
+            if not problems:
+                rebuilt, count, gaps = rebuild(store.iter_events())
+                rows = len(rebuilt.rows)
+                diffs = gaps + compare(store.all_rows(), rebuilt)
+                diffs += compare_chunks(store.all_chunks(), rebuilt)
+                projected = store.projection_sequence()
+                last = store.last_sequence()
+                if projected != last:
+                    diffs.append(f"projection cursor at {projected} but the log ends at {last}")
     finally:
         store.close()
+    ok = not problems and not diffs
+    if args.json:
+        doc = {
+            "ok": ok,
+            "database": str(store.path),
+            "integrityProblems": problems,
+            "events": count,
+            "projectionRows": rows,
+            "projectionSequence": projected,
+            "differences": diffs,
+        }
+        sys.stdout.write(msgspec.json.format(_encode(doc), indent=2).decode() + "\n")
+        return 0 if ok else 1
+    if problems:
+        print(
+            f"t3orch check: {Path(store.path)}: SQLite integrity check failed: "
+            f"{'; '.join(problems[:5])}",
+            file=sys.stderr,
+        )
+        return 1
     if diffs:
         for d in diffs:
             print(f"t3orch check: {d}", file=sys.stderr)
         return 1
     print(
-        f"ok: {count} events, {len(rebuilt.rows)} projection rows equal a rebuild "
+        f"ok: {count} events, {rows} projection rows equal a rebuild "
         f"(projections at sequence {projected})"
     )
     return 0

@@ -605,7 +605,9 @@ def _request_opened(ch: Changes, b: SessionBinding, ev: RequestOpened) -> None:
             started_at=now,
         ),
     )
-    detail = dict(ev.detail)
+    # The adapter's one-line summary (the command, the path) is what a list of pending
+    # requests shows; the native detail keeps it nested (``params.command``, ``input``).
+    detail = {"summary": ev.summary, **ev.detail} if ev.summary else dict(ev.detail)
     if ev.questions:
         detail["questions"] = msgspec.to_builtins(ev.questions)
     ch.put(

@@ -71,3 +71,48 @@ def test_replay_prints_canonical_events() -> None:
     assert "request.opened" in types and types.count("turn.completed") == 1
     wrong = _cli("replay", "--provider", "claude", str(REPO / "fixtures/codex/plain_turn.ndjson"))
     assert wrong.returncode == 2 and "a codex transcript" in wrong.stderr
+
+
+def test_check_json_reports_the_verdict_and_each_difference(state_dir: Path) -> None:
+    import sqlite3
+
+    trio.run(_populate, state_dir / "events.sqlite3")
+    ok = _cli("check", "--state-dir", str(state_dir), "--json")
+    assert ok.returncode == 0, ok.stderr
+    doc = json.loads(ok.stdout)
+    assert doc["ok"] is True and doc["differences"] == [] and doc["integrityProblems"] == []
+    assert doc["events"] == doc["projectionSequence"] > 0 and doc["projectionRows"] > 0
+    conn = sqlite3.connect(state_dir / "events.sqlite3")
+    (id,) = conn.execute("SELECT id FROM rows WHERE kind = 'run'").fetchone()
+    conn.execute("UPDATE rows SET status = 'queued' WHERE kind = 'run' AND id = ?", (id,))
+    conn.commit()
+    conn.close()
+    bad = _cli("check", "--state-dir", str(state_dir), "--json")
+    assert bad.returncode == 1
+    doc = json.loads(bad.stdout)
+    assert doc["ok"] is False
+    assert f"run {id}: differs from the rebuild in status" in doc["differences"]
+
+
+def test_demo_keeps_its_log_in_the_state_dir_it_is_given(tmp_path: Path) -> None:
+    state = tmp_path / "demo-state"
+    for _ in range(2):  # a kept state dir can hold a second demo (new threads)
+        demo = subprocess.run(
+            [sys.executable, "-m", "t3orch.cli.main", "demo", "--state-dir", str(state)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert f"the demo's log stays in {state}" in demo.stdout
+    events = _cli("events", "--state-dir", str(state))
+    assert events.returncode == 0 and events.stdout.count("thread.upserted") > 0
+    check = _cli("check", "--state-dir", str(state), "--json")
+    assert check.returncode == 0 and json.loads(check.stdout)["ok"], check.stdout
+    threads = {
+        json.loads(line)["threadId"]
+        for line in events.stdout.splitlines()
+        if json.loads(line)["type"] == "thread.upserted"
+    }
+    assert len(threads) == 2 * (demo.stdout.count("== ")), demo.stdout

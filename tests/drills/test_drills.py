@@ -38,8 +38,19 @@ def _drill(name: str, provider: str) -> dict[str, object]:
 def test_standin_drills(name: str) -> None:
     v = _drill(name, "standin")
     assert v["passed"], v
-    assert v["lost_events"] == 0 and v["orphans"] == 0
-    assert v["detection_s"] is not None and v["live_again_s"] is not None
+    assert v["lostEvents"] == 0 and v["orphans"] == 0
+    assert v["detectionS"] is not None and v["liveAgainS"] is not None
+    assert set(v) == {
+        "drill",
+        "provider",
+        "lostEvents",
+        "detectionS",
+        "liveAgainS",
+        "orphans",
+        "checks",
+        "notes",
+        "passed",
+    }
 
 
 @pytest.mark.real_codex
