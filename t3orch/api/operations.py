@@ -65,6 +65,9 @@ class Operations(Protocol):
     ) -> CommandResult:
         """Files back to the checkpoint, the provider thread rolled back, later runs marked."""
 
+    async def delete_thread(self, thread_id: str, *, command_id: str) -> CommandResult:
+        """The thread becomes a tombstone; its live runtime is stopped and released."""
+
     def status(self) -> dict[str, Any]:
         """pid, uptime, provider sessions by status, writer stats."""
 
@@ -145,6 +148,10 @@ class CoreOperations:
         if self.core.reader.row("thread", thread_id) is None:
             raise CommandRejected("unknown_thread", f"no thread {thread_id!r}")
         raise _no_supervisor("rolling back a thread (its provider thread too)")
+
+    async def delete_thread(self, thread_id: str, *, command_id: str) -> CommandResult:
+        # Only a record: no runtime runs here to be stopped.
+        return await self.core.service.delete_thread(thread_id, command_id=command_id)
 
     def status(self) -> dict[str, Any]:
         with self.core.reader.snapshot():
