@@ -19,6 +19,7 @@ import attrs
 from t3orch.core import Core
 from t3orch.domain.vocab import RUN_TERMINAL, ProviderKind, RuntimeMode
 from t3orch.ids import CommandId
+from t3orch.projections import views
 from t3orch.service import CommandResult
 from t3orch.store.errors import CommandRejected
 from t3orch.store.sqlite.backend import SQLiteStore
@@ -166,12 +167,17 @@ class CoreOperations:
 
 
 def store_facts(store: SQLiteStore) -> dict[str, Any]:
-    """Provider sessions by status and the log's head; call inside a read snapshot."""
+    """Provider sessions by status, the log's head and token usage (total and per thread);
+    call inside a read snapshot."""
     by_status: dict[str, int] = {}
     for s in store.rows("provider_session"):
         key = s.status or "unknown"
         by_status[key] = by_status.get(key, 0) + 1
-    return {"sessions": by_status, "headSequence": store.last_sequence()}
+    return {
+        "sessions": by_status,
+        "headSequence": store.last_sequence(),
+        "usage": views.usage_totals(store),
+    }
 
 
 def writer_facts(core: Core) -> dict[str, int]:

@@ -193,6 +193,7 @@ async def cmd_status(client: ApiClient, args: argparse.Namespace) -> int:
     print(f"api        ws://{ws.get('host')}:{ws.get('port')}  {api.get('socket')}")
     conns, subs = api.get("connections", 0), api.get("subscriptions", 0)
     print(f"clients    {conns} connected, {subs} subscriptions")
+    threadcmds.print_usage_summary(st.get("usage"))
     return 0
 
 
@@ -380,6 +381,7 @@ async def cmd_show(client: ApiClient, args: argparse.Namespace) -> int:
         return 0
     t = data["thread"]
     print(f"{t['title']}  ({t['id']}, {t['defaultProvider']}, {t['cwd']})")
+    threadcmds.print_thread_usage(data)
     runs = {r["id"]: r for r in data["runs"]}
     current = None
     for item in data["visibleTurnItems"]:
@@ -388,6 +390,7 @@ async def cmd_show(client: ApiClient, args: argparse.Namespace) -> int:
             current = run_id
             r = runs[run_id]
             print(f"\n── run {r['ordinal']} · {r['status']} · {r['provider']} ({r['id']})")
+            threadcmds.print_run_usage(r)
         print(render_item(item))
     return 0
 

@@ -85,7 +85,9 @@ def run_reader(args: argparse.Namespace, fn: Command, run_client: Runner) -> int
         return run_client(args, fn)
     db = prepare_state_dir(path.parent, create=False)
     if not db.exists():
-        raise StateDirInvalid(f"no daemon is running for {path.parent} and it holds no store")
+        raise StateDirInvalid(
+            f"no t3orch daemon is running for {path.parent}, and it holds no store"
+        )
     store = SQLiteStore(db, readonly=True)
     try:
         return trio.run(fn, StoreClient(store), args)
@@ -154,3 +156,24 @@ def usage_text(usage: dict[str, Any] | None) -> str:
     )
     cost = usage.get("costUsd")
     return text + (f", ${cost:.6f}" if cost is not None else "")
+
+
+def print_usage_summary(usage: dict[str, Any] | None) -> None:
+    """``status``: usage over every thread, and the threads that reported any."""
+    threads = (usage or {}).get("threads") or {}
+    print(f"usage      {usage_text((usage or {}).get('total'))} over {len(threads)} threads")
+
+
+def print_thread_usage(detail: dict[str, Any]) -> None:
+    """``show``: the thread's total; marks of archive and deletion."""
+    t = detail["thread"]
+    if t.get("deletedAt"):
+        print(f"deleted    {t['deletedAt']} (a tombstone: it takes no more commands)")
+    elif t.get("archivedAt"):
+        print(f"archived   {t['archivedAt']}")
+    print(f"usage      {usage_text(detail.get('usage'))}")
+
+
+def print_run_usage(run: dict[str, Any]) -> None:
+    if run.get("usage"):
+        print(f"   usage {usage_text(run['usage'])}")
