@@ -28,7 +28,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from t3orch.cli import daemoncmds, demo, drill, storecmds
+    from t3orch.cli import daemoncmds, demo, drill, fakescmd, storecmds
 
     parser = argparse.ArgumentParser(prog="t3orch", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -69,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(p)
     p.set_defaults(handler=demo.cmd_demo)
+
+    p = sub.add_parser("fakes", help="serve the loopback fake model servers; write a config")
+    p.add_argument("--dir", default=None, help="where homes, work dir and config go (default: new)")
+    p.add_argument("--config-out", default=None, help="the config TOML (default: DIR/t3orch.toml)")
+    p.set_defaults(handler=lambda args: fakescmd.cmd_fakes(args))
 
     # The client commands (status, threads, thread new, send, …) talk to a running daemon.
     from t3orch.cli import clientcmds, lineagecmds
