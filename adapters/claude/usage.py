@@ -1,9 +1,10 @@
 """A turn's token usage and cost from Claude's ``result`` frame.
 
-``usage`` is the turn's (every model call of it). The turn's cost comes from
-``model_usage_since_last_result`` (per model, ``costUSD``: this turn's share)
-where the CLI sends it, else from ``total_cost_usd``, which in a long-lived
-process may be its running total rather than the turn's. ``input_tokens`` excludes cache reads and
+``usage`` is the turn's (every model call of it), but ``total_cost_usd`` is the
+process's running total (claude 2.1.327: 0.000075, then 0.00015 for two equal
+turns; ``tests/cli/test_fakes.py``). The turn's cost is therefore the sum of
+``model_usage_since_last_result[model].costUSD`` (this turn's share); only a
+frame without it falls back to ``total_cost_usd``. ``input_tokens`` excludes cache reads and
 writes; the canonical input count includes them.
 """
 

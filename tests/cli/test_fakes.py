@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -53,14 +54,16 @@ def test_serve_runs_real_providers_from_the_fakes_config(tmp_path: Path) -> None
             for kind in kinds:
                 tid = ok(cli(state, "thread", "new", "--provider", kind, "--cwd", str(work)))
                 tid = tid.strip()
-                sent = cli(state, "send", tid, "hello there", "--wait", "--timeout", "120")
-                assert sent.returncode == 0, (kind, sent.stderr)
+                for text in ("hello there", "and a second message"):
+                    sent = cli(state, "send", tid, text, "--wait", "--timeout", "120")
+                    assert sent.returncode == 0, (kind, sent.stderr)
                 detail = json.loads(ok(cli(state, "show", tid, "--json")))
-                (run,) = detail["runs"]
-                assert run["status"] == "completed" and run["provider"] == kind
+                runs = sorted(detail["runs"], key=lambda r: r["ordinal"])
+                assert [r["status"] for r in runs] == ["completed", "completed"], kind
+                assert {r["provider"] for r in runs} == {kind}
                 replies = [i for i in detail["turnItems"] if i["type"] == "assistant_message"]
-                assert replies and replies[-1]["text"], kind
-                assert run["usage"] is not None and run["usage"]["totalTokens"] > 0, kind
+                assert len(replies) == 2 and all(r["text"] for r in replies), kind
+                _usage_is_per_turn(state, kind, runs, detail["usage"])
             children = psutil.Process(d.proc.pid).children(recursive=True)
             d.proc.send_signal(signal.SIGTERM)
             assert d.proc.wait(timeout=60) == 0
@@ -71,3 +74,27 @@ def test_serve_runs_real_providers_from_the_fakes_config(tmp_path: Path) -> None
         for stream in (fakes.stdout, fakes.stderr):
             if stream is not None:
                 stream.close()
+
+
+def _usage_is_per_turn(
+    state: Path, kind: str, runs: list[dict[str, Any]], total: dict[str, Any]
+) -> None:
+    """Each run has its own turn's usage; together they make the provider's running total.
+
+    Codex reports the thread's running token total, Claude the process's running
+    cost (``total_cost_usd``): the last report is what the runs add up to.
+    """
+    for run in runs:
+        assert run["usage"] is not None and run["usage"]["totalTokens"] > 0, (kind, run)
+    assert total["totalTokens"] == sum(r["usage"]["totalTokens"] for r in runs)
+    events = [json.loads(x) for x in ok(cli(state, "events")).splitlines()]
+    reports = [e["payload"]["usage"] for e in events if e["type"] == "provider.usage"]
+    if kind == "codex":
+        last = [u["tokenUsage"]["total"] for u in reports if "tokenUsage" in u][-1]
+        assert total["totalTokens"] == last["totalTokens"]
+        assert total["costUsd"] is None
+    else:
+        running = [u["total_cost_usd"] for u in reports if "total_cost_usd" in u][-1]
+        first, second = (r["usage"]["costUsd"] for r in runs)
+        assert 0 < first < running and 0 < second < running
+        assert total["costUsd"] == pytest.approx(running)
