@@ -154,3 +154,33 @@ def test_threads_and_show_read_the_store_without_a_daemon(tmp_path: Path) -> Non
     nowhere = cli(tmp_path / "absent", "threads")
     assert nowhere.returncode == 2 and "does not exist" in nowhere.stderr
     assert not (tmp_path / "absent").exists()
+
+
+def test_delete_refuses_a_thread_with_a_working_run(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    with serve(state, config_file(tmp_path, "--slow-ms", "300")) as d:
+        d.wait_notify("READY=1")
+        tid = ok(cli(state, "thread", "new", "--provider", "standin")).strip()
+        run_id = ok(cli(state, "send", tid, "hello there")).strip()
+        busy = cli(state, "thread", "delete", tid)
+        assert busy.returncode == 3, busy.stderr
+        assert f"has run {run_id} still" in busy.stderr and "interrupt it" in busy.stderr
+        assert len(busy.stderr.strip().splitlines()) == 1
+        # Refused means untouched: the run finishes, the thread is listed, then it can go.
+        waited = cli(state, "send", tid, "second", "--wait", "--timeout", "60")
+        assert waited.returncode == 0, waited.stderr
+        assert _thread_ids(state) == [tid]
+        assert f"{tid}: deleted" in ok(cli(state, "thread", "delete", tid))
+        # Deleting again is a no-op, not an error.
+        assert ok(cli(state, "thread", "delete", tid))
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.proc.wait(timeout=30) == 0
+
+
+def test_thread_set_refuses_a_cwd_that_does_not_exist(daemon: Served, tmp_path: Path) -> None:
+    state = daemon.state_dir
+    tid = ok(cli(state, "thread", "new", "--provider", "standin", cwd=tmp_path)).strip()
+    bad = cli(state, "thread", "set", tid, "--cwd", str(tmp_path / "gone"))
+    assert bad.returncode == 3 and f"cwd {tmp_path / 'gone'} does not exist" in bad.stderr
+    (entry,) = json.loads(ok(cli(state, "threads", "--json")))["threads"]
+    assert entry["thread"]["cwd"] == str(tmp_path)
