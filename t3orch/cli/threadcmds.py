@@ -158,10 +158,19 @@ def usage_text(usage: dict[str, Any] | None) -> str:
     return text + (f", ${cost:.6f}" if cost is not None else "")
 
 
+#: ``status`` lists this many threads by usage (the largest first); ``--json`` has all.
+STATUS_THREADS = 10
+
+
 def print_usage_summary(usage: dict[str, Any] | None) -> None:
-    """``status``: usage over every thread, and the threads that reported any."""
-    threads = (usage or {}).get("threads") or {}
+    """``status``: usage over every thread, then the threads that reported any."""
+    threads: dict[str, Any] = (usage or {}).get("threads") or {}
     print(f"usage      {usage_text((usage or {}).get('total'))} over {len(threads)} threads")
+    ranked = sorted(threads.items(), key=lambda kv: -int(kv[1].get("totalTokens", 0)))
+    for thread_id, u in ranked[:STATUS_THREADS]:
+        print(f"  {thread_id}  {usage_text(u)}")
+    if len(ranked) > STATUS_THREADS:
+        print(f"  … {len(ranked) - STATUS_THREADS} more (status --json)")
 
 
 def print_thread_usage(detail: dict[str, Any]) -> None:

@@ -45,9 +45,9 @@ def test_usage_reaches_the_run_the_thread_and_status(tmp_path: Path) -> None:
         assert "1,983 tokens" in ok(cli(state, "threads"))
         status = json.loads(ok(cli(state, "status", "--json")))
         assert status["usage"] == {"total": TURN, "threads": {tid: TURN}}
-        assert "usage      1,983 tokens (1,981 in, 2 out) over 1 threads" in ok(
-            cli(state, "status")
-        )
+        shown_status = ok(cli(state, "status"))
+        assert "usage      1,983 tokens (1,981 in, 2 out) over 1 threads" in shown_status
+        assert f"  {tid}  1,983 tokens (1,981 in, 2 out)" in shown_status
         d.proc.send_signal(signal.SIGTERM)
         assert d.proc.wait(timeout=30) == 0
     # The same figures from the store alone.
