@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("fakes", help="serve the loopback fake model servers; write a config")
     p.add_argument("--dir", default=None, help="where homes, work dir and config go (default: new)")
     p.add_argument("--config-out", default=None, help="the config TOML (default: DIR/t3orch.toml)")
-    p.set_defaults(handler=lambda args: fakescmd.cmd_fakes(args))
+    p.set_defaults(handler=fakescmd.cmd_fakes)
 
     # The client commands (status, threads, thread new, send, …) talk to a running daemon.
     from t3orch.cli import clientcmds, lineagecmds
