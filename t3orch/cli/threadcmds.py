@@ -9,6 +9,7 @@ otherwise read the store themselves, read-only, as ``events`` does: a
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,7 @@ def run_reader(args: argparse.Namespace, fn: Command, run_client: Runner) -> int
     The store is opened read-only (the daemon may start meanwhile: readers never
     block it); a missing state dir or store is the usual one-line error, exit 2.
     """
-    from t3orch.cli.clientcmds import socket_path
+    from t3orch.cli.clientcmds import _name, socket_path
 
     path = socket_path(args)
     if _daemon_answers(path):
@@ -91,6 +92,11 @@ def run_reader(args: argparse.Namespace, fn: Command, run_client: Runner) -> int
     store = SQLiteStore(db, readonly=True)
     try:
         return trio.run(fn, StoreClient(store), args)
+    except DaemonNotRunning as exc:
+        # A read the store cannot answer (a stream, a daemon method): one line, as
+        # ``run_client`` prints it.
+        print(f"t3orch {_name(args)}: {exc}", file=sys.stderr)
+        return 2
     finally:
         store.close()
 

@@ -184,3 +184,32 @@ def test_thread_set_refuses_a_cwd_that_does_not_exist(daemon: Served, tmp_path: 
     assert bad.returncode == 3 and f"cwd {tmp_path / 'gone'} does not exist" in bad.stderr
     (entry,) = json.loads(ok(cli(state, "threads", "--json")))["threads"]
     assert entry["thread"]["cwd"] == str(tmp_path)
+
+
+def test_a_read_the_store_cannot_answer_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `show` may grow reads beyond view.read: without a daemon they fail cleanly.
+    import argparse
+
+    import trio
+
+    from t3orch.cli import clientcmds, threadcmds
+    from t3orch.cli.client import ApiClient
+    from t3orch.core import open_core
+    from tests.store.support import new_thread
+
+    async def populate() -> None:
+        async with open_core(tmp_path / "events.sqlite3") as core:
+            await new_thread(core.service)
+
+    trio.run(populate)
+
+    async def wants_status(client: ApiClient, args: argparse.Namespace) -> int:
+        await client.call("daemon.status")
+        return 0
+
+    args = argparse.Namespace(state_dir=str(tmp_path), config=None, command="show")
+    assert threadcmds.run_reader(args, wants_status, clientcmds.run_client) == 2
+    err = capsys.readouterr().err
+    assert err == "t3orch show: daemon.status needs a running daemon\n"
