@@ -271,6 +271,20 @@ class SessionManager:
             runner.stop("settings_changed")
         return result
 
+    async def delete_thread(
+        self, thread_id: str, *, command_id: str | None = None
+    ) -> CommandResult:
+        """The thread becomes a tombstone, then its runtime is stopped and its release awaited.
+
+        The core refuses a thread with a run still queued or working, so the runtime
+        stopped here is idle; once the tombstone is committed no run can start on it.
+        """
+        result = await self.core.delete_thread(thread_id, command_id=command_id)
+        runner = self.runners.get(thread_id)
+        if runner is not None and not runner.exited.is_set():
+            await self.retire(runner, "thread_deleted")
+        return result
+
     def status(self) -> dict[str, Any]:
         return {
             "uptimeS": round(trio.current_time() - self.started_at, 3),

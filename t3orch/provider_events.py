@@ -15,6 +15,7 @@ import msgspec
 
 from t3orch.domain.plan import PlanStep, UserInputQuestion
 from t3orch.domain.provider import ProviderCapabilities
+from t3orch.domain.run import TokenUsage
 from t3orch.domain.turn_items import FileChangeEntry
 from t3orch.domain.vocab import ProviderTurnStatus, RuntimeRequestKind, TurnItemStatus
 
@@ -148,6 +149,8 @@ class TurnCompleted(AdapterEvent, tag="turn.completed"):
     status: ProviderTurnStatus
     error: str | None = None
     usage: dict[str, Any] | None = None
+    #: ``usage`` in the canonical form, for this turn alone (the run adds it up).
+    token_usage: TokenUsage | None = None
     #: Subagent items (native refs) whose child the provider keeps running past this
     #: turn's end: their nodes stay open until a ``SubagentEnded`` names them.
     continuing: list[str] = msgspec.field(default_factory=list)

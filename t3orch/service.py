@@ -79,6 +79,18 @@ class CoreService:
     ) -> CommandResult:
         return await self._run(threads.archive_thread(thread_id), command_id, "thread.archive")
 
+    async def unarchive_thread(
+        self, thread_id: str, *, command_id: str | None = None
+    ) -> CommandResult:
+        decide = threads.unarchive_thread(thread_id)
+        return await self._run(decide, command_id, "thread.unarchive")
+
+    async def delete_thread(
+        self, thread_id: str, *, command_id: str | None = None
+    ) -> CommandResult:
+        """The thread becomes a tombstone (``commands.threads.delete_thread``)."""
+        return await self._run(threads.delete_thread(thread_id), command_id, "thread.delete")
+
     async def configure_thread(
         self,
         thread_id: str,

@@ -158,6 +158,8 @@ class ResultFrame(_Frame, tag="result", frozen=True):
     total_cost_usd: float | None = None
     usage: dict[str, Any] | None = None
     model_usage: dict[str, Any] | None = msgspec.field(default=None, name="modelUsage")
+    #: Per model, this turn's share (``costUSD``…): ``total_cost_usd`` is the process's.
+    model_usage_since_last_result: dict[str, Any] | None = None
     permission_denials: list[dict[str, Any]] = msgspec.field(default_factory=list)
     session_id: str | None = None
     uuid: str | None = None

@@ -39,6 +39,7 @@ from adapters.claude.frames import (
     SystemFrame,
     UserFrame,
 )
+from adapters.claude.usage import turn_usage
 from adapters.transport import ExitStatus
 from t3orch.domain.provider import ProviderCapabilities
 from t3orch.domain.vocab import ProviderTurnStatus, TurnItemStatus
@@ -548,7 +549,15 @@ class ClaudeMapper:
         events = self._close_turn(status, "turn_ended")
         events += self._refs()
         events.append(UsageUpdated(usage=usage))
-        events.append(TurnCompleted(native_turn_ref=None, status=status, error=error, usage=usage))
+        events.append(
+            TurnCompleted(
+                native_turn_ref=None,
+                status=status,
+                error=error,
+                usage=usage,
+                token_usage=turn_usage(frame),
+            )
+        )
         return events
 
     def _turn_status(self, frame: ResultFrame) -> ProviderTurnStatus:

@@ -23,6 +23,7 @@ import msgspec
 from adapters.codex.frames import RpcError, decode_params
 from adapters.codex.items import MAPPED_ITEM_TYPES, item_content, item_status
 from adapters.codex.server_requests import ATTESTATION, request_kind, request_opened
+from adapters.codex.usage import TurnUsage
 from t3orch.domain.plan import PlanStep
 from t3orch.domain.provider import ProviderCapabilities
 from t3orch.domain.vocab import PlanStepStatus, ProviderTurnStatus
@@ -134,6 +135,7 @@ class CodexMapper:
         self._requests: dict[str, OpenRequest] = {}
         self._turns: set[str] = set()
         self._usage: dict[str, dict[str, Any]] = {}
+        self._tokens = TurnUsage()
         self._threads: set[str] = set()
         # Recently completed turns (bounded): lets the runtime tell a finished turn
         # from one whose turn/started has not arrived yet.
@@ -423,6 +425,7 @@ class CodexMapper:
                 status=status,
                 error=error if isinstance(error, str) else None,
                 usage=self._usage.pop(turn_id, None) if turn_id else None,
+                token_usage=self._tokens.finish(turn_id),
                 continuing=continuing,
             )
         )
@@ -665,6 +668,7 @@ class CodexMapper:
         turn_id = _opt_str(body.get("turnId"))
         if turn_id is not None and turn_id in self._turns:
             self._usage[turn_id] = usage
+        self._tokens.seen(_opt_str(body.get("threadId")), turn_id, usage, turn_id in self._turns)
         return [UsageUpdated(raw_event_id=raw_id, usage={"tokenUsage": usage, "turnId": turn_id})]
 
     def _on_rate_limits(self, params: msgspec.Raw, raw_id: str | None) -> list[ProviderEvent]:

@@ -60,6 +60,15 @@ async def thread_archive(conn: Connection, p: P.ThreadArchive) -> Any:
     return _committed(await conn.core.service.archive_thread(p.thread_id, command_id=p.command_id))
 
 
+async def thread_unarchive(conn: Connection, p: P.ThreadUnarchive) -> Any:
+    res = await conn.core.service.unarchive_thread(p.thread_id, command_id=p.command_id)
+    return _committed(res)
+
+
+async def thread_delete(conn: Connection, p: P.ThreadDelete) -> Any:
+    return _committed(await conn.ops.delete_thread(p.thread_id, command_id=p.command_id))
+
+
 async def run_send(conn: Connection, p: P.RunSend) -> Any:
     return _committed(
         await conn.ops.send_message(p.thread_id, p.text, command_id=p.command_id, mode=p.mode)
@@ -268,6 +277,8 @@ async def unsubscribe(conn: Connection, p: P.Unsubscribe) -> Any:
 METHODS: dict[str, Method] = {
     "thread.create": Method(P.ThreadCreate, thread_create),
     "thread.archive": Method(P.ThreadArchive, thread_archive),
+    "thread.unarchive": Method(P.ThreadUnarchive, thread_unarchive),
+    "thread.delete": Method(P.ThreadDelete, thread_delete),
     "thread.switchProvider": Method(P.ThreadSwitchProvider, thread_switch_provider),
     "thread.configure": Method(P.ThreadConfigure, thread_configure),
     "thread.fork": Method(P.ThreadFork, thread_fork),

@@ -19,6 +19,7 @@ import attrs
 from t3orch.core import Core
 from t3orch.domain.vocab import RUN_TERMINAL, ProviderKind, RuntimeMode
 from t3orch.ids import CommandId
+from t3orch.projections import views
 from t3orch.service import CommandResult
 from t3orch.store.errors import CommandRejected
 from t3orch.store.sqlite.backend import SQLiteStore
@@ -74,6 +75,9 @@ class Operations(Protocol):
 
         ``dry_run``: only what it would change; the real one records the work tree
         it found as an undo checkpoint first (docs/lineage.md, Rollback)."""
+
+    async def delete_thread(self, thread_id: str, *, command_id: str) -> CommandResult:
+        """The thread becomes a tombstone; its live runtime is stopped and released."""
 
     def status(self) -> dict[str, Any]:
         """pid, uptime, provider sessions by status, writer stats."""
@@ -163,6 +167,10 @@ class CoreOperations:
             raise CommandRejected("unknown_thread", f"no thread {thread_id!r}")
         raise _no_supervisor("rolling back a thread (its provider thread too)")
 
+    async def delete_thread(self, thread_id: str, *, command_id: str) -> CommandResult:
+        # Only a record: no runtime runs here to be stopped.
+        return await self.core.service.delete_thread(thread_id, command_id=command_id)
+
     def status(self) -> dict[str, Any]:
         with self.core.reader.snapshot():
             facts = store_facts(self.core.reader)
@@ -176,12 +184,17 @@ class CoreOperations:
 
 
 def store_facts(store: SQLiteStore) -> dict[str, Any]:
-    """Provider sessions by status and the log's head; call inside a read snapshot."""
+    """Provider sessions by status, the log's head and token usage (total and per thread);
+    call inside a read snapshot."""
     by_status: dict[str, int] = {}
     for s in store.rows("provider_session"):
         key = s.status or "unknown"
         by_status[key] = by_status.get(key, 0) + 1
-    return {"sessions": by_status, "headSequence": store.last_sequence()}
+    return {
+        "sessions": by_status,
+        "headSequence": store.last_sequence(),
+        "usage": views.usage_totals(store),
+    }
 
 
 def writer_facts(core: Core) -> dict[str, int]:

@@ -40,6 +40,16 @@ class ThreadArchive(Params):
     thread_id: str
 
 
+class ThreadUnarchive(Params):
+    command_id: CommandIdField
+    thread_id: str
+
+
+class ThreadDelete(Params):
+    command_id: CommandIdField
+    thread_id: str
+
+
 class RunSend(Params):
     command_id: CommandIdField
     thread_id: str

@@ -22,6 +22,7 @@ from typing import Any, TextIO
 import msgspec
 import trio
 
+from t3orch.cli import threadcmds
 from t3orch.cli.client import ApiClient, ApiError, DaemonNotRunning, ThreadView, connect
 from t3orch.config import load_config
 from t3orch.domain.vocab import RUN_TERMINAL, TURN_ITEM_TERMINAL
@@ -44,7 +45,10 @@ def register(
         return p
 
     add("status", "the daemon's status: pid, uptime, sessions, writer, API", cmd_status)
-    add("threads", "list threads", cmd_threads)
+    p = sub.add_parser("threads", help="list threads (reads the store when no daemon runs)")
+    common(p)
+    p.add_argument("--all", action="store_true", help="archived and deleted threads too")
+    p.set_defaults(handler=lambda args: threadcmds.run_reader(args, cmd_threads, run_client))
     # Only the leaf takes the common options: argparse lets a subparser's defaults
     # overwrite what its parent parsed, so ``--state-dir`` lives in one place.
     p = sub.add_parser("thread", help="thread commands (thread new …)")
@@ -53,7 +57,10 @@ def register(
     common(new)
     new.add_argument("--provider", required=True, choices=["codex", "claude", "standin"])
     new.add_argument(
-        "--cwd", required=True, type=os.path.abspath, help="the agent's working directory"
+        "--cwd",
+        default=".",
+        type=os.path.abspath,
+        help="the agent's working directory (default: the current one; it must exist)",
     )
     new.add_argument("--model", default=None)
     new.add_argument("--title", default=None)
@@ -67,6 +74,7 @@ def register(
     conf.add_argument("--model", default=None)
     conf.add_argument("--runtime-mode", default=None, choices=["approval-required", "full-access"])
     conf.set_defaults(handler=lambda args: run_client(args, cmd_thread_set))
+    threadcmds.register(tsub, common, run_client)
     p = add("send", "send a message (starts a run); prints the run id", cmd_send)
     p.add_argument("thread")
     p.add_argument("text")
@@ -80,7 +88,9 @@ def register(
         p.add_argument("--message", default=None, help="a note sent with the answer")
     p = add("interrupt", "interrupt a run", cmd_interrupt)
     p.add_argument("run")
-    p = add("show", "a thread's runs and turn items", cmd_show)
+    p = sub.add_parser("show", help="a thread's runs and turn items (daemon optional)")
+    common(p)
+    p.set_defaults(handler=lambda args: threadcmds.run_reader(args, cmd_show, run_client))
     p.add_argument("thread")
     p = add("watch", "live turn items of a thread (Ctrl-C to stop)", cmd_watch)
     p.add_argument("thread")
@@ -188,6 +198,7 @@ async def cmd_status(client: ApiClient, args: argparse.Namespace) -> int:
     found = st.get("providers")
     if found is not None:
         print(f"providers  {', '.join(_provider_version(p) for p in found) or 'none'}")
+    threadcmds.print_usage_summary(st.get("usage"))
     _version_warnings(st)
     return 0
 
@@ -213,24 +224,33 @@ def _version_warnings(st: dict[str, Any]) -> None:
 
 async def cmd_threads(client: ApiClient, args: argparse.Namespace) -> int:
     view = await client.call("view.read", {"topic": "threadShell"})
+    data = view["data"]
+    if not args.all:
+        # Archived threads and tombstones are hidden unless asked for.
+        data["threads"] = [
+            e
+            for e in data["threads"]
+            if not (e["thread"].get("archivedAt") or e["thread"].get("deletedAt"))
+        ]
     if args.json:
-        _json(view["data"])
+        _json(data)
         return 0
     rows = []
-    for e in view["data"]["threads"]:
+    for e in data["threads"]:
         t = e["thread"]
-        title = t["title"] + (" (archived)" if t.get("archivedAt") else "")
+        mark = " (deleted)" if t.get("deletedAt") else " (archived)" if t.get("archivedAt") else ""
         rows.append(
             [
                 t["id"],
-                _short(title, 40),
+                _short(t["title"] + mark, 40),
                 t["defaultProvider"],
                 str(e["runCount"]),
                 e["latestRunStatus"] or "-",
                 str(e["pendingRequests"]),
+                threadcmds.usage_text(e.get("usage")),
             ]
         )
-    _table(["THREAD", "TITLE", "PROVIDER", "RUNS", "LAST RUN", "PENDING"], rows)
+    _table(["THREAD", "TITLE", "PROVIDER", "RUNS", "LAST RUN", "PENDING", "USAGE"], rows)
     return 0
 
 
@@ -418,11 +438,13 @@ async def cmd_show(client: ApiClient, args: argparse.Namespace) -> int:
         return 0
     t = data["thread"]
     print(f"{t['title']}  ({t['id']}, {t['defaultProvider']}, {t['cwd']})")
+    threadcmds.print_thread_usage(data)
     runs = {r["id"]: r for r in data["runs"]}
     for run_id, items in _by_run(data["visibleTurnItems"], runs):
         if run_id is not None:
             r = runs[run_id]
             print(f"\n── run {r['ordinal']} · {r['status']} · {r['provider']} ({r['id']})")
+            threadcmds.print_run_usage(r)
         for item in items:
             print(render_item(item))
     return 0

@@ -39,7 +39,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from t3orch.cli import daemoncmds, demo, drill, storecmds
+    from t3orch.cli import daemoncmds, demo, drill, fakescmd, storecmds
 
     parser = argparse.ArgumentParser(
         prog="t3orch",
@@ -89,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(p)
     p.set_defaults(handler=demo.cmd_demo)
+
+    p = sub.add_parser("fakes", help="serve the loopback fake model servers; write a config")
+    p.add_argument("--dir", default=None, help="where homes, work dir and config go (default: new)")
+    p.add_argument("--config-out", default=None, help="the config TOML (default: DIR/t3orch.toml)")
+    p.set_defaults(handler=fakescmd.cmd_fakes)
 
     # The client commands (status, threads, thread new, send, …) talk to a running daemon.
     from t3orch.cli import clientcmds, lineagecmds

@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from t3orch.commands.specs import CreateThread
+from t3orch.domain.run import Run
 from t3orch.domain.thread import AppThread, ModelSelection
 from t3orch.domain.vocab import RuntimeMode
 from t3orch.events import EventDraft, ThreadUpserted
@@ -14,17 +15,36 @@ from t3orch.ids import ProjectId, ThreadId
 from t3orch.store.errors import CommandRejected
 from t3orch.store.interface import Decide, Decision, StateView
 
+#: Runs not yet ended: a thread holding one is not deleted.
+_LIVE_RUN = ("queued", "starting", "running", "waiting")
+
 
 def project_for(cwd: str) -> ProjectId:
     # One project per working directory until projects become first-class.
     return ProjectId("prj_" + hashlib.blake2b(cwd.encode(), digest_size=10).hexdigest())
 
 
+def _check_cwd(cwd: str) -> None:
+    if not os.path.isabs(cwd):
+        raise CommandRejected("invalid_cwd", f"cwd must be an absolute path, got {cwd!r}")
+
+
+def _require_directory(cwd: str) -> None:
+    """The agent's working directory must exist when the thread is (re)configured.
+
+    Asked inside ``decide`` (after the command receipt lookup): a retried command
+    gets its first answer even if the directory has gone since.
+    """
+    if not os.path.isdir(cwd):
+        what = "is not a directory" if os.path.exists(cwd) else "does not exist"
+        raise CommandRejected("invalid_cwd", f"cwd {cwd} {what}")
+
+
 def create_thread(spec: CreateThread, thread_id: ThreadId) -> Decide:
-    if not os.path.isabs(spec.cwd):
-        raise CommandRejected("invalid_cwd", f"cwd must be an absolute path, got {spec.cwd!r}")
+    _check_cwd(spec.cwd)
 
     def decide(view: StateView) -> Decision:
+        _require_directory(spec.cwd)
         now = view.now()
         thread = AppThread(
             id=thread_id,
@@ -50,6 +70,12 @@ def create_thread(spec: CreateThread, thread_id: ThreadId) -> Decide:
 
 
 def archive_thread(thread_id: str) -> Decide:
+    """Hide the thread from ``threads``; it refuses new runs until unarchived.
+
+    A record only: a run already working or queued goes on, and an idle runtime is
+    released by the reaper as usual.
+    """
+
     def decide(view: StateView) -> Decision:
         thread = require_thread(view, thread_id)
         if thread.archived_at is not None:
@@ -57,6 +83,54 @@ def archive_thread(thread_id: str) -> Decide:
         archived = msgspec.structs.replace(thread, archived_at=view.now(), updated_at=view.now())
         return Decision(
             [EventDraft(payload=ThreadUpserted(thread=archived))], {"threadId": thread_id}
+        )
+
+    return decide
+
+
+def unarchive_thread(thread_id: str) -> Decide:
+    def decide(view: StateView) -> Decision:
+        thread = require_thread(view, thread_id)
+        if thread.archived_at is None:
+            return Decision([], {"threadId": thread_id})
+        restored = msgspec.structs.replace(thread, archived_at=None, updated_at=view.now())
+        return Decision(
+            [EventDraft(payload=ThreadUpserted(thread=restored))], {"threadId": thread_id}
+        )
+
+    return decide
+
+
+def delete_thread(thread_id: str) -> Decide:
+    """Make the thread a tombstone: ``deletedAt`` set, every later command refused.
+
+    Its events stay in the log (it is append-only) and its rows stay readable. A
+    thread with a run still queued or working is refused: the user interrupts it
+    first, so deleting never abandons work mid-turn. Stopping the thread's idle
+    runtime is the supervisor's part (``SessionManager.delete_thread``).
+    """
+
+    def decide(view: StateView) -> Decision:
+        thread = view.get("thread", thread_id)
+        if thread is None:
+            raise CommandRejected("unknown_thread", f"no thread {thread_id!r}")
+        assert isinstance(thread, AppThread)
+        if thread.deleted_at is not None:
+            return Decision([], {"threadId": thread_id, "deletedAt": thread.deleted_at})
+        live = view.select_by_status("run", _LIVE_RUN, thread_id=thread_id)
+        if live:
+            run = live[0]
+            assert isinstance(run, Run)
+            raise CommandRejected(
+                "thread_busy",
+                f"thread {thread_id} has run {run.id} still {run.status}; "
+                "interrupt it or let it finish, then delete the thread",
+            )
+        now = view.now()
+        tombstone = msgspec.structs.replace(thread, deleted_at=now, updated_at=now)
+        return Decision(
+            [EventDraft(payload=ThreadUpserted(thread=tombstone))],
+            {"threadId": thread_id, "deletedAt": now},
         )
 
     return decide
@@ -76,8 +150,8 @@ def configure_thread(
     thread can be resumed with the new ones (``commands.handoff.settings_conflict``).
     The result names each setting that changed, old and new.
     """
-    if cwd is not None and not os.path.isabs(cwd):
-        raise CommandRejected("invalid_cwd", f"cwd must be an absolute path, got {cwd!r}")
+    if cwd is not None:
+        _check_cwd(cwd)
 
     def decide(view: StateView) -> Decision:
         thread = require_thread(view, thread_id)
@@ -86,6 +160,7 @@ def configure_thread(
         changed: dict[str, Any] = {}
         new = thread
         if cwd is not None and cwd != thread.cwd:
+            _require_directory(cwd)
             changed["cwd"] = {"from": thread.cwd, "to": cwd}
             new = msgspec.structs.replace(new, cwd=cwd)
         if model is not None and model != thread.model_selection.model:
@@ -105,8 +180,13 @@ def configure_thread(
 
 
 def require_thread(view: StateView, thread_id: str) -> AppThread:
+    """The thread a command acts on: a deleted one (a tombstone) takes no command."""
     thread = view.get("thread", thread_id)
     if thread is None:
         raise CommandRejected("unknown_thread", f"no thread {thread_id!r}")
     assert isinstance(thread, AppThread)
+    if thread.deleted_at is not None:
+        raise CommandRejected(
+            "thread_deleted", f"thread {thread_id} was deleted at {thread.deleted_at}"
+        )
     return thread

@@ -21,6 +21,41 @@ class SourcePlanRef(Wire):
     plan_id: PlanId
 
 
+class TokenUsage(Wire):
+    """Tokens a provider reported for a turn (or summed over runs), and their cost.
+
+    The seed names no usage fields; these are the common ground of both providers.
+    ``input_tokens`` counts every input token, cached ones included
+    (``cached_input_tokens`` is the part read from a cache); ``total_tokens`` is
+    input plus output. ``cost_usd`` is None when the provider reports no cost
+    (Codex does not).
+    """
+
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_output_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float | None = None
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        costs = [c for c in (self.cost_usd, other.cost_usd) if c is not None]
+        return TokenUsage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            reasoning_output_tokens=self.reasoning_output_tokens + other.reasoning_output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+            cost_usd=sum(costs) if costs else None,
+        )
+
+
+def add_usage(a: TokenUsage | None, b: TokenUsage | None) -> TokenUsage | None:
+    if a is None:
+        return b
+    return a if b is None else a + b
+
+
 class Run(Wire):
     """A counted user-visible turn on an app thread."""
 
@@ -41,6 +76,8 @@ class Run(Wire):
     source_plan_ref: SourcePlanRef | None = None
     counts_for_conversation: bool = True
     last_error: str | None = None
+    #: What the provider reported for the run's turns (every attempt), when it did.
+    usage: TokenUsage | None = None
 
 
 class RunAttempt(Wire):

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from t3orch.domain.request import NotResumableCapability
+from t3orch.domain.run import TokenUsage, add_usage
 from t3orch.domain.vocab import (
     ATTEMPT_TERMINAL,
     NODE_TERMINAL,
@@ -44,11 +45,14 @@ def close_turn(
     error: str | None,
     native_turn_ref: str | None = None,
     continuing: frozenset[NodeId] = frozenset(),
+    usage: TokenUsage | None = None,
 ) -> None:
     """End a provider turn and everything it owns, in dependency order.
 
     ``continuing``: subagent nodes the provider keeps running past this turn; they
     and everything under them stay open (the run still completes from its root).
+    ``usage``: what the provider reported for the turn; added to the run's (a run
+    with several attempts spent the tokens of each).
     """
     now = ch.now()
     if b.thread_id is not None:
@@ -96,8 +100,12 @@ def close_turn(
                 status=_RUN_STATUS.get(status, "failed"),
                 completed_at=now,
                 last_error=error if status == "failed" else run.last_error,
+                usage=add_usage(run.usage, usage),
             ),
         )
+    elif run is not None and usage is not None:
+        # A superseded attempt (steering restart) or a late report: the run spent it too.
+        ch.put("run", msgspec.structs.replace(run, usage=add_usage(run.usage, usage)))
     if b.provider_thread_id is not None:
         pt = ch.get("provider_thread", b.provider_thread_id)
         if pt is not None:

@@ -229,7 +229,16 @@ def _dispatch(ch: Changes, b: SessionBinding, event: ProviderEvent) -> None:
             if b.turn is not None:
                 t = b.turn
                 keep = frozenset(item_ids(t, ref)[1] for ref in event.continuing)
-                close_turn(ch, b, t, event.status, event.error, event.native_turn_ref, keep)
+                close_turn(
+                    ch,
+                    b,
+                    t,
+                    event.status,
+                    event.error,
+                    event.native_turn_ref,
+                    keep,
+                    usage=event.token_usage,
+                )
             if event.usage:
                 ch.emit(ProviderUsage(provider_session_id=b.provider_session_id, usage=event.usage))
         case RuntimeExited():

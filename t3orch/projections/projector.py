@@ -146,7 +146,7 @@ def apply(env: EventEnvelope, sink: RowSink) -> None:
             sink.drop_chunks(i.id)
             _project_message(sink, seq, i)
         case ThreadUpserted(thread=t):
-            status = "archived" if t.archived_at else "active"
+            status = "deleted" if t.deleted_at else "archived" if t.archived_at else "active"
             _upsert(sink, seq, "thread", t.id, t.id, status, t)
         case RunUpserted(run=r):
             _upsert(sink, seq, "run", r.id, r.thread_id, r.status, r)

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from t3orch.domain.run import TokenUsage, add_usage
 from t3orch.domain.turn_items import Fork
 from t3orch.domain.vocab import RUN_TERMINAL
 from t3orch.ids import ThreadId, TurnItemId, derived_id
@@ -55,6 +56,23 @@ class ThreadShellEntry(msgspec.Struct, rename="camel"):
     run_count: int
     latest_run_status: str | None
     pending_requests: int
+    #: The sum of its runs' usage; None while no run reported any.
+    usage: TokenUsage | None = None
+
+
+class _RunUsage(msgspec.Struct, rename="camel"):
+    usage: TokenUsage | None = None
+
+
+_run_usage = msgspec.json.Decoder(_RunUsage)
+
+
+def usage_of(runs: Sequence[Row]) -> TokenUsage | None:
+    """The sum of the runs' reported usage (their rows' bodies)."""
+    total: TokenUsage | None = None
+    for row in runs:
+        total = add_usage(total, _run_usage.decode(row.body).usage)
+    return total
 
 
 class ThreadShell(msgspec.Struct, rename="camel"):
@@ -82,6 +100,8 @@ class ThreadDetail(msgspec.Struct, rename="camel"):
     checkpoints: list[msgspec.Raw]
     pending_requests: list[msgspec.Raw]
     handoffs: list[msgspec.Raw]
+    #: The sum of its runs' usage (each run has its own); None while none reported any.
+    usage: TokenUsage | None = None
 
 
 class ExecutionGraph(msgspec.Struct, rename="camel"):
@@ -127,6 +147,7 @@ def thread_shell(r: ProjectionReader) -> ThreadShell:
                 run_count=len(thread_runs),
                 latest_run_status=thread_runs[-1].status if thread_runs else None,
                 pending_requests=pending.get(t.id, 0),
+                usage=usage_of(thread_runs),
             )
         )
     return ThreadShell(snapshot_sequence=r.projection_sequence(), threads=entries)
@@ -155,10 +176,11 @@ def thread_detail(
     messages, _ = r.rows_window("message", thread_id, limit=limit, before_position=before_position)
     # Messages share their item's position: keep exactly the window's span.
     messages = [m for m in messages if first is None or m.position >= first]
+    runs = r.rows("run", thread_id=thread_id)
     return ThreadDetail(
         snapshot_sequence=r.projection_sequence(),
         thread=msgspec.Raw(thread.body),
-        runs=_raw(r.rows("run", thread_id=thread_id)),
+        runs=_raw(runs),
         messages=_raw(messages),
         turn_items=_raw(items),
         visible_turn_items=visible_turn_items(r, thread_id, items, at_start=older is None),
@@ -170,6 +192,7 @@ def thread_detail(
             [q for q in r.rows("runtime_request", thread_id=thread_id) if q.status == "pending"]
         ),
         handoffs=_raw(r.rows("context_handoff", thread_id=thread_id)),
+        usage=usage_of(runs),
     )
 
 
@@ -315,6 +338,19 @@ def pending_requests(r: ProjectionReader) -> PendingRequests:
         snapshot_sequence=r.projection_sequence(),
         requests=_raw(r.rows_by_status("runtime_request", ("pending",))),
     )
+
+
+def usage_totals(r: ProjectionReader) -> dict[str, Any]:
+    """Usage over every run (``total``) and per thread (``threads``: those with any)."""
+    per_thread: dict[str, list[Row]] = {}
+    for row in r.rows("run"):
+        if row.thread_id:
+            per_thread.setdefault(row.thread_id, []).append(row)
+    threads = {t: u for t, rows in per_thread.items() if (u := usage_of(rows)) is not None}
+    total: TokenUsage | None = None
+    for u in threads.values():
+        total = add_usage(total, u)
+    return {"total": total, "threads": threads}
 
 
 def active_runs(r: ProjectionReader) -> list[Row]:

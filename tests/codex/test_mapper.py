@@ -9,6 +9,7 @@ import pytest
 
 from adapters.codex.frames import Notification, ServerRequest, decode_frame
 from adapters.codex.mapper import CodexMapper, resume_failure_reason
+from t3orch.domain.run import TokenUsage
 from t3orch.provider_events import (
     AssistantText,
     CommandRun,
@@ -438,7 +439,12 @@ def test_usage_is_attached_to_its_turn() -> None:
     )
     assert isinstance(events[1], UsageUpdated) and isinstance(events[2], UsageUpdated)
     assert events[-1] == TurnCompleted(
-        raw_event_id="r3", native_turn_ref=TURN, status="failed", error="boom", usage=usage
+        raw_event_id="r3",
+        native_turn_ref=TURN,
+        status="failed",
+        error="boom",
+        usage=usage,
+        token_usage=TokenUsage(total_tokens=5),
     )
 
 
