@@ -17,8 +17,10 @@ from t3orch.domain.plan import UserInputQuestion
 from t3orch.domain.vocab import RuntimeRequestKind
 from t3orch.provider_events import RequestOpened
 
-#: The one request we answer with an error instead of asking anyone.
+#: A request we answer with an error instead of asking anyone.
 ATTESTATION = "attestation/generate"
+#: JSON-RPC "method not found": what a request we do not handle is answered with.
+METHOD_NOT_FOUND = -32601
 
 #: Fixed kinds; ``item/permissions/requestApproval`` is classified by what it asks.
 REQUEST_KINDS: dict[str, RuntimeRequestKind] = {
@@ -34,6 +36,20 @@ REQUEST_KINDS: dict[str, RuntimeRequestKind] = {
 }
 
 _APPROVAL_DECISIONS = ["accept", "acceptForSession", "decline", "cancel"]
+
+
+def refusal(method: str) -> tuple[int, str] | None:
+    """The JSON-RPC error we answer ``method`` with at once, or None if someone is asked.
+
+    Codex waits for every server request's answer, so one we cannot ask anyone
+    (attestation, or a method newer than this adapter) is refused the moment it
+    arrives: left unanswered it would hold its turn forever.
+    """
+    if method == ATTESTATION:
+        return METHOD_NOT_FOUND, "attestation unsupported"
+    if method not in REQUEST_KINDS:
+        return METHOD_NOT_FOUND, f"t3orch does not handle the server request {method}"
+    return None
 
 
 def permissions_kind(params: Mapping[str, Any]) -> RuntimeRequestKind:

@@ -206,6 +206,20 @@ async def test_attestation_is_refused_automatically() -> None:
         assert reply["id"] == 1 and reply["error"]["code"] == -32601
 
 
+async def test_an_unknown_server_request_is_refused_at_once() -> None:
+    # Newer Codex versions add server requests; one we do not handle must not
+    # hold its turn forever waiting for an answer nobody will give.
+    async with scripted_runtime() as (_, process, events):
+        process.emit({"id": 3, "method": "item/someNewThing/request", "params": {"x": 1}})
+        diagnostic = await events.until(Diagnostic)
+        assert diagnostic.code == "unmapped_request"
+        assert diagnostic.detail == {"method": "item/someNewThing/request", "requestId": 3}
+        with trio.fail_after(2):
+            reply = await process.sent()
+        assert reply["id"] == 3 and reply["error"]["code"] == -32601
+        assert "item/someNewThing/request" in reply["error"]["message"]
+
+
 async def test_bad_lines_are_diagnostics_and_reading_goes_on() -> None:
     async with scripted_runtime() as (_, process, events):
         process.emit(OversizedLine(length=9_000_000, head=b'{"method":"item/agentMessage/delta"'))
