@@ -76,8 +76,10 @@ CLAUDE_CAPABILITIES = ProviderCapabilities(
 
 #: The decisions a permission prompt offers (accept = allow once,
 #: acceptForSession = allow with the CLI's suggested rules, decline = deny,
-#: cancel = deny and stop the turn).
+#: cancel = deny and stop the turn). acceptForSession only where the CLI
+#: suggested rules: without them it would be a plain accept under another name.
 TOOL_DECISIONS = ["accept", "acceptForSession", "decline", "cancel"]
+ONCE_DECISIONS = ["accept", "decline", "cancel"]
 QUESTION_DECISIONS = ["accept", "decline", "cancel"]
 
 _SYNTHETIC_MODEL = "<synthetic>"
@@ -601,7 +603,13 @@ class ClaudeMapper:
                 native_item_ref=body.tool_use_id,
                 summary=tools.request_summary(name, body.input, body.description),
                 detail=detail,
-                available_decisions=list(QUESTION_DECISIONS if is_question else TOOL_DECISIONS),
+                available_decisions=list(
+                    QUESTION_DECISIONS
+                    if is_question
+                    else TOOL_DECISIONS
+                    if body.permission_suggestions
+                    else ONCE_DECISIONS
+                ),
                 questions=tools.questions(body.input) if is_question else None,
             )
         ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.codex.adapter import CodexAdapter
+from adapters.codex.server_requests import AMENDMENT
 from adapters.protocol import RequestAnswer, ResumeRefs, RuntimeConfig
 from adapters.replay import (
     Call,
@@ -31,6 +32,7 @@ from adapters.replay import (
     register_replay_provider,
 )
 from adapters.transcript import EmitInbound, ExpectOutbound, Segment, Transcript
+from t3orch.domain.request import REQUEST_DECISIONS
 from t3orch.provider_events import ItemDelta, RequestOpened, TurnCompleted, TurnStarted
 
 #: Inbound notifications that become exactly one ``ItemDelta`` each.
@@ -47,7 +49,7 @@ _DELTAS = frozenset(
         "item/mcpToolCall/progress",
     }
 )
-_DECISIONS = ("accept", "acceptForSession", "decline", "cancel")
+_DECISIONS = REQUEST_DECISIONS
 
 
 def _text(params: dict[str, Any]) -> str:
@@ -67,8 +69,10 @@ def _answer(result: Any) -> RequestAnswer:
     if not isinstance(result, dict):
         return RequestAnswer(decision="decline")
     decision = result.get("decision") or result.get("action")
+    if isinstance(decision, dict) and AMENDMENT in decision:
+        return RequestAnswer(decision="acceptForSession")
     if isinstance(decision, str) and decision in _DECISIONS:
-        return RequestAnswer(decision=decision)  # type: ignore[arg-type]
+        return RequestAnswer(decision=decision)
     if isinstance(result.get("answers"), dict):
         answers = {
             qid: (value.get("answers") or [""])[0]

@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import msgspec
 
-from t3orch.domain.request import LiveCapability
+from t3orch.domain.request import REQUEST_DECISIONS, LiveCapability
 from t3orch.ingest.changes import Changes
 from t3orch.store.errors import CommandRejected
 from t3orch.store.interface import Decide, Decision, StateView
 
-DECISIONS = frozenset({"accept", "acceptForSession", "decline", "cancel"})
+DECISIONS = frozenset(REQUEST_DECISIONS)
 
 
 def claim_request(request_id: str, decision: str) -> Decide:
@@ -15,8 +15,8 @@ def claim_request(request_id: str, decision: str) -> Decide:
 
     The decision is written while the request is still ``pending``; the provider
     resolving it (``serverRequest/resolved``, the tool result) moves it on. A second
-    answer, an expired request or one without a live runtime is refused with a
-    reason the client can show.
+    answer, an expired request, one without a live runtime or a decision the
+    request does not offer is refused with a reason the client can show.
     """
     if decision not in DECISIONS:
         raise CommandRejected(
@@ -36,6 +36,14 @@ def claim_request(request_id: str, decision: str) -> Decide:
             raise CommandRejected(
                 "request_not_resumable",
                 f"request {request_id} has no live runtime: {req.response_capability.reason}",
+            )
+        # A request stored before adapters listed their decisions offers none:
+        # then any word of the vocabulary goes (the adapter maps or refuses it).
+        if req.available_decisions and decision not in req.available_decisions:
+            raise CommandRejected(
+                "decision_not_offered",
+                f"request {request_id} offers {'/'.join(req.available_decisions)}, "
+                f"not {decision!r}",
             )
         if req.decision is not None:
             raise CommandRejected(

@@ -311,6 +311,22 @@ def test_ask_user_question_carries_its_questions() -> None:
     assert "acceptForSession" not in opened.available_decisions
 
 
+def test_accept_for_session_is_offered_only_with_suggested_rules() -> None:
+    # acceptForSession sends the CLI's permission_suggestions back as the rules
+    # to remember; a prompt without any has nothing to remember.
+    mapper, _ = started_mapper()
+    bare = can_use_tool("r1", "Bash", {"command": "touch x"}, "t1")
+    suggested = can_use_tool("r2", "Bash", {"command": "touch y"}, "t2")
+    suggested["request"]["permission_suggestions"] = [
+        {"type": "addRules", "rules": [{"toolName": "Bash", "ruleContent": "touch y *"}]}
+    ]
+    opened = [e for e in feed(mapper, bare, suggested) if isinstance(e, RequestOpened)]
+    assert [o.available_decisions for o in opened] == [
+        ["accept", "decline", "cancel"],
+        ["accept", "acceptForSession", "decline", "cancel"],
+    ]
+
+
 def test_is_error_with_subtype_success_is_a_failed_turn() -> None:
     """Backend down: the CLI says `success` and `is_error: true`; is_error wins."""
     mapper, _ = started_mapper()

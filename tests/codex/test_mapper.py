@@ -170,7 +170,12 @@ def test_request_lifecycle_and_answer_bookkeeping() -> None:
                 "turnId": TURN,
                 "itemId": "call_1",
                 "command": "/bin/bash -lc 'touch a'",
-                "availableDecisions": ["accept", {"acceptWithExecpolicyAmendment": {}}, "cancel"],
+                "proposedExecpolicyAmendment": ["touch", "a"],
+                "availableDecisions": [
+                    "accept",
+                    {"acceptWithExecpolicyAmendment": {"execpolicy_amendment": ["touch", "a"]}},
+                    "cancel",
+                ],
             },
         },
     )[0]
@@ -181,7 +186,9 @@ def test_request_lifecycle_and_answer_bookkeeping() -> None:
         "call_1",
     )
     assert opened.summary == "/bin/bash -lc 'touch a'"
-    assert opened.available_decisions == ["accept", "acceptWithExecpolicyAmendment", "cancel"]
+    # In t3orch's words: the amendment is "accept and remember"; decline works
+    # though Codex does not list it.
+    assert opened.available_decisions == ["accept", "acceptForSession", "decline", "cancel"]
     assert mapper.open_request("0") is not None
     mapper.answered("0", "accept")
     assert mapper.open_request("0") is None  # answered once: a second answer is stale
