@@ -123,6 +123,9 @@ class AssistantFrame(_Frame, tag="assistant", frozen=True):
     #: Set on the synthetic message the CLI writes when the backend failed.
     error: str | None = None
     is_api_error_message: bool = False
+    #: The reply as far as it streamed before an interrupt cut it off (the CLI
+    #: sends it just before its ``aborted_streaming`` result).
+    aborted: bool = False
 
 
 class UserMessage(msgspec.Struct, kw_only=True, frozen=True):

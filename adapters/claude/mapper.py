@@ -408,22 +408,28 @@ class ClaudeMapper:
         if frame.uuid is not None:
             self.head = frame.uuid
         fold = self._messages.setdefault(message.id, _MessageFold())
+        # A reply cut off by an interrupt ends `interrupted`, as on Codex.
+        status: TurnItemStatus = "interrupted" if frame.aborted else "completed"
         events: list[ProviderEvent] = []
         for block in message.content:
             index = fold.take(block.type)
-            events += self._block(message.id, index, block, frame.parent_tool_use_id)
+            events += self._block(message.id, index, block, frame.parent_tool_use_id, status)
         return events
 
     def _block(
-        self, message_id: str, index: int, block: Block, parent: str | None
+        self,
+        message_id: str,
+        index: int,
+        block: Block,
+        parent: str | None,
+        status: TurnItemStatus = "completed",
     ) -> list[ProviderEvent]:
         if block.type == "text":
-            return self._text_item(
-                f"{message_id}#{index}", AssistantText(text=block.text or ""), parent
-            )
+            content: ItemContent = AssistantText(text=block.text or "")
+            return self._text_item(f"{message_id}#{index}", content, parent, status)
         if block.type in ("thinking", "redacted_thinking"):
             content = ReasoningText(text=block.thinking or "")
-            return self._text_item(f"{message_id}#{index}", content, parent)
+            return self._text_item(f"{message_id}#{index}", content, parent, status)
         if block.type == "tool_use" and block.id is not None:
             return self._tool_use(block.id, block.name or "", block.input, parent)
         return [
@@ -435,7 +441,13 @@ class ClaudeMapper:
             )
         ]
 
-    def _text_item(self, ref: str, content: ItemContent, parent: str | None) -> list[ProviderEvent]:
+    def _text_item(
+        self,
+        ref: str,
+        content: ItemContent,
+        parent: str | None,
+        status: TurnItemStatus = "completed",
+    ) -> list[ProviderEvent]:
         if ref in self._done:
             return []
         events: list[ProviderEvent] = []
@@ -447,7 +459,7 @@ class ClaudeMapper:
             )
         self._open.pop(ref, None)
         self._done.add(ref)
-        events.append(ItemCompleted(native_item_ref=ref, content=content))
+        events.append(ItemCompleted(native_item_ref=ref, content=content, status=status))
         return events
 
     def _tool_use(
