@@ -158,8 +158,21 @@ def _op(frame: dict[str, Any]) -> tuple[Op, tuple[Need, ...]] | None:
     raise ValueError(f"codex replay: no operation sends {method!r}")
 
 
+def _refused_ids(segment: Segment) -> set[str]:
+    """Ids of our requests the recorded server answered with an error."""
+    return {
+        str(step.frame["id"])
+        for step in segment.steps
+        if isinstance(step, EmitInbound)
+        and "method" not in step.frame
+        and "error" in step.frame
+        and "id" in step.frame
+    }
+
+
 def _segment_plan(segment: Segment) -> SegmentPlan:
     counts = _Counts()
+    refused = _refused_ids(segment)
     steps: list[Step] = []
     for step in segment.steps:
         if isinstance(step, EmitInbound):
@@ -168,7 +181,9 @@ def _segment_plan(segment: Segment) -> SegmentPlan:
             found = _op(step.frame)
             if found is not None:
                 op, needs = found
-                steps.append(Step(op, counts.when(*needs)))
+                # Our request (not our reply to one of Codex's) that was refused.
+                fails = "method" in step.frame and str(step.frame.get("id")) in refused
+                steps.append(Step(op, counts.when(*needs), fails=fails))
     return SegmentPlan(tuple(steps))
 
 
