@@ -22,10 +22,10 @@ from adapters.process import TrioProcessLauncher
 from adapters.protocol import NullRawSink, RequestAnswer, ResumeRefs, RuntimeConfig
 from fixtures.fakes.claude_env import (
     FAKE_MODEL,
-    PINNED_VERSION,
     ClaudeDirs,
     claude_dirs,
     claude_env,
+    expected_version,
     find_claude_binary,
 )
 from fixtures.fakes.messages_api import FakeMessagesServer, user_texts
@@ -107,7 +107,7 @@ async def test_streamed_reply(fake: FakeMessagesServer, dirs: ClaudeDirs) -> Non
         assert done.status == "completed"
         assert done.usage is not None and done.usage["output_tokens"] > 0
         ready = await events.until(SessionReady)
-        assert ready.provider_version == PINNED_VERSION and ready.native_session_ref == ref
+        assert ready.provider_version == expected_version() and ready.native_session_ref == ref
         deltas = [e for e in events.seen if isinstance(e, ItemDelta)]
         assert len(deltas) >= 2  # streamed, not one block
         assert "".join(d.text for d in deltas) == "ack: hello there"
