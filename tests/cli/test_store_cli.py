@@ -94,6 +94,22 @@ def test_replay_of_a_failed_resume_prints_every_event() -> None:
     assert types == ["resume.failed", "diagnostic", "runtime.exited"]
 
 
+def test_replay_of_a_resume_owned_elsewhere_prints_every_event(tmp_path: Path) -> None:
+    recorded = REPO / "fixtures/lineage/resume_failure_on_return_falls_back_to_a_full_summary"
+    text = Path(f"{recorded}.codex.ndjson").read_text()
+    thread = "01a22dbb-0c96-7ef2-a363-f06cd8e71821"
+    refusal = f"no rollout found for thread id {thread}"
+    assert text.count(refusal) == 1
+    owned = tmp_path / "owned.ndjson"
+    owned.write_text(text.replace(refusal, f"thread {thread} already has an active writer"))
+    out = _cli("replay", "--provider", "codex", str(owned))
+    assert out.returncode == 0, out.stderr
+    events = [json.loads(line) for line in out.stdout.splitlines()]
+    (failed,) = [e for e in events if e["type"] == "resume.failed"]
+    assert failed["reason"] == "owned_elsewhere"
+    assert [e["type"] for e in events].count("turn.completed") == 2
+
+
 def test_replay_of_a_non_json_line_names_the_line(tmp_path: Path) -> None:
     lines = (REPO / "fixtures/codex/plain_turn.ndjson").read_text().splitlines()
     bad = tmp_path / "bad.ndjson"
