@@ -19,9 +19,11 @@ import attrs
 from adapters.event_queue import EventQueue
 from adapters.transport import ProcessLauncher
 from t3orch.domain.provider import ProviderCapabilities
+from t3orch.domain.request import RequestDecision
 from t3orch.domain.vocab import ProviderKind, RuntimeMode
 
-Decision = Literal["accept", "acceptForSession", "decline", "cancel"]
+#: The decision vocabulary is the core's (requests store it); adapters translate it.
+Decision = RequestDecision
 
 
 @attrs.frozen

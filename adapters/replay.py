@@ -25,6 +25,7 @@ import attrs
 import msgspec
 import trio
 
+from adapters.errors import AdapterError
 from adapters.event_queue import EventQueue
 from adapters.protocol import (
     NullRawSink,
@@ -122,6 +123,14 @@ class When:
 class Step:
     op: Op
     when: When = When()
+    #: The recorded provider refused this operation (an error reply, e.g. a resume
+    #: of a thread it no longer has): the adapter must raise, and the replay goes on,
+    #: as the recorded client did.
+    fails: bool = False
+
+
+class ReplayMismatch(Exception):
+    """The adapter did not do what the transcript recorded."""
 
 
 @attrs.frozen
@@ -213,6 +222,21 @@ async def perform(runtime: ProviderRuntime, op: Op) -> None:
         await getattr(runtime, op.method)(**op.kwargs)
 
 
+async def _perform_step(runtime: ProviderRuntime, step: Step) -> None:
+    try:
+        await perform(runtime, step.op)
+    except AdapterError as exc:
+        if not step.fails:
+            raise ReplayMismatch(f"{_op_name(step.op)} failed: {exc}") from exc
+        return
+    if step.fails:
+        raise ReplayMismatch(f"{_op_name(step.op)} succeeded; the recorded provider refused it")
+
+
+def _op_name(op: Op) -> str:
+    return op.method if isinstance(op, Call) else type(op).__name__
+
+
 async def replay_transcript(
     transcript: Transcript,
     *,
@@ -227,25 +251,57 @@ async def replay_transcript(
     config = provider.config(transcript)
     sink = raw if raw is not None else NullRawSink()
     collector = _Collector()
-    async with open_replay_launcher(transcript, speed=speed, strict=strict) as launcher:
-        for segment in plan.segments:
-            collector.segment = []
-            adapter = provider.make_adapter()
-            events = EventQueue()
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(collector.collect, events)
-                async with events, adapter.open_runtime(config, launcher, events, sink) as runtime:
-                    for step in segment.steps:
+    try:
+        async with open_replay_launcher(transcript, speed=speed, strict=strict) as launcher:
+            for number, segment in enumerate(plan.segments, start=1):
+                collector.segment = []
+                adapter = provider.make_adapter()
+                events = EventQueue()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(collector.collect, events)
+                    async with (
+                        events,
+                        adapter.open_runtime(config, launcher, events, sink) as runtime,
+                    ):
+                        for step in segment.steps:
+                            try:
+                                with trio.fail_after(step_timeout_s):
+                                    await collector.wait_for(step.when)
+                            except trio.TooSlowError as exc:
+                                raise ReplayMismatch(
+                                    f"process {number}: {_op_name(step.op)} waited "
+                                    f"{step_timeout_s:g}s for events that never came"
+                                ) from exc
+                            with trio.fail_after(step_timeout_s):
+                                await _perform_step(runtime, step)
+                        # The player emits the rest of the segment whatever we do; closing
+                        # stdin ends a segment that waits for it, and the exit is awaited
+                        # so that no recorded frame is cut off by the teardown's kill.
                         with trio.fail_after(step_timeout_s):
-                            await collector.wait_for(step.when)
-                            await perform(runtime, step.op)
-                    # The player emits the rest of the segment whatever we do; closing
-                    # stdin ends a segment that waits for it, and the exit is awaited
-                    # so that no recorded frame is cut off by the teardown's kill.
-                    with trio.fail_after(step_timeout_s):
-                        await runtime.close()
-                        await collector.wait_for(When((Need(RuntimeExited),)))
+                            await runtime.close()
+                            await collector.wait_for(When((Need(RuntimeExited),)))
+    except BaseExceptionGroup as group:
+        # A mismatch surfaces through the nurseries as a group: raise it bare.
+        mismatch = _only_mismatch(group)
+        if mismatch is None:
+            raise
+        raise mismatch from group
     return collector.all
+
+
+def _only_mismatch(group: BaseExceptionGroup[BaseException]) -> ReplayMismatch | None:
+    """The ReplayMismatch ``group`` holds, if that is all it holds."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    if len(leaves) == 1 and isinstance(leaves[0], ReplayMismatch):
+        return leaves[0]
+    return None
 
 
 async def replay_events(provider: str, path: str | Path, **kwargs: Any) -> list[ProviderEvent]:
@@ -268,6 +324,7 @@ __all__ = [
     "Need",
     "Op",
     "OpenThread",
+    "ReplayMismatch",
     "ReplayPlan",
     "ReplayProvider",
     "Respond",

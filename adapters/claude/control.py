@@ -11,7 +11,8 @@ every waiter with :class:`~adapters.errors.ProviderGone`.
 ``hook_callback``, ``mcp_message``). Each is answered exactly once: the slot is
 claimed before the answer is written, so two racing answers cannot both go out,
 and a request the CLI withdrew with ``control_cancel_request`` is dropped and
-never answered (answering it would be a protocol error on the CLI's side).
+never answered (answering it would be a protocol error on the CLI's side). A
+request whose fields do not decode is refused with an error response at once.
 """
 
 from __future__ import annotations
@@ -215,6 +216,17 @@ class ControlChannel:
 
     async def answer_error(self, request_id: str, message: str) -> IncomingRequest:
         return await self._reply(request_id, {"subtype": "error", "error": message})
+
+    async def refuse(self, request_id: str | int, message: str) -> None:
+        """An error response to a request that could not be opened (it did not decode)."""
+        frame = {
+            "type": "control_response",
+            "response": {"subtype": "error", "error": message, "request_id": request_id},
+        }
+        try:
+            await self._send(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise ProviderGone(f"claude: process gone while refusing {request_id}") from exc
 
     async def _reply(self, request_id: str, response: Json) -> IncomingRequest:
         # Claim first: after this no other task can answer the same request.

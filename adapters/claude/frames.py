@@ -123,6 +123,9 @@ class AssistantFrame(_Frame, tag="assistant", frozen=True):
     #: Set on the synthetic message the CLI writes when the backend failed.
     error: str | None = None
     is_api_error_message: bool = False
+    #: The reply as far as it streamed before an interrupt cut it off (the CLI
+    #: sends it just before its ``aborted_streaming`` result).
+    aborted: bool = False
 
 
 class UserMessage(msgspec.Struct, kw_only=True, frozen=True):
@@ -241,6 +244,7 @@ _decoder = msgspec.json.Decoder(InboundFrame)
 
 class _Envelope(msgspec.Struct):
     type: Any = None
+    request_id: Any = None
 
 
 _envelope = msgspec.json.Decoder(_Envelope)
@@ -248,6 +252,18 @@ _envelope = msgspec.json.Decoder(_Envelope)
 
 def _head(line: bytes) -> str:
     return line[:_HEAD_CHARS].decode("utf-8", "replace")
+
+
+#: The code of a control request whose fields have unexpected types.
+INVALID_CONTROL_REQUEST = "claude.invalid_control_request"
+
+
+def unanswerable_request_id(diagnostic: Diagnostic) -> str | int | None:
+    """The id of the control request ``diagnostic`` reports as undecodable, if any."""
+    if diagnostic.code != INVALID_CONTROL_REQUEST:
+        return None
+    request_id = diagnostic.detail.get("request_id")
+    return request_id if isinstance(request_id, str | int) else None
 
 
 def decode_line(line: bytes | OversizedLine) -> InboundFrame | Diagnostic | None:
@@ -290,9 +306,19 @@ def _invalid(line: bytes, exc: msgspec.ValidationError) -> Diagnostic:
     # Tell "a type we do not know" (expected as the CLI evolves) from "a type we
     # know with fields of the wrong shape" (a protocol change worth an error).
     try:
-        kind = _envelope.decode(line).type
+        envelope = _envelope.decode(line)
     except msgspec.MsgspecError:
-        kind = None
+        envelope = _Envelope()
+    kind = envelope.type
+    if kind == "control_request" and isinstance(envelope.request_id, str | int):
+        # The CLI waits for an answer to every request it sends: this one gets an
+        # error response (see :func:`unanswerable_request_id`), never silence.
+        return Diagnostic(
+            level="error",
+            code=INVALID_CONTROL_REQUEST,
+            message=f"control request {envelope.request_id!r} does not decode: {exc}",
+            detail={"type": kind, "request_id": envelope.request_id, "head": _head(line)},
+        )
     if isinstance(kind, str) and kind not in _KNOWN_TYPES:
         return Diagnostic(
             level="warning",

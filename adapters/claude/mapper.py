@@ -77,8 +77,10 @@ CLAUDE_CAPABILITIES = ProviderCapabilities(
 
 #: The decisions a permission prompt offers (accept = allow once,
 #: acceptForSession = allow with the CLI's suggested rules, decline = deny,
-#: cancel = deny and stop the turn).
+#: cancel = deny and stop the turn). acceptForSession only where the CLI
+#: suggested rules: without them it would be a plain accept under another name.
 TOOL_DECISIONS = ["accept", "acceptForSession", "decline", "cancel"]
+ONCE_DECISIONS = ["accept", "decline", "cancel"]
 QUESTION_DECISIONS = ["accept", "decline", "cancel"]
 
 _SYNTHETIC_MODEL = "<synthetic>"
@@ -407,22 +409,28 @@ class ClaudeMapper:
         if frame.uuid is not None:
             self.head = frame.uuid
         fold = self._messages.setdefault(message.id, _MessageFold())
+        # A reply cut off by an interrupt ends `interrupted`, as on Codex.
+        status: TurnItemStatus = "interrupted" if frame.aborted else "completed"
         events: list[ProviderEvent] = []
         for block in message.content:
             index = fold.take(block.type)
-            events += self._block(message.id, index, block, frame.parent_tool_use_id)
+            events += self._block(message.id, index, block, frame.parent_tool_use_id, status)
         return events
 
     def _block(
-        self, message_id: str, index: int, block: Block, parent: str | None
+        self,
+        message_id: str,
+        index: int,
+        block: Block,
+        parent: str | None,
+        status: TurnItemStatus = "completed",
     ) -> list[ProviderEvent]:
         if block.type == "text":
-            return self._text_item(
-                f"{message_id}#{index}", AssistantText(text=block.text or ""), parent
-            )
+            content: ItemContent = AssistantText(text=block.text or "")
+            return self._text_item(f"{message_id}#{index}", content, parent, status)
         if block.type in ("thinking", "redacted_thinking"):
             content = ReasoningText(text=block.thinking or "")
-            return self._text_item(f"{message_id}#{index}", content, parent)
+            return self._text_item(f"{message_id}#{index}", content, parent, status)
         if block.type == "tool_use" and block.id is not None:
             return self._tool_use(block.id, block.name or "", block.input, parent)
         return [
@@ -434,7 +442,13 @@ class ClaudeMapper:
             )
         ]
 
-    def _text_item(self, ref: str, content: ItemContent, parent: str | None) -> list[ProviderEvent]:
+    def _text_item(
+        self,
+        ref: str,
+        content: ItemContent,
+        parent: str | None,
+        status: TurnItemStatus = "completed",
+    ) -> list[ProviderEvent]:
         if ref in self._done:
             return []
         events: list[ProviderEvent] = []
@@ -446,7 +460,7 @@ class ClaudeMapper:
             )
         self._open.pop(ref, None)
         self._done.add(ref)
-        events.append(ItemCompleted(native_item_ref=ref, content=content))
+        events.append(ItemCompleted(native_item_ref=ref, content=content, status=status))
         return events
 
     def _tool_use(
@@ -610,7 +624,13 @@ class ClaudeMapper:
                 native_item_ref=body.tool_use_id,
                 summary=tools.request_summary(name, body.input, body.description),
                 detail=detail,
-                available_decisions=list(QUESTION_DECISIONS if is_question else TOOL_DECISIONS),
+                available_decisions=list(
+                    QUESTION_DECISIONS
+                    if is_question
+                    else TOOL_DECISIONS
+                    if body.permission_suggestions
+                    else ONCE_DECISIONS
+                ),
                 questions=tools.questions(body.input) if is_question else None,
             )
         ]

@@ -35,6 +35,7 @@ from adapters.claude.frames import (
     ControlResponseFrame,
     ResultFrame,
     decode_line,
+    unanswerable_request_id,
 )
 from adapters.claude.mapper import CLAUDE_CAPABILITIES, ClaudeMapper
 from adapters.claude.options import ClaudeOptions, build_argv
@@ -329,6 +330,12 @@ class ClaudeRuntime:
         decoded = decode_line(line)
         if decoded is None:
             return
+        if isinstance(decoded, Diagnostic):
+            refused = unanswerable_request_id(decoded)
+            if refused is not None:
+                self._nursery.start_soon(
+                    self._refuse, session, refused, f"Invalid control request: {decoded.message}"
+                )
         if isinstance(decoded, ControlResponseFrame):
             if not session.control.on_response(decoded):
                 self._push(
@@ -455,6 +462,10 @@ class ClaudeRuntime:
         # Withdrawn by the CLI, or the process is gone: nobody to answer.
         with contextlib.suppress(StaleRequest, ProviderGone):
             await session.control.answer(request.request_id, wrap(output))
+
+    async def _refuse(self, session: _Session, request_id: str | int, message: str) -> None:
+        with contextlib.suppress(ProviderGone):
+            await session.control.refuse(request_id, message)
 
     async def _answer_error(
         self, session: _Session, request: IncomingRequest, message: str

@@ -219,7 +219,7 @@ class CodexMapper:
                     raw_event_id=raw_id,
                     level="warning",
                     code="unmapped_request",
-                    message=f"unmapped codex server request {method}",
+                    message=f"unmapped codex server request {method}; answered with an error",
                     detail={"method": method, "requestId": request_id},
                 )
             ]

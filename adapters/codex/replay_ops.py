@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.codex.adapter import CodexAdapter
+from adapters.codex.server_requests import AMENDMENT
 from adapters.protocol import RequestAnswer, ResumeRefs, RuntimeConfig
 from adapters.replay import (
     Call,
@@ -31,6 +32,7 @@ from adapters.replay import (
     register_replay_provider,
 )
 from adapters.transcript import EmitInbound, ExpectOutbound, Segment, Transcript
+from t3orch.domain.request import REQUEST_DECISIONS
 from t3orch.provider_events import ItemDelta, RequestOpened, TurnCompleted, TurnStarted
 
 #: Inbound notifications that become exactly one ``ItemDelta`` each.
@@ -47,7 +49,7 @@ _DELTAS = frozenset(
         "item/mcpToolCall/progress",
     }
 )
-_DECISIONS = ("accept", "acceptForSession", "decline", "cancel")
+_DECISIONS = REQUEST_DECISIONS
 
 
 def _text(params: dict[str, Any]) -> str:
@@ -67,8 +69,10 @@ def _answer(result: Any) -> RequestAnswer:
     if not isinstance(result, dict):
         return RequestAnswer(decision="decline")
     decision = result.get("decision") or result.get("action")
+    if isinstance(decision, dict) and AMENDMENT in decision:
+        return RequestAnswer(decision="acceptForSession")
     if isinstance(decision, str) and decision in _DECISIONS:
-        return RequestAnswer(decision=decision)  # type: ignore[arg-type]
+        return RequestAnswer(decision=decision)
     if isinstance(result.get("answers"), dict):
         answers = {
             qid: (value.get("answers") or [""])[0]
@@ -154,8 +158,21 @@ def _op(frame: dict[str, Any]) -> tuple[Op, tuple[Need, ...]] | None:
     raise ValueError(f"codex replay: no operation sends {method!r}")
 
 
+def _refused_ids(segment: Segment) -> set[str]:
+    """Ids of our requests the recorded server answered with an error."""
+    return {
+        str(step.frame["id"])
+        for step in segment.steps
+        if isinstance(step, EmitInbound)
+        and "method" not in step.frame
+        and "error" in step.frame
+        and "id" in step.frame
+    }
+
+
 def _segment_plan(segment: Segment) -> SegmentPlan:
     counts = _Counts()
+    refused = _refused_ids(segment)
     steps: list[Step] = []
     for step in segment.steps:
         if isinstance(step, EmitInbound):
@@ -164,7 +181,9 @@ def _segment_plan(segment: Segment) -> SegmentPlan:
             found = _op(step.frame)
             if found is not None:
                 op, needs = found
-                steps.append(Step(op, counts.when(*needs)))
+                # Our request (not our reply to one of Codex's) that was refused.
+                fails = "method" in step.frame and str(step.frame.get("id")) in refused
+                steps.append(Step(op, counts.when(*needs), fails=fails))
     return SegmentPlan(tuple(steps))
 
 

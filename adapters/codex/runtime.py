@@ -29,16 +29,13 @@ from adapters.codex.frames import (
 )
 from adapters.codex.frames import decode_params as _decode
 from adapters.codex.mapper import CODEX_CAPABILITIES, CodexMapper, resume_failure_reason
-from adapters.codex.server_requests import ATTESTATION, AnswerRefused, answer_result
+from adapters.codex.server_requests import METHOD_NOT_FOUND, AnswerRefused, answer_result, refusal
 from adapters.errors import AdapterError, ProviderProtocolError, ResumeError, StaleRequest
 from adapters.event_queue import EventQueue
 from adapters.protocol import RawFrameSink, RequestAnswer, ResumeRefs, RuntimeConfig
 from adapters.transport import DEFAULT_MAX_LINE_BYTES, ExitStatus, OversizedLine, ProviderProcess
 from t3orch.domain.provider import ProviderCapabilities
 from t3orch.provider_events import ProviderEvent, RuntimeExited
-
-#: JSON-RPC "method not found": our answer to requests we never serve.
-METHOD_NOT_FOUND = -32601
 
 
 @attrs.frozen
@@ -278,7 +275,7 @@ class CodexRuntime:
         No await per frame: a frame's events are appended to a local list and the
         whole read's go to the queue at once, before the reader yields (the
         consumer, woken by the first of them, runs only then anyway). The awaits
-        left are the answer to an attestation request (the events before it are
+        left are the answer to a request we refuse (the events before it are
         queued first, as the diagnostic after it) and, once per read, room in a
         full queue: a slow consumer stops the reader within one read of the bound.
         """
@@ -308,12 +305,13 @@ class CodexRuntime:
                     self._on_response(frame, raw_id, events)
                 elif type(frame) is ServerRequest:
                     opened = mapper.server_request(frame.id, frame.method, frame.params, raw_id)
-                    if frame.method == ATTESTATION:
+                    refused = refusal(frame.method)
+                    if refused is not None:
+                        # Answered before the next line is read: Codex holds the
+                        # turn until it hears back.
                         self._put_all(events)
                         events.clear()
-                        await self.client.reply_error(
-                            frame.id, METHOD_NOT_FOUND, "attestation unsupported"
-                        )
+                        await self.client.reply_error(frame.id, *refused)
                     events += opened
                 else:
                     assert isinstance(frame, Malformed)

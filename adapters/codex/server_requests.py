@@ -1,7 +1,10 @@
 """Server->client requests: what they ask (RequestOpened) and how we answer them.
 
 Every request Codex can send in 0.169.0 is listed in :data:`REQUEST_KINDS` (or is
-``attestation/generate``, which we refuse). Answers are built per method because
+``attestation/generate``, which we refuse, as any method newer than this list).
+Each request offers the t3orch decisions (:data:`~t3orch.domain.request.REQUEST_DECISIONS`)
+its reply can carry, translated from Codex's ``availableDecisions``; answers are
+translated back. Answers are built per method because
 the reply shapes differ: v2 approvals take ``{"decision": accept|...}``, the
 legacy ones a ``ReviewDecision``, permissions a granted profile, user input a
 map of answers, a dynamic tool call its output.
@@ -14,11 +17,14 @@ from typing import Any
 
 from adapters.protocol import RequestAnswer
 from t3orch.domain.plan import UserInputQuestion
+from t3orch.domain.request import REQUEST_DECISIONS, RequestDecision
 from t3orch.domain.vocab import RuntimeRequestKind
 from t3orch.provider_events import RequestOpened
 
-#: The one request we answer with an error instead of asking anyone.
+#: A request we answer with an error instead of asking anyone.
 ATTESTATION = "attestation/generate"
+#: JSON-RPC "method not found": what a request we do not handle is answered with.
+METHOD_NOT_FOUND = -32601
 
 #: Fixed kinds; ``item/permissions/requestApproval`` is classified by what it asks.
 REQUEST_KINDS: dict[str, RuntimeRequestKind] = {
@@ -33,7 +39,37 @@ REQUEST_KINDS: dict[str, RuntimeRequestKind] = {
     "item/permissions/requestApproval": "command",
 }
 
-_APPROVAL_DECISIONS = ["accept", "acceptForSession", "decline", "cancel"]
+#: Methods whose reply is ``{"decision": CommandExecution/FileChangeApprovalDecision}``.
+_V2_APPROVALS = ("item/commandExecution/requestApproval", "item/fileChange/requestApproval")
+#: The exec-policy amendment: Codex's "accept and remember this command".
+AMENDMENT = "acceptWithExecpolicyAmendment"
+
+#: What we can send per method when Codex lists nothing (its schema's full choice).
+_DEFAULT_DECISIONS: dict[str, tuple[RequestDecision, ...]] = {
+    "item/commandExecution/requestApproval": REQUEST_DECISIONS,
+    "item/fileChange/requestApproval": REQUEST_DECISIONS,
+    "execCommandApproval": REQUEST_DECISIONS,
+    "applyPatchApproval": REQUEST_DECISIONS,
+    "item/permissions/requestApproval": ("accept", "acceptForSession", "decline"),
+    "item/tool/requestUserInput": ("accept", "decline"),
+    "mcpServer/elicitation/request": ("accept", "decline", "cancel"),
+    "item/tool/call": ("accept", "decline"),
+    "account/chatgptAuthTokens/refresh": ("accept", "decline"),
+}
+
+
+def refusal(method: str) -> tuple[int, str] | None:
+    """The JSON-RPC error we answer ``method`` with at once, or None if someone is asked.
+
+    Codex waits for every server request's answer, so one we cannot ask anyone
+    (attestation, or a method newer than this adapter) is refused the moment it
+    arrives: left unanswered it would hold its turn forever.
+    """
+    if method == ATTESTATION:
+        return METHOD_NOT_FOUND, "attestation unsupported"
+    if method not in REQUEST_KINDS:
+        return METHOD_NOT_FOUND, f"t3orch does not handle the server request {method}"
+    return None
 
 
 def permissions_kind(params: Mapping[str, Any]) -> RuntimeRequestKind:
@@ -57,17 +93,69 @@ def request_kind(method: str, params: Mapping[str, Any]) -> RuntimeRequestKind |
     return REQUEST_KINDS.get(method)
 
 
-def _decision_names(value: Any) -> list[str]:
-    # availableDecisions mixes plain strings and one-key objects
-    # ({"acceptWithExecpolicyAmendment": {...}}); keep the names.
-    names: list[str] = []
+def _native_decisions(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``availableDecisions`` by name, each with its payload (None for a plain string).
+
+    The list mixes plain strings and one-key objects
+    (``{"acceptWithExecpolicyAmendment": {"execpolicy_amendment": [...]}}``).
+    """
+    native: dict[str, Any] = {}
+    value = params.get("availableDecisions")
     if isinstance(value, list):
         for entry in value:
             if isinstance(entry, str):
-                names.append(entry)
+                native.setdefault(entry, None)
             elif isinstance(entry, dict) and len(entry) == 1:
-                names.append(next(iter(entry)))
-    return names
+                name, payload = next(iter(entry.items()))
+                if isinstance(name, str):
+                    native[name] = payload
+    return native
+
+
+def offered_decisions(method: str, params: Mapping[str, Any]) -> list[str]:
+    """The t3orch decisions this request can be answered with, in vocabulary order.
+
+    Where Codex lists ``availableDecisions`` (v2 approvals), they are translated:
+    ``acceptForSession``, else the exec-policy amendment, is our ``acceptForSession``;
+    a network-policy amendment has no word of ours and is not offered. ``decline``
+    is always offered on a v2 approval: Codex accepts it though it does not list it
+    (the item ends declined and the turn goes on). Nothing listed: everything the
+    method's reply can carry.
+    """
+    native = _native_decisions(params)
+    if method not in _V2_APPROVALS or not native:
+        return list(_DEFAULT_DECISIONS.get(method, ()))
+    ours = {"decline"}
+    ours.update(d for d in ("accept", "decline", "cancel") if d in native)
+    if "acceptForSession" in native or _amendment(params, native) is not None:
+        ours.add("acceptForSession")
+    return [d for d in REQUEST_DECISIONS if d in ours]
+
+
+def _amendment(params: Mapping[str, Any], native: Mapping[str, Any]) -> list[str] | None:
+    """The exec-policy amendment offered (the command prefix to allow), if any."""
+    if AMENDMENT not in native:
+        return None
+    payload = native[AMENDMENT]
+    rule = payload.get("execpolicy_amendment") if isinstance(payload, dict) else None
+    if rule is None:  # a bare name: the rule is the one proposed with the request
+        rule = params.get("proposedExecpolicyAmendment")
+    if isinstance(rule, list) and rule and all(isinstance(part, str) for part in rule):
+        return list(rule)
+    return None
+
+
+def _v2_decision(params: Mapping[str, Any], decision: RequestDecision) -> Any:
+    """Our decision in a v2 approval's words (see :func:`offered_decisions`)."""
+    if decision != "acceptForSession":
+        return decision
+    native = _native_decisions(params)
+    if not native or "acceptForSession" in native:
+        return "acceptForSession"
+    rule = _amendment(params, native)
+    if rule is None:
+        raise AnswerRefused(-32000, "this request cannot be accepted for the session")
+    return {AMENDMENT: {"execpolicy_amendment": rule}}
 
 
 def _summary(method: str, params: Mapping[str, Any]) -> str:
@@ -109,9 +197,7 @@ def request_opened(
     ref: str, method: str, params: Mapping[str, Any], kind: RuntimeRequestKind, raw_id: str | None
 ) -> RequestOpened:
     item = params.get("itemId") or params.get("callId")
-    decisions = _decision_names(params.get("availableDecisions"))
-    if not decisions and kind in ("command", "file-change", "file-read"):
-        decisions = list(_APPROVAL_DECISIONS)
+    decisions = offered_decisions(method, params)
     return RequestOpened(
         raw_event_id=raw_id,
         native_request_ref=ref,
@@ -144,8 +230,8 @@ def answer_result(method: str, params: Mapping[str, Any], answer: RequestAnswer)
     """The ``result`` of our reply to ``method``; raises :class:`AnswerRefused`."""
     decision = answer.decision
     accepted = decision in ("accept", "acceptForSession")
-    if method in ("item/commandExecution/requestApproval", "item/fileChange/requestApproval"):
-        return {"decision": decision}
+    if method in _V2_APPROVALS:
+        return {"decision": _v2_decision(params, decision)}
     if method in ("execCommandApproval", "applyPatchApproval"):
         if decision == "decline":
             return {"decision": {"denied": {"rejection": answer.message or "declined by the user"}}}

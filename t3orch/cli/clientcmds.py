@@ -82,10 +82,23 @@ def register(
     p.add_argument("--steer", action="store_true", help="steer the active run, not queue")
     p.add_argument("--timeout", type=float, default=None, help="give up --wait after S seconds")
     add("requests", "list pending runtime requests (approvals, questions)", cmd_requests)
-    for name, verb in (("approve", "accept"), ("deny", "decline")):
+    # Each flag is one word of the request decision vocabulary; a request refuses
+    # a decision it did not offer (`t3orch requests` lists what each offers).
+    for name, verb, flag, flag_verb, flag_help in (
+        ("approve", "accept", "--remember", "acceptForSession", "accept and remember (session)"),
+        ("deny", "decline", "--cancel", "cancel", "decline and stop the turn"),
+    ):
         p = add(name, f"answer a pending request: {verb}", _respond(verb))
         p.add_argument("request")
         p.add_argument("--message", default=None, help="a note sent with the answer")
+        p.add_argument(
+            flag,
+            dest="decision",
+            action="store_const",
+            const=flag_verb,
+            default=verb,
+            help=f"{flag_verb}: {flag_help}",
+        )
     p = add("interrupt", "interrupt a run", cmd_interrupt)
     p.add_argument("run")
     p = sub.add_parser("show", help="a thread's runs and turn items (daemon optional)")
@@ -402,8 +415,9 @@ def request_what(req: dict[str, Any]) -> str:
     return ""
 
 
-def _respond(decision: str) -> Command:
+def _respond(default: str) -> Command:
     async def cmd(client: ApiClient, args: argparse.Namespace) -> int:
+        decision: str = args.decision or default
         params: dict[str, Any] = {
             "commandId": command_id(),
             "requestId": args.request,

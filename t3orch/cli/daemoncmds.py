@@ -27,12 +27,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     """Run an adapter over a recorded transcript; print its canonical events as JSON lines."""
     import sys
 
-    from adapters.replay import event_json, replay_events
+    from adapters.replay import ReplayMismatch, event_json, replay_events
     from adapters.transcript import TranscriptError
 
     try:
         events = trio.run(replay_events, args.provider, args.transcript)
-    except (TranscriptError, ValueError, OSError) as exc:
+    except (TranscriptError, ReplayMismatch, ValueError, OSError) as exc:
         print(f"t3orch replay: {exc}", file=sys.stderr)
         return 2
     out = sys.stdout.buffer

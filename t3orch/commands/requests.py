@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import msgspec
 
-from t3orch.domain.request import LiveCapability
+from t3orch.domain.request import REQUEST_DECISIONS, LiveCapability
 from t3orch.ingest.changes import Changes
 from t3orch.store.errors import CommandRejected
 from t3orch.store.interface import Decide, Decision, StateView
 
-DECISIONS = frozenset({"accept", "acceptForSession", "decline", "cancel"})
+DECISIONS = frozenset(REQUEST_DECISIONS)
 
 
 def claim_request(request_id: str, decision: str) -> Decide:
@@ -18,7 +18,8 @@ def claim_request(request_id: str, decision: str) -> Decide:
     answer is ``request_already_answered`` (before or after the provider resolved
     it); a request that ended unanswered (expired with its run or runtime,
     cancelled) is ``request_not_pending``; one without a live runtime is
-    ``request_not_resumable``.
+    ``request_not_resumable``; a decision the request does not offer is
+    ``decision_not_offered``.
     """
     if decision not in DECISIONS:
         raise CommandRejected(
@@ -47,6 +48,14 @@ def claim_request(request_id: str, decision: str) -> Decide:
             raise CommandRejected(
                 "request_not_resumable",
                 f"request {request_id} has no live runtime: {req.response_capability.reason}",
+            )
+        # A request stored before adapters listed their decisions offers none:
+        # then any word of the vocabulary goes (the adapter maps or refuses it).
+        if req.available_decisions and decision not in req.available_decisions:
+            raise CommandRejected(
+                "decision_not_offered",
+                f"request {request_id} offers {'/'.join(req.available_decisions)}, "
+                f"not {decision!r}",
             )
         ch = Changes(view)
         ch.put("runtime_request", msgspec.structs.replace(req, decision=decision))

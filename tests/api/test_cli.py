@@ -145,6 +145,14 @@ async def test_requests_approve_deny_and_interrupt(capsys: pytest.CaptureFixture
         code, out, _ = await cli("requests")
         assert req["id"] in out and "command" in out
         assert [q["id"] for q in (await cli.json("requests"))["requests"]] == [req["id"]]
+        # The request offers accept/decline: "accept and remember" is refused.
+        code, _, err = await cli("approve", req["id"], "--remember")
+        assert code == 3 and err.strip() == (
+            f"t3orch approve: rejected: decision_not_offered: "
+            f"request {req['id']} offers accept/decline, not 'acceptForSession'"
+        )
+        code, _, err = await cli("deny", req["id"], "--cancel")
+        assert code == 3 and "decision_not_offered" in err and "'cancel'" in err
         code, out, _ = await cli("approve", req["id"])
         assert code == 0 and f"{req['id']}: accept" in out
         code, _, err = await cli("deny", req["id"])

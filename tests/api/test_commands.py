@@ -98,6 +98,11 @@ async def test_operations_that_need_a_runtime_say_so() -> None:
             "request.respond", {"commandId": cid(), "requestId": req["id"], "decision": "maybe"}
         )
         assert doc["error"]["data"]["code"] == "invalid_decision"
+        doc = await c.request(
+            "request.respond",
+            {"commandId": cid(), "requestId": req["id"], "decision": "acceptForSession"},
+        )
+        assert doc["error"]["data"]["code"] == "decision_not_offered", doc
 
 
 async def test_status_and_events_read() -> None:

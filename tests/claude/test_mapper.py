@@ -311,6 +311,22 @@ def test_ask_user_question_carries_its_questions() -> None:
     assert "acceptForSession" not in opened.available_decisions
 
 
+def test_accept_for_session_is_offered_only_with_suggested_rules() -> None:
+    # acceptForSession sends the CLI's permission_suggestions back as the rules
+    # to remember; a prompt without any has nothing to remember.
+    mapper, _ = started_mapper()
+    bare = can_use_tool("r1", "Bash", {"command": "touch x"}, "t1")
+    suggested = can_use_tool("r2", "Bash", {"command": "touch y"}, "t2")
+    suggested["request"]["permission_suggestions"] = [
+        {"type": "addRules", "rules": [{"toolName": "Bash", "ruleContent": "touch y *"}]}
+    ]
+    opened = [e for e in feed(mapper, bare, suggested) if isinstance(e, RequestOpened)]
+    assert [o.available_decisions for o in opened] == [
+        ["accept", "decline", "cancel"],
+        ["accept", "acceptForSession", "decline", "cancel"],
+    ]
+
+
 def test_is_error_with_subtype_success_is_a_failed_turn() -> None:
     """Backend down: the CLI says `success` and `is_error: true`; is_error wins."""
     mapper, _ = started_mapper()
@@ -387,7 +403,44 @@ def test_aborted_tools_with_a_cancelled_request_is_an_interrupted_turn() -> None
     assert isinstance(done, TurnCompleted) and done.status == "interrupted" and done.error is None
 
 
-def test_aborted_streaming_closes_the_open_text_item_as_interrupted() -> None:
+def test_a_reply_cut_off_by_an_interrupt_ends_interrupted() -> None:
+    # The real 2.1.327 order (fixtures/claude/interrupt_streaming.ndjson): the
+    # interrupt's response, the partial assistant message marked `aborted`, the
+    # CLI's interrupt marker, the stream's own stop events, then the result.
+    mapper, _ = started_mapper()
+    mapper.interrupt_sent()
+    feed(
+        mapper, block_start("m1", 0, {"type": "text", "text": ""}), text_delta("m1", 0, "chunk 0 ")
+    )
+    events = feed(
+        mapper,
+        assistant("m1", text("chunk 0 "), "u1", aborted=True),
+        {
+            "type": "user",
+            "message": {"role": "user", "content": [text("[Request interrupted by user]")]},
+            "session_id": SESSION,
+        },
+        stream("m1", {"type": "content_block_stop", "index": 0}),
+        stream("m1", {"type": "message_stop"}),
+        result(
+            subtype="error_during_execution", is_error=True, terminal_reason="aborted_streaming"
+        ),
+    )
+    (item,) = [e for e in events if isinstance(e, ItemCompleted)]
+    assert (item.native_item_ref, item.status) == ("m1#0", "interrupted")
+    assert isinstance(item.content, AssistantText) and item.content.text == "chunk 0 "
+    assert isinstance(events[-1], TurnCompleted) and events[-1].status == "interrupted"
+
+
+def test_a_complete_reply_still_ends_completed() -> None:
+    mapper, _ = started_mapper()
+    feed(mapper, block_start("m1", 0, {"type": "text", "text": ""}), text_delta("m1", 0, "all"))
+    (item,) = feed(mapper, assistant("m1", text("all"), "u1"))
+    assert isinstance(item, ItemCompleted) and item.status == "completed"
+
+
+def test_aborted_streaming_without_the_partial_message_closes_the_open_item() -> None:
+    # Not what 2.1.327 sends, but a result must still close what is open.
     mapper, _ = started_mapper()
     feed(mapper, block_start("m1", 0, {"type": "text", "text": ""}), text_delta("m1", 0, "chunk"))
     events = feed(

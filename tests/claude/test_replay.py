@@ -161,7 +161,7 @@ async def test_interrupt_streaming_then_another_turn() -> None:
     assert shape(events) == [
         "turn",
         "+assistant_message",
-        "-assistant_message:completed",
+        "-assistant_message:interrupted",
         "turn:interrupted",
         "turn",
         "+assistant_message",

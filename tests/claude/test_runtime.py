@@ -306,6 +306,30 @@ async def test_unknown_control_request_gets_an_error_reply() -> None:
         assert diag.code == "claude.unknown_control_request"
 
 
+@pytest.mark.parametrize(
+    "request_body",
+    [
+        {"subtype": "can_use_tool", "tool_name": 7, "input": {}, "tool_use_id": "t1"},
+        {"subtype": ["hook_callback"]},
+        {"tool_name": "Bash"},  # no subtype at all
+    ],
+)
+async def test_a_control_request_with_unexpected_field_types_gets_an_error_reply(
+    request_body: dict[str, Any],
+) -> None:
+    # The CLI waits for every control request's answer: one that does not decode
+    # must be refused, not dropped.
+    async with running() as (runtime, launcher, events):
+        _, process = await open_new(runtime, launcher)
+        process.emit({"type": "control_request", "request_id": "x2", "request": request_body})
+        with trio.fail_after(2):
+            reply = await process.next_sent(1)
+        assert reply["type"] == "control_response"
+        assert reply["response"]["subtype"] == "error" and reply["response"]["request_id"] == "x2"
+        diag = await events.until(Diagnostic)
+        assert diag.code == "claude.invalid_control_request" and diag.level == "error"
+
+
 async def test_interrupt_sends_the_control_request_and_waits_for_its_response() -> None:
     async with running() as (runtime, launcher, _):
         _, process = await open_new(runtime, launcher)

@@ -116,3 +116,50 @@ def test_demo_keeps_its_log_in_the_state_dir_it_is_given(tmp_path: Path) -> None
         if json.loads(line)["type"] == "thread.upserted"
     }
     assert len(threads) == 2 * (demo.stdout.count("== ")), demo.stdout
+
+
+def test_replay_of_a_failed_resume_prints_every_event() -> None:
+    # The adapter raises ResumeError on the recorded refusal, as it must; the
+    # replay goes on as the recorded client did (a fresh thread, then its turn).
+    fixture = "fixtures/lineage/resume_failure_on_return_falls_back_to_a_full_summary.codex.ndjson"
+    out = _cli("replay", "--provider", "codex", str(REPO / fixture))
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    types = [json.loads(line)["type"] for line in out.stdout.splitlines()]
+    assert types.count("resume.failed") == 1, types
+    # Both processes' turns: the first thread's, then the fresh thread's.
+    assert types.count("turn.completed") == 2 and types.count("runtime.exited") == 2
+    assert types.index("resume.failed") < len(types) - types[::-1].index("turn.completed")
+    # Claude's CLI refuses an unknown --resume at start-up.
+    out = _cli(
+        "replay", "--provider", "claude", str(REPO / "fixtures/claude/resume_unknown.ndjson")
+    )
+    assert out.returncode == 0, out.stderr
+    types = [json.loads(line)["type"] for line in out.stdout.splitlines()]
+    assert types == ["resume.failed", "diagnostic", "runtime.exited"]
+
+
+def test_replay_of_a_resume_owned_elsewhere_prints_every_event(tmp_path: Path) -> None:
+    recorded = REPO / "fixtures/lineage/resume_failure_on_return_falls_back_to_a_full_summary"
+    text = Path(f"{recorded}.codex.ndjson").read_text()
+    thread = "01a22dbb-0c96-7ef2-a363-f06cd8e71821"
+    refusal = f"no rollout found for thread id {thread}"
+    assert text.count(refusal) == 1
+    owned = tmp_path / "owned.ndjson"
+    owned.write_text(text.replace(refusal, f"thread {thread} already has an active writer"))
+    out = _cli("replay", "--provider", "codex", str(owned))
+    assert out.returncode == 0, out.stderr
+    events = [json.loads(line) for line in out.stdout.splitlines()]
+    (failed,) = [e for e in events if e["type"] == "resume.failed"]
+    assert failed["reason"] == "owned_elsewhere"
+    assert [e["type"] for e in events].count("turn.completed") == 2
+
+
+def test_replay_of_a_non_json_line_names_the_line(tmp_path: Path) -> None:
+    lines = (REPO / "fixtures/codex/plain_turn.ndjson").read_text().splitlines()
+    bad = tmp_path / "bad.ndjson"
+    bad.write_text("\n".join([*lines[:3], "this is not json", *lines[3:]]) + "\n")
+    out = _cli("replay", "--provider", "codex", str(bad))
+    assert out.returncode == 2 and out.stdout == ""
+    (line,) = out.stderr.splitlines()
+    assert line.startswith(f"t3orch replay: {bad}:4: not a JSON step")

@@ -104,6 +104,38 @@ def test_streamed_message_then_completion() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    "moderation",
+    [
+        None,
+        # 0.169.0: display is {action, blockType?, ...}.
+        {"moderated": False, "display": {"action": "show"}},
+        # 0.171.0 reshapes display into a versioned, mode-tagged union.
+        {
+            "moderated": True,
+            "display": {"mode": "hide", "replacement": {"text": "…"}, "version": 1},
+        },
+        {"moderated": True, "display": {"mode": "block", "reason": {"kind": "x"}, "version": 1}},
+    ],
+)
+def test_agent_message_moderation_of_either_version_is_tolerated(
+    moderation: dict[str, Any] | None,
+) -> None:
+    item = {"type": "agentMessage", "id": "msg_1", "text": "ack: hi", "moderation": moderation}
+    events = feed(CodexMapper(), turn_started(), started({**item, "text": ""}), completed(item))
+    assert not [e for e in events if isinstance(e, Diagnostic)]
+    assert events[-1] == ItemCompleted(
+        raw_event_id="r2", native_item_ref="msg_1", content=AssistantText(text="ack: hi")
+    )
+
+
+def test_a_notification_newer_than_the_pin_is_an_info_diagnostic() -> None:
+    # 0.171.0 adds thread/search/partial (an answer to thread/search, which t3orch
+    # does not call): kept as a low-level diagnostic, nothing else.
+    (event,) = feed(CodexMapper(), note("thread/search/partial", threadId=T, results=[]))
+    assert isinstance(event, Diagnostic) and (event.level, event.code) == ("info", "unmapped")
+
+
 def test_interrupted_turn_closes_open_items_before_it_ends() -> None:
     events = feed(
         CodexMapper(),
@@ -171,7 +203,12 @@ def test_request_lifecycle_and_answer_bookkeeping() -> None:
                 "turnId": TURN,
                 "itemId": "call_1",
                 "command": "/bin/bash -lc 'touch a'",
-                "availableDecisions": ["accept", {"acceptWithExecpolicyAmendment": {}}, "cancel"],
+                "proposedExecpolicyAmendment": ["touch", "a"],
+                "availableDecisions": [
+                    "accept",
+                    {"acceptWithExecpolicyAmendment": {"execpolicy_amendment": ["touch", "a"]}},
+                    "cancel",
+                ],
             },
         },
     )[0]
@@ -182,7 +219,9 @@ def test_request_lifecycle_and_answer_bookkeeping() -> None:
         "call_1",
     )
     assert opened.summary == "/bin/bash -lc 'touch a'"
-    assert opened.available_decisions == ["accept", "acceptWithExecpolicyAmendment", "cancel"]
+    # In t3orch's words: the amendment is "accept and remember"; decline works
+    # though Codex does not list it.
+    assert opened.available_decisions == ["accept", "acceptForSession", "decline", "cancel"]
     assert mapper.open_request("0") is not None
     mapper.answered("0", "accept")
     assert mapper.open_request("0") is None  # answered once: a second answer is stale

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import trio
@@ -156,6 +157,80 @@ async def test_respond_exactly_once() -> None:
             await runtime.respond(opened.native_request_ref, RequestAnswer("decline"))
 
 
+def _real_approval(request_id: int, available: list[Any]) -> dict[str, Any]:
+    """An approval request as 0.169.0 sends it (fixtures/codex/approval_accept.ndjson)."""
+    return {
+        "id": request_id,
+        "method": "item/commandExecution/requestApproval",
+        "params": {
+            "threadId": "th1",
+            "turnId": "tu1",
+            "itemId": "call_1",
+            "reason": "the fake model wants to run this outside the sandbox",
+            "command": "/bin/bash -lc 'touch approval_accept.txt'",
+            "cwd": "/work",
+            "proposedExecpolicyAmendment": ["touch", "approval_accept.txt"],
+            "availableDecisions": available,
+        },
+    }
+
+
+_AMENDMENT = {"acceptWithExecpolicyAmendment": {"execpolicy_amendment": ["touch", "x.txt"]}}
+
+
+@pytest.mark.parametrize(
+    ("available", "offered", "decision", "sent"),
+    [
+        # The real request: the amendment (with its rule) is "accept and remember".
+        (
+            ["accept", _AMENDMENT, "cancel"],
+            ["accept", "acceptForSession", "decline", "cancel"],
+            "acceptForSession",
+            _AMENDMENT,
+        ),
+        (["accept", _AMENDMENT, "cancel"], None, "decline", "decline"),
+        (["accept", _AMENDMENT, "cancel"], None, "accept", "accept"),
+        (["accept", _AMENDMENT, "cancel"], None, "cancel", "cancel"),
+        # A bare name: the rule is the proposed amendment.
+        (
+            ["accept", "acceptWithExecpolicyAmendment", "cancel"],
+            ["accept", "acceptForSession", "decline", "cancel"],
+            "acceptForSession",
+            {
+                "acceptWithExecpolicyAmendment": {
+                    "execpolicy_amendment": ["touch", "approval_accept.txt"]
+                }
+            },
+        ),
+        # Codex's own session cache, when it offers it, wins over the amendment.
+        (
+            ["accept", "acceptForSession", _AMENDMENT, "decline"],
+            ["accept", "acceptForSession", "decline"],
+            "acceptForSession",
+            "acceptForSession",
+        ),
+        # Nothing we can send for a network-policy amendment: not offered.
+        (
+            ["accept", {"applyNetworkPolicyAmendment": {}}, "cancel"],
+            ["accept", "decline", "cancel"],
+            "accept",
+            "accept",
+        ),
+    ],
+)
+async def test_approval_decisions_are_offered_and_sent_in_each_providers_words(
+    available: list[Any], offered: list[str] | None, decision: str, sent: Any
+) -> None:
+    async with scripted_runtime() as (runtime, process, events):
+        process.emit(_real_approval(0, available))
+        opened = await events.until(RequestOpened)
+        if offered is not None:
+            assert opened.available_decisions == offered
+        assert decision in opened.available_decisions
+        await runtime.respond(opened.native_request_ref, RequestAnswer(decision))  # type: ignore[arg-type]
+        assert await process.sent() == {"id": 0, "result": {"decision": sent}}
+
+
 async def test_user_input_answers_are_mapped() -> None:
     async with scripted_runtime() as (runtime, process, events):
         process.emit(
@@ -204,6 +279,20 @@ async def test_attestation_is_refused_automatically() -> None:
         assert diagnostic.code == "attestation_refused"
         reply = await process.sent()
         assert reply["id"] == 1 and reply["error"]["code"] == -32601
+
+
+async def test_an_unknown_server_request_is_refused_at_once() -> None:
+    # Newer Codex versions add server requests; one we do not handle must not
+    # hold its turn forever waiting for an answer nobody will give.
+    async with scripted_runtime() as (_, process, events):
+        process.emit({"id": 3, "method": "item/someNewThing/request", "params": {"x": 1}})
+        diagnostic = await events.until(Diagnostic)
+        assert diagnostic.code == "unmapped_request"
+        assert diagnostic.detail == {"method": "item/someNewThing/request", "requestId": 3}
+        with trio.fail_after(2):
+            reply = await process.sent()
+        assert reply["id"] == 3 and reply["error"]["code"] == -32601
+        assert "item/someNewThing/request" in reply["error"]["message"]
 
 
 async def test_bad_lines_are_diagnostics_and_reading_goes_on() -> None:

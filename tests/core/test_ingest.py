@@ -135,6 +135,20 @@ async def test_request_answered_exactly_once(tmp_path: Path) -> None:
             await core.service.claim_request(req.id, "accept")
 
 
+async def test_only_an_offered_decision_is_accepted(tmp_path: Path) -> None:
+    # The request offers accept/decline: acceptForSession is a word of the
+    # vocabulary, but one the adapter said it cannot send for this request.
+    async with open_core(tmp_path / "e.db") as core:
+        tid = await new_thread(core.service)
+        _, req = await _open_request(core, tid)
+        with pytest.raises(CommandRejected, match="offers accept/decline") as refused:
+            await core.service.claim_request(req.id, "acceptForSession")
+        assert refused.value.code == "decision_not_offered"
+        assert _get(core, "runtime_request", req.id).decision is None
+        claimed = await core.service.claim_request(req.id, "decline")
+        assert claimed.result["decision"] == "decline"
+
+
 async def test_provider_exit_expires_requests_and_fails_the_run(tmp_path: Path) -> None:
     async with open_core(tmp_path / "e.db") as core:
         tid = await new_thread(core.service)

@@ -22,15 +22,16 @@ from adapters.process import TrioProcessLauncher
 from adapters.protocol import NullRawSink, RequestAnswer, ResumeRefs, RuntimeConfig
 from fixtures.fakes.claude_env import (
     FAKE_MODEL,
-    PINNED_VERSION,
     ClaudeDirs,
     claude_dirs,
     claude_env,
+    expected_version,
     find_claude_binary,
 )
 from fixtures.fakes.messages_api import FakeMessagesServer, user_texts
 from t3orch.domain.vocab import RuntimeMode
 from t3orch.provider_events import (
+    AssistantText,
     CommandRun,
     ItemCompleted,
     ItemDelta,
@@ -106,7 +107,7 @@ async def test_streamed_reply(fake: FakeMessagesServer, dirs: ClaudeDirs) -> Non
         assert done.status == "completed"
         assert done.usage is not None and done.usage["output_tokens"] > 0
         ready = await events.until(SessionReady)
-        assert ready.provider_version == PINNED_VERSION and ready.native_session_ref == ref
+        assert ready.provider_version == expected_version() and ready.native_session_ref == ref
         deltas = [e for e in events.seen if isinstance(e, ItemDelta)]
         assert len(deltas) >= 2  # streamed, not one block
         assert "".join(d.text for d in deltas) == "ack: hello there"
@@ -169,10 +170,18 @@ async def test_interrupt_mid_stream(fake: FakeMessagesServer, dirs: ClaudeDirs) 
     async with claude(fake, dirs) as (runtime, events):
         await runtime.open_thread(None)
         await runtime.start_turn("SLOW")
-        await events.until(ItemDelta)
+        delta = await events.until(ItemDelta)
         await runtime.interrupt_turn()
         done = await events.until(TurnCompleted)
         assert done.status == "interrupted"
+        # The reply cut off mid-stream ends interrupted, not completed.
+        (cut,) = [
+            e
+            for e in events.seen
+            if isinstance(e, ItemCompleted) and e.native_item_ref == delta.native_item_ref
+        ]
+        assert cut.status == "interrupted" and isinstance(cut.content, AssistantText)
+        assert cut.content.text.startswith(delta.text)
         # The process takes the next turn.
         await runtime.start_turn("after the interrupt")
         turns = await events.all_of(TurnCompleted, 2)

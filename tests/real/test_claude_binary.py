@@ -14,11 +14,11 @@ import pytest
 
 from fixtures.fakes.claude_env import (
     FAKE_MODEL,
-    PINNED_VERSION,
     ClaudeDirs,
     claude_argv,
     claude_dirs,
     claude_env,
+    expected_version,
     find_claude_binary,
 )
 from fixtures.fakes.messages_api import FakeMessagesServer, user_texts
@@ -66,7 +66,7 @@ def test_binary_is_the_pinned_version(binary: Path) -> None:
     out = subprocess.run(
         [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=True
     )
-    assert out.stdout.startswith(PINNED_VERSION)
+    assert out.stdout.startswith(expected_version())
 
 
 def test_a_turn_completes_against_the_fake(

@@ -185,6 +185,42 @@ async def test_approved_command_really_runs(rig: Rig) -> None:
     assert (rig.work / "approved.txt").exists()
 
 
+async def test_every_offered_decision_is_one_codex_takes(rig: Rig) -> None:
+    # The real request lists accept, the exec-policy amendment and cancel; t3orch
+    # offers them in its own words (plus decline, which Codex takes unlisted).
+    async with rig.runtime() as (runtime, events):
+        await runtime.open_thread(None)
+        await runtime.start_turn("ESCALATE RUN_SHELL: touch offered.txt")
+        opened = await events.until(RequestOpened)
+        assert opened.available_decisions == ["accept", "acceptForSession", "decline", "cancel"]
+        await runtime.respond(opened.native_request_ref, RequestAnswer("cancel"))
+        await events.until(TurnCompleted)
+
+
+async def test_accept_and_remember_sends_the_amendment_and_the_command_runs(rig: Rig) -> None:
+    done, turn = await _escalated(rig, "acceptForSession", "remembered.txt")
+    assert done.status == "completed"
+    (run,) = [e for e in turn if isinstance(e, ItemCompleted) and isinstance(e.content, CommandRun)]
+    assert run.status == "completed" and run.content.exit_code == 0
+    assert (rig.work / "remembered.txt").exists()
+    sent = [
+        r.payload["result"].get("decision")
+        for r in read_raw_log(rig.raw_dir / "pss_real.jsonl")
+        if r.direction == "outgoing" and isinstance(r.payload, dict) and "result" in r.payload
+    ]
+    rule = ["touch", "remembered.txt"]
+    assert {"acceptWithExecpolicyAmendment": {"execpolicy_amendment": rule}} in sent
+    # Codex remembered it: it tells the model the prefix was saved.
+    notes = [
+        part.get("text", "")
+        for body in rig.fake.requests
+        for item in body["input"]
+        if item.get("role") == "developer"
+        for part in item.get("content") or []
+    ]
+    assert any("Approved command prefix saved" in n and '"remembered.txt"' in n for n in notes)
+
+
 async def test_declined_command_does_not_run(rig: Rig) -> None:
     done, turn = await _escalated(rig, "decline", "declined.txt")
     assert done.status == "completed"

@@ -7,13 +7,14 @@ the adapter under test elsewhere, which is the point. Every wait inside it is bo
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fixtures.fakes.codex_home import MODEL, resolve_codex_binary
+from fixtures.fakes.codex_home import MODEL, expected_codex_version, resolve_codex_binary
 from fixtures.fakes.responses_api import user_texts
 from fixtures.record.codex import CodexProcess, Session, run_turn, session
 
@@ -33,6 +34,17 @@ def codex_session(request: pytest.FixtureRequest) -> Iterator[tuple[Session, Cod
         finally:
             if codex.proc.poll() is None:
                 codex.kill()
+
+
+@pytest.mark.real_codex
+@pytest.mark.skipif(BINARY is None, reason="codex 0.169.0 not installed: run scripts/install-codex")
+def test_the_binary_is_the_expected_version() -> None:
+    # The pin, or what `scripts/test --providers newest` installed.
+    assert BINARY is not None
+    out = subprocess.run(
+        [str(BINARY), "--version"], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert out.stdout.split() == ["codex-cli", expected_codex_version()]
 
 
 @pytest.mark.real_codex
