@@ -290,7 +290,7 @@ def test_the_pinned_versions_have_one_source(copy: str) -> None:
     from t3orch.provider_versions import CLAUDE_AGENT_SDK_TESTED, CODEX_TESTED
 
     text = (REPO / copy).read_text()
-    pins = set(re.findall(r'CODEX_VERSION="([^"]+)"', text))
+    pins = set(re.findall(r'CODEX_VERSION="([\d.]+)"', text))
     pins |= set(re.findall(r"claude-agent-sdk==([\d.]+)", text))
     assert pins and pins <= {CODEX_TESTED, CLAUDE_AGENT_SDK_TESTED}, (copy, pins)
 
