@@ -4,7 +4,9 @@ Each provider runs in **its own session and process group** (``setsid``), so a
 signal to the group also reaches the helpers it spawns (Codex's shell-snapshot
 ``bash -lc`` can outlive a killed server). The child also gets
 ``PR_SET_PDEATHSIG = SIGKILL``, so it dies with the daemon even when the
-daemon itself is SIGKILLed and never runs its teardown.
+daemon itself is SIGKILLed and never runs its teardown. Its helpers do not:
+they carry the owner mark (:mod:`adapters.ownership`) in their environment,
+and the next daemon's startup sweep finds them by it.
 
 **Spawn from the trio thread.** The parent-death signal is tied to the
 *thread* that forked the child, not to the process. ``trio.lowlevel.open_process``
@@ -41,6 +43,7 @@ import attrs
 import trio
 
 from adapters.line_reader import BoundedLineReader
+from adapters.ownership import OWNER_ENV, this_process
 from adapters.transport import ExitStatus, LaunchSpec, OversizedLine
 
 #: How much stderr a process keeps for diagnostics.
@@ -324,7 +327,8 @@ def _spawn(spec: LaunchSpec) -> ChildProcess:
             stdin=stdin_read,
             stdout=stdout_write,
             stderr=stderr_write,
-            env=dict(spec.env),
+            # The owner mark: the startup sweep's evidence for what this daemon spawned.
+            env={**spec.env, OWNER_ENV: this_process().token()},
             cwd=spec.cwd,
             start_new_session=True,
             preexec_fn=_pdeathsig_preexec(),

@@ -21,6 +21,7 @@ from t3orch.commands import (
 )
 from t3orch.commands import reconcile as reconcile_mod
 from t3orch.commands.specs import CreateThread
+from t3orch.domain.provider import ProcessOwner
 from t3orch.domain.vocab import (
     ContextHandoffStrategy,
     ProviderKind,
@@ -58,6 +59,8 @@ class CommandResult:
 class CoreService:
     writer: EventWriter
     ids: IdFactory = attrs.field(factory=IdFactory)
+    #: Stamped on every recorded provider process (the daemon sets it; None in tests).
+    process_owner: ProcessOwner | None = None
 
     async def _run(self, decide: Decide, command_id: str | None, kind: str) -> CommandResult:
         outcome: Outcome = await self.writer.submit(
@@ -144,7 +147,9 @@ class CoreService:
         self, session_id: str, pid: int | None, started_at: float | None
     ) -> None:
         await self._run(
-            sessions.record_process(session_id, pid, started_at), None, "session.process"
+            sessions.record_process(session_id, pid, started_at, self.process_owner),
+            None,
+            "session.process",
         )
 
     async def replace_provider_thread(

@@ -33,6 +33,11 @@ def reconcile(reason: str = "daemon_restart") -> Decide:
                 fields: dict[str, object] = {"status": settled}
                 if hasattr(row, "completed_at"):
                     fields["completed_at"] = now
+                if kind == "run":
+                    # The reason tells a run the daemon lost from one the user interrupted.
+                    fields["last_error"] = reason
+                elif kind == "provider_turn":
+                    fields["error"] = reason
                 ch.put(kind, msgspec.structs.replace(row, **fields))
             counts[kind] = len(rows)
         items = view.select_by_status("turn_item", ("pending", "running", "waiting"))
