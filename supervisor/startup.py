@@ -262,8 +262,9 @@ async def settle_previous_run(
         message = copy_message(state_dir, owner)
         log.warning("%s", message)
         await core.note(None, "warning", "state_dir_copy", message)
-    counts = await core.reconcile("daemon_restart")
-    counts["orphans_killed"] = len(sweep.killed)
-    counts["orphans_left_to_live_daemon"] = len(sweep.left_to_live_owner)
-    counts["copy_of_live_state_dir"] = len(sweep.copy_of)
-    return counts
+    swept = {
+        "orphans_killed": len(sweep.killed),
+        "orphans_left_to_live_daemon": len(sweep.left_to_live_owner),
+        "copy_of_live_state_dir": len(sweep.copy_of),
+    }
+    return await core.reconcile("daemon_restart", swept)

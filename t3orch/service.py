@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -336,8 +336,10 @@ class CoreService:
         """Queue what a batch of adapter events means; the ticket says when it committed."""
         return await self.writer.enqueue(IngestBatch(binding, list(events)), command_type="ingest")
 
-    async def reconcile(self, reason: str = "daemon_restart") -> dict[str, int]:
-        result = await self._run(reconcile_mod.reconcile(reason), None, "runtime.reconcile")
+    async def reconcile(
+        self, reason: str = "daemon_restart", swept: Mapping[str, int] | None = None
+    ) -> dict[str, int]:
+        result = await self._run(reconcile_mod.reconcile(reason, swept), None, "runtime.reconcile")
         assert isinstance(result.result, dict)
         return result.result
 

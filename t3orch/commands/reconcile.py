@@ -6,6 +6,8 @@ after it, nothing claims to be running that no live process backs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import msgspec
 
 from t3orch.domain.request import NotResumableCapability
@@ -22,7 +24,9 @@ _LIVE = {
 }
 
 
-def reconcile(reason: str = "daemon_restart") -> Decide:
+def reconcile(reason: str = "daemon_restart", swept: Mapping[str, int] | None = None) -> Decide:
+    """``swept``: what the orphan sweep before it did, recorded with the settling counts."""
+
     def decide(view: StateView) -> Decision:
         ch = Changes(view)
         now = view.now()
@@ -77,6 +81,7 @@ def reconcile(reason: str = "daemon_restart") -> Decide:
                 "provider_thread", msgspec.structs.replace(pt, status="not_loaded", updated_at=now)
             )
         counts["provider_thread"] = len(threads)
+        counts.update(swept or {})
         ch.emit(RuntimeReconciled(reason=reason, counts=counts))
         return Decision(ch.drafts, counts)
 
