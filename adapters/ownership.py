@@ -1,22 +1,28 @@
 """Which daemon spawned a process: a mark every provider process and its descendants carry.
 
 Each provider is started with ``T3ORCH_OWNER=<daemon pid>:<daemon start time>``
-in its environment. Children inherit the environment, so a helper the provider
-started (in its process group or escaped into a session of its own) still
-carries the mark after the provider and the daemon are dead. The startup sweep
-reads it (``/proc/PID/environ``, same user) as evidence that a process really
-is a dead daemon's leftover and not an unrelated one that reused an id.
+and ``T3ORCH_SPAWN=<random id of this launch>`` in its environment. Children
+inherit the environment, so a helper the provider started (in its process group
+or escaped into a session of its own) still carries the marks after the
+provider, or the daemon, is dead. They are read from ``/proc/PID/environ``
+(same user): the startup sweep takes the owner mark as evidence that a process
+really is a dead daemon's leftover and not an unrelated one that reused an id;
+a provider's exit takes the spawn id to find the helpers that left its group.
+A process that scrubs its environment loses the marks: it is not found.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 
 import attrs
 import psutil
 
 #: The environment variable that carries the mark.
 OWNER_ENV = "T3ORCH_OWNER"
+#: The environment variable that names one launch of a provider.
+SPAWN_ENV = "T3ORCH_SPAWN"
 #: Start times are compared to this precision (psutil reports 10 ms clock ticks).
 START_TIME_TOLERANCE_S = 0.05
 
@@ -77,3 +83,24 @@ def mark_of(proc: psutil.Process) -> OwnerMark | None:
     except psutil.Error:
         return None
     return OwnerMark.parse(token) if token else None
+
+
+def new_spawn_id() -> str:
+    return secrets.token_hex(8)
+
+
+def spawned_by(spawn_id: str, *, exclude: frozenset[int] = frozenset()) -> list[psutil.Process]:
+    """Live processes that carry ``spawn_id``: what one provider launch started, wherever."""
+    out = []
+    for proc in psutil.process_iter():
+        if proc.pid in exclude or proc.pid == os.getpid():
+            continue
+        try:
+            if proc.environ().get(SPAWN_ENV) != spawn_id:
+                continue
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except psutil.Error:
+            continue
+        out.append(proc)
+    return out

@@ -147,5 +147,7 @@ def test_a_daemon_on_a_copy_leaves_the_originals_agents_alone(tmp_path: Path) ->
             assert _alive(provider)
             original.proc.send_signal(signal.SIGTERM)
             assert original.proc.wait(timeout=20) == 0
+        # A graceful stop takes the helpers with the provider, the escaped one too.
+        _wait(lambda: not any(_alive(p) for p in helpers.values()), 5)
     finally:
         _kill_all(list(helpers.values()))
