@@ -588,13 +588,17 @@ class SessionRunner:
         pid, until = rt.pid, process_clock()
 
         async def stop() -> None:
-            left = await stop_turn_leftovers(pid, since, until)
-            message = left.describe(run_id)
-            if message is not None:
-                log.warning("%s", message)
-                await self.core.note(
-                    self.session_id, "warning", "interrupted_turn_commands", message
-                )
+            try:
+                left = await stop_turn_leftovers(pid, since, until)
+                message = left.describe(run_id)
+                if message is not None:
+                    log.warning("%s", message)
+                    await self.core.note(
+                        self.session_id, "warning", "interrupted_turn_commands", message
+                    )
+            except Exception:
+                # Best effort beside the runtime: a failure here must not end the session.
+                log.exception("stopping what interrupted run %s left running failed", run_id)
 
         tasks.start_soon(stop)
 
