@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 
@@ -57,7 +58,7 @@ async def test_commands_in_their_own_session_are_stopped_others_reported() -> No
         assert (await stop_turn_leftovers(before[0].pid, since, until)).stopped == []
     finally:
         for p in (provider, before[0]):
-            p.kill()
+            os.killpg(p.pid, signal.SIGKILL)  # the shell and what it runs in its group
             p.wait(timeout=5)
             assert p.stdout is not None
             p.stdout.close()
