@@ -180,6 +180,66 @@ def _previous_status_owner(state_dir: Path | None) -> ProcessOwner | None:
         return None
 
 
+@attrs.define
+class _Plan:
+    victims: dict[int, _Proc] = attrs.field(factory=dict)
+    skipped: list[int] = attrs.field(factory=list)
+    left: list[int] = attrs.field(factory=list)
+    copies: dict[OwnerMark, ProcessOwner] = attrs.field(factory=dict)
+
+
+@attrs.define
+class _Planner:
+    """Which processes the records of this store prove to be a dead daemon's leftovers."""
+
+    sessions: list[ProviderSession]
+    me: ProcessOwner | None
+    ours: OwnerMark = attrs.field(factory=this_process)
+    protected: frozenset[int] = attrs.field(
+        factory=lambda: frozenset({os.getpid(), *(p.pid for p in psutil.Process().parents())})
+    )
+    #: One liveness check per daemon, not per row (a store holds many rows per daemon).
+    _alive: dict[OwnerMark, bool] = attrs.field(factory=dict)
+
+    def live_elsewhere(self, owner: ProcessOwner, plan: _Plan) -> bool:
+        mark = _owner_mark(owner)
+        if mark == self.ours:
+            return False
+        if mark not in self._alive:
+            self._alive[mark] = mark.alive()
+        if not self._alive[mark]:
+            return False
+        if self.me is not None and owner.state_dir_id != self.me.state_dir_id:
+            plan.copies[mark] = owner
+        return True
+
+    def plan(self, table: dict[int, _Proc]) -> _Plan:
+        plan = _Plan()
+        dead: set[OwnerMark] = set()
+        for s in self.sessions:
+            owner = s.owner
+            mark = _owner_mark(owner) if owner is not None else None
+            if owner is not None:
+                if self.live_elsewhere(owner, plan):
+                    if s.pid is not None:
+                        plan.left.append(s.pid)
+                    continue
+                if mark != self.ours:
+                    assert mark is not None
+                    dead.add(mark)
+            if s.pid is None or s.pid in self.protected:
+                continue
+            members = _group(s, s.pid, mark, table)
+            if members is None:
+                plan.skipped.append(s.pid)
+                continue
+            plan.victims.update((p.proc.pid, p) for p in members)
+        plan.victims.update((p.proc.pid, p) for p in _marked(dead, table))
+        for pid in self.protected:
+            plan.victims.pop(pid, None)
+        return plan
+
+
 async def sweep_orphans(
     reader: SQLiteStore,
     *,
@@ -190,54 +250,21 @@ async def sweep_orphans(
     """Terminate what dead daemons recorded in this store left running; leave live ones' alone."""
     with reader.snapshot():
         sessions = [r.decode() for r in reader.rows("provider_session")]
-    ours = this_process()
-    protected = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
-    table = _process_table()
-    skipped: list[int] = []
-    left: list[int] = []
-    copies: dict[tuple[int, float], ProcessOwner] = {}
-    dead: set[OwnerMark] = set()
-    victims: dict[int, _Proc] = {}
-
-    def live_elsewhere(owner: ProcessOwner) -> bool:
-        mark = _owner_mark(owner)
-        if mark == ours or not mark.alive():
-            return False
-        if me is not None and owner.state_dir_id != me.state_dir_id:
-            copies[(owner.daemon_pid, owner.daemon_started_at)] = owner
-        return True
-
-    for s in sessions:
-        owner = s.owner
-        if owner is not None:
-            if live_elsewhere(owner):
-                if s.pid is not None:
-                    left.append(s.pid)
-                continue
-            if _owner_mark(owner) != ours:
-                dead.add(_owner_mark(owner))
-        if s.pid is None or s.pid in protected:
-            continue
-        members = _group(s, s.pid, _owner_mark(owner) if owner else None, table)
-        if members is None:
-            skipped.append(s.pid)
-            continue
-        victims.update((p.proc.pid, p) for p in members)
-    victims.update((p.proc.pid, p) for p in _marked(dead, table))
-    for pid in protected:
-        victims.pop(pid, None)
+    planner = _Planner(sessions, me)
+    plan = planner.plan(_process_table())
     previous = _previous_status_owner(state_dir)
     if previous is not None:
-        live_elsewhere(previous)
+        planner.live_elsewhere(previous, plan)
 
-    killed = _signal(victims.values(), signal.SIGTERM)
-    alive = await _wait_gone(killed, grace_s)
-    if alive:
-        _signal(alive, signal.SIGKILL)
-        await _wait_gone(alive, grace_s)
+    killed = {p.proc.pid: p for p in _signal(plan.victims.values(), signal.SIGTERM)}
     if killed:
+        await _wait_gone(list(killed.values()), grace_s)
+        # Again, on a fresh table: what ignored SIGTERM, and what was forked meanwhile.
+        stragglers = _signal(planner.plan(_process_table()).victims.values(), signal.SIGKILL)
+        killed.update((p.proc.pid, p) for p in stragglers)
+        await _wait_gone(stragglers, grace_s)
         log.warning("killed %d process(es) left running by a previous daemon", len(killed))
-    return SweepResult(sorted(p.proc.pid for p in killed), skipped, left, list(copies.values()))
+    return SweepResult(sorted(killed), plan.skipped, plan.left, list(plan.copies.values()))
 
 
 def copy_message(state_dir: Path | None, owner: ProcessOwner) -> str:
