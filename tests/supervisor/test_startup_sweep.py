@@ -156,3 +156,16 @@ async def test_a_live_leader_with_a_dead_owner_is_swept_with_its_group(tmp_path:
         assert {g.leader.pid, g.member.pid} <= set(result.killed)
         assert g.leader.wait(timeout=5) is not None
         assert not _alive(g.member)
+
+
+async def test_a_reused_leader_pid_is_left_alone(tmp_path: Path) -> None:
+    # The recorded pid now names another process (its start time differs): that
+    # process, and the group it leads, are a stranger's.
+    with provider_group(None, leader_exits=False) as g:
+        stranger = Group(g.leader, g.leader_started_at - 30.0, g.member)
+        async with open_core(tmp_path / "t.db", synchronous="NORMAL") as core:
+            await _record(core, stranger, DEAD)
+            result = await sweep_orphans(core.reader, me=HERE, grace_s=2.0)
+        assert result.skipped_reused == [g.leader.pid]
+        assert result.killed == []
+        assert g.leader.poll() is None and _alive(g.member)
