@@ -4,7 +4,9 @@ Each provider runs in **its own session and process group** (``setsid``), so a
 signal to the group also reaches the helpers it spawns (Codex's shell-snapshot
 ``bash -lc`` can outlive a killed server). The child also gets
 ``PR_SET_PDEATHSIG = SIGKILL``, so it dies with the daemon even when the
-daemon itself is SIGKILLed and never runs its teardown.
+daemon itself is SIGKILLed and never runs its teardown. Its helpers do not:
+they carry the owner mark (:mod:`adapters.ownership`) in their environment,
+and the next daemon's startup sweep finds them by it.
 
 **Spawn from the trio thread.** The parent-death signal is tied to the
 *thread* that forked the child, not to the process. ``trio.lowlevel.open_process``
@@ -22,7 +24,9 @@ the process when it exits, and in a shielded ``finally`` always SIGKILLs the
 group and reaps, whether it ends normally, by cancellation or by an error.
 When the leader exits, the survivors of its group are SIGKILLed before the
 leader is reaped: the provider's helpers must not outlive it, and signalling
-before reaping means the group id cannot have been reused.
+before reaping means the group id cannot have been reused. Helpers that left
+the group (``setsid``) are found by the launch's spawn id in their environment
+and killed with it.
 """
 
 from __future__ import annotations
@@ -38,9 +42,11 @@ from contextlib import asynccontextmanager
 from typing import Literal
 
 import attrs
+import psutil
 import trio
 
 from adapters.line_reader import BoundedLineReader
+from adapters.ownership import OWNER_ENV, SPAWN_ENV, new_spawn_id, spawned_by, this_process
 from adapters.transport import ExitStatus, LaunchSpec, OversizedLine
 
 #: How much stderr a process keeps for diagnostics.
@@ -112,8 +118,11 @@ class ChildProcess:
         stdout: trio.lowlevel.FdStream,
         stderr: trio.lowlevel.FdStream,
         max_line_bytes: int,
+        spawn_id: str | None = None,
     ) -> None:
         self._popen = popen
+        #: The launch's mark in the environment of everything it starts (adapters.ownership).
+        self.spawn_id = spawn_id
         self._stdin = stdin
         self._stdout = stdout
         self._stderr = stderr
@@ -278,10 +287,31 @@ class ChildProcess:
         # Synchronous from the group kill to the reap: no other task can run in
         # between, so nothing signals a group id that the reap just freed.
         self.signal_group(signal.SIGKILL)
+        self._kill_escaped()
         returncode = self._popen.wait()
         self._status = exit_status(returncode)
         self._close_pidfd()
         self._reaped.set()
+
+    def _kill_escaped(self) -> None:
+        """Helpers that left the group (a session of their own) go with the provider too.
+
+        Found by the spawn id they inherited; this is what a child subreaper would
+        give us, without reaping children that are not ours (docs/decisions.md).
+        """
+        if self.spawn_id is None:
+            return
+        escaped = spawned_by(self.spawn_id, exclude=frozenset({self.pid}))
+        for proc in escaped:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        if escaped:
+            log.warning(
+                "provider pid %d: killed %d process(es) it started outside its group: %s",
+                self.pid,
+                len(escaped),
+                ", ".join(f"{p.pid} ({_name(p)})" for p in escaped),
+            )
 
     def _close_pidfd(self) -> None:
         if self._pidfd is not None:
@@ -309,9 +339,17 @@ class ChildProcess:
             await self._stdout.aclose()
 
 
+def _name(proc: psutil.Process) -> str:
+    try:
+        return str(proc.name())
+    except psutil.Error:
+        return "?"
+
+
 def _spawn(spec: LaunchSpec) -> ChildProcess:
     """Fork and exec in *this* thread (see the module docstring for why)."""
     pipes: list[int] = []
+    spawn_id = new_spawn_id()
     try:
         stdin_read, stdin_write = os.pipe2(os.O_CLOEXEC)
         pipes += [stdin_read, stdin_write]
@@ -324,7 +362,8 @@ def _spawn(spec: LaunchSpec) -> ChildProcess:
             stdin=stdin_read,
             stdout=stdout_write,
             stderr=stderr_write,
-            env=dict(spec.env),
+            # The owner mark: the startup sweep's evidence for what this daemon spawned.
+            env={**spec.env, OWNER_ENV: this_process().token(), SPAWN_ENV: spawn_id},
             cwd=spec.cwd,
             start_new_session=True,
             preexec_fn=_pdeathsig_preexec(),
@@ -342,6 +381,7 @@ def _spawn(spec: LaunchSpec) -> ChildProcess:
         stdout=trio.lowlevel.FdStream(stdout_read),
         stderr=trio.lowlevel.FdStream(stderr_read),
         max_line_bytes=spec.max_line_bytes,
+        spawn_id=spawn_id,
     )
 
 

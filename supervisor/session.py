@@ -37,6 +37,7 @@ from supervisor.launcher import (
     SupervisedLauncher,
     process_start_time,
 )
+from supervisor.leftovers import process_clock, stop_turn_leftovers
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.coalesce import DeltaCoalescer
@@ -144,6 +145,10 @@ class SessionRunner:
     kill_stalled_after_s: float | None = None
     last_event_at: float = -math.inf
     stalls: int = 0
+    #: When the active turn was sent (process_clock): what an interrupted turn left running
+    #: is what the provider started since (supervisor/leftovers.py).
+    turn_sent_at: float | None = None
+    _tasks: trio.Nursery | None = None
     _stop: trio.Event = attrs.field(factory=trio.Event)
     _turn_done: trio.Event = attrs.field(factory=trio.Event)
     _pump_done: trio.Event = attrs.field(factory=trio.Event)
@@ -179,6 +184,7 @@ class SessionRunner:
         started = False
         try:
             async with trio.open_nursery() as nursery:
+                self._tasks = nursery
                 self.launcher = (
                     self.launcher_factory(self.provider, nursery)
                     if self.launcher_factory is not None
@@ -435,6 +441,7 @@ class SessionRunner:
         self.active_turn = turn
         self._turn_done = trio.Event()
         self.last_activity = trio.current_time()
+        self.turn_sent_at = process_clock()
         context = [c for c in (self.pending_context, handoff) if c]
         self.pending_context = None
         if context:
@@ -550,6 +557,8 @@ class SessionRunner:
                 await self._ingest(chunk, ends_turn=True)
                 chunk = []
                 if isinstance(event, TurnCompleted):
+                    if ending is not None and event.status == "interrupted":
+                        self._stop_leftovers(ending.run_id)
                     if ending is not None and event.status == "completed":
                         for ref in event.continuing:
                             self.lingering[ref] = ending
@@ -574,6 +583,28 @@ class SessionRunner:
             # (status, usage) are not work; a child outliving its parent's turn is.
             if self.active_turn is not None or self.lingering:
                 self.last_activity = trio.current_time()
+
+    def _stop_leftovers(self, run_id: str) -> None:
+        """An interrupted turn's commands must not go on unbeknown: stop them, say so."""
+        rt, since, tasks = self.runtime, self.turn_sent_at, self._tasks
+        if rt is None or rt.pid is None or since is None or tasks is None:
+            return
+        pid, until = rt.pid, process_clock()
+
+        async def stop() -> None:
+            try:
+                left = await stop_turn_leftovers(pid, since, until)
+                message = left.describe(run_id)
+                if message is not None:
+                    log.warning("%s", message)
+                    await self.core.note(
+                        self.session_id, "warning", "interrupted_turn_commands", message
+                    )
+            except Exception:
+                # Best effort beside the runtime: a failure here must not end the session.
+                log.exception("stopping what interrupted run %s left running failed", run_id)
+
+        tasks.start_soon(stop)
 
     async def _completion_barrier(self, chunk: list[ProviderEvent]) -> None:
         """Text flushed and items final, then the checkpoint, then the terminal event.

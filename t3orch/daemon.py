@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import msgspec
 import trio
 
 from adapters.diagnostics import RotatingRawLog
+from adapters.ownership import this_process
 from adapters.protocol import RawFrameSink
 from supervisor.manager import ReaperPolicy, RestartPolicy, SessionManager
 from supervisor.providers import STANDIN_TRANSCRIPT, ProviderSettings
@@ -32,10 +34,11 @@ from supervisor.systemd import Notifier
 from t3orch.api.runner import serve_api
 from t3orch.config import Config
 from t3orch.core import Core, open_core
+from t3orch.domain.provider import ProcessOwner
 from t3orch.domain.vocab import ProviderKind
 from t3orch.process_tuning import GC_THRESHOLDS, tune_process
 from t3orch.provider_versions import probe_all
-from t3orch.state import prepare_state_dir
+from t3orch.state import prepare_state_dir, state_dir_identity
 from t3orch.store.errors import StateDirInvalid
 from t3orch.store.interface import Decision
 
@@ -110,6 +113,17 @@ def exclusive_state_dir(state_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def process_owner(state_dir: Path) -> ProcessOwner:
+    """This daemon, as recorded with every provider process it spawns."""
+    me = this_process()
+    return ProcessOwner(
+        daemon_pid=me.pid,
+        daemon_started_at=me.started_at,
+        state_dir=str(state_dir.resolve()),
+        state_dir_id=state_dir_identity(state_dir),
+    )
+
+
 def _write_status_file(state_dir: Path, data: dict[str, Any]) -> None:
     path = state_dir / "daemon.json"
     tmp = path.with_suffix(".tmp")
@@ -135,10 +149,14 @@ async def run_daemon(
         return RotatingRawLog(state_dir / "raw", kind, session_id)
 
     with exclusive_state_dir(state_dir):
+        owner = process_owner(state_dir)
         notifier.status("opening the store")
         async with open_core(db, synchronous=d.synchronous) as core:
+            core.service.process_owner = owner
             notifier.status("settling the previous run")
-            reconciled = await settle_previous_run(core.service, core.reader)
+            reconciled = await settle_previous_run(
+                core.service, core.reader, me=owner, state_dir=state_dir
+            )
             manager = SessionManager(
                 core=core.service,
                 reader=core.reader,
@@ -161,7 +179,14 @@ async def run_daemon(
                     port = endpoints.port
                     daemon = Daemon(core, manager, state_dir, port, reconciled)
                     _write_status_file(
-                        state_dir, {"pid": os.getpid(), "port": port, "reconciled": reconciled}
+                        state_dir,
+                        {
+                            "pid": os.getpid(),
+                            "port": port,
+                            "reconciled": reconciled,
+                            # A copy of this dir carries it: the copy's daemon tells by it.
+                            "owner": msgspec.to_builtins(owner),
+                        },
                     )
                     # Startup objects live for the daemon's life: keep them out of every
                     # collection (full passes over them stalled event fan-out by 50-110

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -21,6 +21,7 @@ from t3orch.commands import (
 )
 from t3orch.commands import reconcile as reconcile_mod
 from t3orch.commands.specs import CreateThread
+from t3orch.domain.provider import ProcessOwner
 from t3orch.domain.vocab import (
     ContextHandoffStrategy,
     ProviderKind,
@@ -59,6 +60,8 @@ class CommandResult:
 class CoreService:
     writer: EventWriter
     ids: IdFactory = attrs.field(factory=IdFactory)
+    #: Stamped on every recorded provider process (the daemon sets it; None in tests).
+    process_owner: ProcessOwner | None = None
 
     async def _run(self, decide: Decide, command_id: str | None, kind: str) -> CommandResult:
         outcome: Outcome = await self.writer.submit(
@@ -157,7 +160,9 @@ class CoreService:
         self, session_id: str, pid: int | None, started_at: float | None
     ) -> None:
         await self._run(
-            sessions.record_process(session_id, pid, started_at), None, "session.process"
+            sessions.record_process(session_id, pid, started_at, self.process_owner),
+            None,
+            "session.process",
         )
 
     async def replace_provider_thread(
@@ -377,8 +382,10 @@ class CoreService:
         """Queue what a batch of adapter events means; the ticket says when it committed."""
         return await self.writer.enqueue(IngestBatch(binding, list(events)), command_type="ingest")
 
-    async def reconcile(self, reason: str = "daemon_restart") -> dict[str, int]:
-        result = await self._run(reconcile_mod.reconcile(reason), None, "runtime.reconcile")
+    async def reconcile(
+        self, reason: str = "daemon_restart", swept: Mapping[str, int] | None = None
+    ) -> dict[str, int]:
+        result = await self._run(reconcile_mod.reconcile(reason, swept), None, "runtime.reconcile")
         assert isinstance(result.result, dict)
         return result.result
 

@@ -35,3 +35,9 @@ def prepare_state_dir(path: Path, *, create: bool) -> Path:
     if create and not os.access(path, os.W_OK | os.X_OK):
         raise StateDirInvalid(f"state dir {path} is not writable")
     return path / DB_NAME
+
+
+def state_dir_identity(path: Path) -> str:
+    """``device:inode`` of the state dir: moving it keeps it, a copy of it has another."""
+    st = path.stat()
+    return f"{st.st_dev}:{st.st_ino}"

@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import stat
+import subprocess
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -27,7 +28,7 @@ EXIT_USAGE = 2
 EXIT_MISMATCH = 70  # EX_SOFTWARE
 
 
-def parse_args(argv: Sequence[str] | None = None) -> tuple[str, StandinOptions]:
+def parse_args(argv: Sequence[str] | None = None) -> tuple[str, StandinOptions, str | None]:
     parser = argparse.ArgumentParser(
         prog="python -m adapters.standin",
         description="Play the provider side of a transcript over stdin/stdout.",
@@ -56,6 +57,12 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[str, StandinOptions]:
     )
     parser.add_argument("--exit-code", type=int, metavar="C", help="override the exit status")
     parser.add_argument(
+        "--helpers-pidfile",
+        metavar="PATH",
+        help="start two long `sleep` helpers, one in our process group and one in a session "
+        "of its own, and append 'group PID' and 'escaped PID' lines to PATH",
+    )
+    parser.add_argument(
         "--max-line-bytes", type=int, default=StandinOptions().max_line_bytes, metavar="N"
     )
     args = parser.parse_args(argv)
@@ -73,12 +80,35 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[str, StandinOptions]:
         exit_code=args.exit_code,
         max_line_bytes=args.max_line_bytes,
     )
-    return args.transcript, options
+    return args.transcript, options, args.helpers_pidfile
+
+
+#: Helpers stay referenced: they are meant to outlive us, not to be waited for.
+_helpers: list[subprocess.Popen[bytes]] = []
+
+
+def start_helpers(pidfile: str) -> None:
+    """What a provider's tool calls leave behind: a child in our group, and one that escaped."""
+    lines = []
+    for name, escaped in (("group", False), ("escaped", True)):
+        helper = subprocess.Popen(
+            ["sleep", "300"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=escaped,
+        )
+        _helpers.append(helper)
+        lines.append(f"{name} {helper.pid}\n")
+    with open(pidfile, "a") as f:
+        f.writelines(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="standin: %(message)s")
-    path, options = parse_args(argv)
+    path, options, helpers_pidfile = parse_args(argv)
+    if helpers_pidfile is not None:
+        start_helpers(helpers_pidfile)
     try:
         transcript = load_transcript(path)
         transcript.segment(options.segment)

@@ -6,7 +6,9 @@ the failure took to be recorded, how long until a live runtime served the
 thread again, and processes left behind (must be 0).
 
 * ``provider-crash`` — SIGKILL the provider's process group mid-turn.
-* ``daemon-crash`` — SIGKILL a ``t3orch serve`` process mid-turn, start it again.
+* ``daemon-crash`` — serve a copy of the live state dir (the original's processes
+  must be left alone), then SIGKILL a ``t3orch serve`` process mid-turn, start it
+  again; what the provider started (its group, escaped helpers) must be gone.
 * ``reap-resume`` — let the idle reaper release the runtime, then resume it; a
   canary fact told before the reap must reach the model after.
 * ``hang`` — SIGSTOP the provider mid-turn: the stall is reported and the
@@ -16,8 +18,10 @@ thread again, and processes left behind (must be 0).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -290,10 +294,58 @@ def _wait(predicate: Callable[[], Any], within: float = 30) -> Any:
     raise TimeoutError(f"condition not met within {within}s")
 
 
+def _descendants(pids: list[int]) -> list[int]:
+    """What the providers started: their process groups and every descendant, wherever."""
+    out: set[int] = set()
+    for pid in pids:
+        proc = _proc(pid)
+        if proc is None:
+            continue
+        with contextlib.suppress(psutil.Error):
+            out.update(c.pid for c in proc.children(recursive=True))
+        for other in psutil.process_iter():
+            with contextlib.suppress(OSError):
+                if other.pid != pid and os.getpgid(other.pid) == pid:
+                    out.add(other.pid)
+    return sorted(out)
+
+
+def _copy_leaves_alone(
+    state: Path, config_path: Path, tmp: Path, pids: list[int], v: Verdict
+) -> None:
+    """A daemon on a copy of the live state dir must not touch the original's processes."""
+    copy = tmp / "state-copy"
+    shutil.copytree(state, copy, ignore=shutil.ignore_patterns("api.sock", "daemon.lock", "*.tmp"))
+    notify = tmp / "notify-copy.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(notify))
+    proc = _serve(copy, config_path, notify)
+    try:
+        _wait_ready(listener, proc)
+        alive = [pid for pid in pids if (p := _proc(pid)) and p.status() != psutil.STATUS_ZOMBIE]
+        v.checks["a daemon on a copy of the state dir left the running processes alone"] = (
+            alive == pids
+        )
+        status = json.loads((copy / "daemon.json").read_text())
+        v.checks["the copy's daemon said it runs on a copy"] = (
+            status["reconciled"].get("copy_of_live_state_dir") == 1
+        )
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        listener.close()
+
+
 def _daemon_crash(kind: str, config: Config, state: Path, work: Path, tmp: Path) -> Verdict:
     v = Verdict("daemon-crash", kind)
     config_path = tmp / "t3orch.toml"
-    config_path.write_text(config_toml(config, standin_command=STANDIN_SLOW))
+    # The stand-in leaves helpers behind as a provider's tool calls do: one in its
+    # process group, one in a session of its own.
+    standin = [*STANDIN_SLOW, "--helpers-pidfile", str(tmp / "standin-helpers")]
+    config_path.write_text(config_toml(config, standin_command=standin))
     notify = tmp / "notify.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     listener.bind(str(notify))
@@ -310,6 +362,9 @@ def _daemon_crash(kind: str, config: Config, state: Path, work: Path, tmp: Path)
         _rpc(state, "run.send", {"commandId": "d3", "threadId": tid, "text": SLOW[kind]})
         _wait(lambda: any(r.status == "running" for r in _store_rows(state, "run")), 30)
         provider_pids = [s.pid for s in _store_rows(state, "provider_session") if s.pid]
+        helpers = _descendants(provider_pids)
+        v.notes.append(f"{len(helpers)} process(es) started by the provider before the crash")
+        _copy_leaves_alone(state, config_path, tmp, provider_pids + helpers, v)
         before = _event_ids(state)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGKILL)
@@ -320,19 +375,26 @@ def _daemon_crash(kind: str, config: Config, state: Path, work: Path, tmp: Path)
         procs.append(proc2)
         ready_s = _wait_ready(listener, proc2)
         v.notes.append(f"restart to READY {ready_s:.2f}s")
+        # What the providers started outlives them; the restart's sweep must end it.
+        v.orphans += _orphans(helpers)
         after = _event_ids(state)
         v.lost_events = sum(1 for s, e in before.items() if after.get(s) != e)
         runs = _store_rows(state, "run")
         v.checks["in-flight run settled as interrupted before READY"] = any(
             r.status == "interrupted" for r in runs
         )
+        v.checks["the run says the daemon was lost (daemon_restart)"] = any(
+            r.status == "interrupted" and r.last_error == "daemon_restart" for r in runs
+        )
         _rpc(state, "run.send", {"commandId": "d4", "threadId": tid, "text": "after the crash"})
         _wait(lambda: sum(r.status == "completed" for r in _store_rows(state, "run")) >= 2, 40)
         v.live_again_s = time.monotonic() - t0
         v.checks["next run completed on a new daemon"] = True
+        live = [s.pid for s in _store_rows(state, "provider_session") if s.pid]
+        helpers2 = _descendants(live)
         proc2.send_signal(signal.SIGTERM)
         v.checks["graceful stop"] = proc2.wait(timeout=30) == 0
-        v.orphans += _orphans([s.pid for s in _store_rows(state, "provider_session") if s.pid])
+        v.orphans += _orphans(live + helpers2)
     finally:
         for p in procs:
             if p.poll() is None:

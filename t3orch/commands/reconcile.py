@@ -6,6 +6,8 @@ after it, nothing claims to be running that no live process backs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import msgspec
 
 from t3orch.domain.request import NotResumableCapability
@@ -22,7 +24,9 @@ _LIVE = {
 }
 
 
-def reconcile(reason: str = "daemon_restart") -> Decide:
+def reconcile(reason: str = "daemon_restart", swept: Mapping[str, int] | None = None) -> Decide:
+    """``swept``: what the orphan sweep before it did, recorded with the settling counts."""
+
     def decide(view: StateView) -> Decision:
         ch = Changes(view)
         now = view.now()
@@ -33,6 +37,11 @@ def reconcile(reason: str = "daemon_restart") -> Decide:
                 fields: dict[str, object] = {"status": settled}
                 if hasattr(row, "completed_at"):
                     fields["completed_at"] = now
+                if kind == "run":
+                    # The reason tells a run the daemon lost from one the user interrupted.
+                    fields["last_error"] = reason
+                elif kind == "provider_turn":
+                    fields["error"] = reason
                 ch.put(kind, msgspec.structs.replace(row, **fields))
             counts[kind] = len(rows)
         items = view.select_by_status("turn_item", ("pending", "running", "waiting"))
@@ -72,6 +81,7 @@ def reconcile(reason: str = "daemon_restart") -> Decide:
                 "provider_thread", msgspec.structs.replace(pt, status="not_loaded", updated_at=now)
             )
         counts["provider_thread"] = len(threads)
+        counts.update(swept or {})
         ch.emit(RuntimeReconciled(reason=reason, counts=counts))
         return Decision(ch.drafts, counts)
 

@@ -5,7 +5,12 @@ from typing import Literal
 import msgspec
 
 from t3orch.commands.threads import require_thread
-from t3orch.domain.provider import ProviderCapabilities, ProviderSession, ProviderThread
+from t3orch.domain.provider import (
+    ProcessOwner,
+    ProviderCapabilities,
+    ProviderSession,
+    ProviderThread,
+)
 from t3orch.domain.vocab import ProviderKind
 from t3orch.events import ProviderDiagnostic
 from t3orch.ids import ProviderSessionId, ProviderThreadId, ThreadId
@@ -96,8 +101,10 @@ def open_session(
     return decide
 
 
-def record_process(session_id: str, pid: int | None, started_at: float | None) -> Decide:
-    """Remember a runtime's pid and start time: the orphan sweep checks both."""
+def record_process(
+    session_id: str, pid: int | None, started_at: float | None, owner: ProcessOwner | None
+) -> Decide:
+    """Remember a runtime's pid, start time and owning daemon: the orphan sweep checks all three."""
 
     def decide(view: StateView) -> Decision:
         ch = Changes(view)
@@ -106,7 +113,7 @@ def record_process(session_id: str, pid: int | None, started_at: float | None) -
             ch.put(
                 "provider_session",
                 msgspec.structs.replace(
-                    s, pid=pid, process_started_at=started_at, updated_at=view.now()
+                    s, pid=pid, process_started_at=started_at, owner=owner, updated_at=view.now()
                 ),
             )
         return Decision(ch.drafts)

@@ -29,6 +29,22 @@ class ProviderCapabilities(Wire):
     multiple_threads_per_process: bool = False
 
 
+class ProcessOwner(Wire):
+    """The daemon that spawned a provider process, and the state dir it served.
+
+    The orphan sweep kills a recorded process only when this daemon is gone:
+    ``daemon_pid`` with ``daemon_started_at`` (the kernel's start time) names one
+    process forever. ``state_dir_id`` is the state dir's ``device:inode``, which a
+    copy of the directory does not share: a live owner with another id means the
+    dir being opened is a copy of that daemon's (docs/decisions.md).
+    """
+
+    daemon_pid: int
+    daemon_started_at: float
+    state_dir: str
+    state_dir_id: str
+
+
 class ProviderSession(Wire):
     """Durable metadata of a live-or-recoverable provider runtime (not the handle)."""
 
@@ -45,6 +61,8 @@ class ProviderSession(Wire):
     process_started_at: float | None = None
     last_activity_at: str | None = None
     exit_description: str | None = None
+    #: Who spawned ``pid``; None on rows from before owners were recorded.
+    owner: ProcessOwner | None = None
 
 
 class ProviderThreadForkSource(Wire):

@@ -125,6 +125,25 @@ async def test_survivors_die_with_the_leader() -> None:
             assert not pid_alive(sleeper)
 
 
+async def test_a_helper_that_left_the_group_dies_with_the_leader_too() -> None:
+    # A session of its own: no group signal reaches it, the launch's mark in its
+    # environment does.
+    script = "setsid sleep 60 & echo $!; read x; exit 0"
+    with trio.fail_after(10):
+        async with open_child_process(command_spec("sh", "-c", script)) as child:
+            line = await child.receive_line()
+            assert isinstance(line, bytes)
+            escaped = int(line)
+            try:
+                assert await wait_until(lambda: os.getsid(escaped) != child.pid)
+                await child.close_stdin()
+                assert await child.wait() == ExitStatus(code=0, signal=None)
+                assert await wait_until(lambda: not pid_alive(escaped))
+            finally:
+                if pid_alive(escaped):
+                    os.kill(escaped, signal.SIGKILL)
+
+
 async def test_stop_closes_stdin_first() -> None:
     with trio.fail_after(10):
         async with open_child_process(command_spec("cat")) as child:
