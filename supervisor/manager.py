@@ -36,10 +36,16 @@ log = logging.getLogger(__name__)
 RETIRE_TIMEOUT_S = 20.0
 
 
-def _session_failed(exc: BaseException) -> SessionFailed | None:
-    """The SessionFailed behind ``exc``, through the single-exception groups nurseries add."""
+def _unwrapped(exc: BaseException) -> BaseException:
+    """``exc`` without the single-exception groups nurseries wrap around it."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
+    return exc
+
+
+def _session_failed(exc: BaseException) -> SessionFailed | None:
+    """The SessionFailed behind ``exc``, through the single-exception groups nurseries add."""
+    exc = _unwrapped(exc)
     return exc if isinstance(exc, SessionFailed) else None
 
 
@@ -296,7 +302,14 @@ class SessionManager:
                 run = self._next_queued(thread_id)
                 if run is None:
                     return
-                await self._dispatch(thread_id, run)
+                try:
+                    await self._dispatch(thread_id, run)
+                except Exception as exc:
+                    # One thread's failure is that thread's run's error: it must never
+                    # escape into the manager's nursery (which would end the daemon).
+                    log.exception("dispatching run %s of %s failed", run.id, thread_id)
+                    cause = _unwrapped(exc)
+                    await self._fail_run(thread_id, run, f"{type(cause).__name__}: {cause}")
         finally:
             self._dispatching.discard(thread_id)
 
@@ -508,7 +521,18 @@ class SessionManager:
                 started = True
         except Exception as exc:  # a runner's bug must not take the daemon down
             failed = _session_failed(exc)
-            if failed is not None and not started:
+            if not started:
+                if failed is None:
+                    # Not an adapter or OS error (an embedded NUL byte in the cwd is
+                    # a ValueError from the spawn): still this session's failure to
+                    # start, never the daemon's. ``_dispatch`` fails the run with it.
+                    log.exception("session runner for %s failed to start", runner.thread_id)
+                    cause = _unwrapped(exc)
+                    failed = SessionFailed(
+                        f"{runner.provider} runtime failed to start: "
+                        f"{type(cause).__name__}: {cause}"
+                    )
+                    await self.core.note(runner.session_id, "error", "runner_failed", str(failed))
                 # The runner's own nurseries wrap it: re-raise it bare for ``_dispatch``.
                 raise failed from None
             log.exception("session runner for %s failed", runner.thread_id)
