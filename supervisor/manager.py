@@ -84,10 +84,11 @@ class SessionManager:
     raw_factory: RawSinkFactory | None = None
     restart: RestartPolicy = RestartPolicy()
     reaper: ReaperPolicy = ReaperPolicy()
-    #: A turn silent this long is reported as stalled (G3); killed only when
-    #: ``kill_stalled_after_s`` is set (a long silent command is not a hang).
+    #: A turn silent this long is reported as stalled (G3); silent for
+    #: ``stall_timeout_s`` (with nothing waiting for the user) it ends ``failed`` and
+    #: its runtime is killed. None: never (a long silent command is not always a hang).
     stall_after_s: float = 60.0
-    kill_stalled_after_s: float | None = None
+    stall_timeout_s: float | None = 600.0
     #: A run whose provider crashed mid-turn goes on as a ``provider_recovery``
     #: attempt on a new runtime (within the restart intensity) instead of failing.
     recover_runs: bool = False
@@ -189,13 +190,13 @@ class SessionManager:
             raise CommandRejected(
                 "run_not_active", f"run {run_id} is {run.status}; nothing to interrupt"
             )
-        try:
-            await runner.interrupt()
-        except (AdapterError, SessionFailed) as exc:
-            raise CommandRejected(
-                "interrupt_failed", f"the provider did not take the interrupt: {exc}"
-            ) from exc
-        return CommandResult({"runId": run_id, "interrupting": True}, self.reader.last_sequence())
+        # A provider that does not take the interrupt (hung, stopped, deaf) is stopped:
+        # the run ends ``interrupted`` all the same, and the next run gets a new runtime.
+        outcome = await runner.interrupt_or_stop()
+        return CommandResult(
+            {"runId": run_id, "interrupting": True, "runtimeStopped": outcome == "stopped"},
+            self.reader.last_sequence(),
+        )
 
     async def respond(
         self,
@@ -323,12 +324,15 @@ class SessionManager:
 
     async def _dispatch(self, thread_id: str, run: Any) -> None:
         runner = self.runners.get(thread_id)
-        if runner is not None and runner.exited.is_set():
-            # Its exit ends the turn before its supervisor has counted the crash:
-            # wait for the release, or this decision reads a stale crash count.
-            released = self._release_done.get(runner)
-            if released is not None:
-                await released.wait()
+        if runner is not None and runner.stopping:
+            # Its exit (or the end its supervisor gave a hung turn) ends the turn before
+            # its supervisor has counted the crash: wait for the release, or this
+            # decision reads a stale crash count or hands the run to a dying runtime.
+            with trio.move_on_after(RETIRE_TIMEOUT_S):
+                await runner.exited.wait()
+                released = self._release_done.get(runner)
+                if released is not None:
+                    await released.wait()
         crashes = self.crashes.setdefault(thread_id, _Crashes())
         if crashes.held:
             await self.core.note(
@@ -346,7 +350,7 @@ class SessionManager:
         if runner is not None and outdated is not None:
             await self.retire(runner, outdated)
             runner = None
-        if runner is None or runner.exited.is_set():
+        if runner is None or runner.stopping:
             delay = self.restart.backoff(len(self._recent(crashes)))
             if delay:
                 await trio.sleep(delay)
@@ -365,7 +369,7 @@ class SessionManager:
             return
         await runner.wait_turn()
         # A steer without native support asked for the run to go on as a new attempt.
-        while runner.restart is not None and not runner.exited.is_set():
+        while runner.restart is not None and not runner.stopping:
             turn, combined = runner.restart
             runner.restart = None
             await runner.start_turn(run.id, combined, turn=turn)
@@ -410,7 +414,7 @@ class SessionManager:
         if runner is not None and outdated is not None:
             await self.retire(runner, outdated)
             runner = None
-        if runner is None or runner.exited.is_set():
+        if runner is None or runner.stopping:
             runner = await self._open_runner(thread_id, None)
         return runner
 
@@ -496,7 +500,7 @@ class SessionManager:
         runner.on_turn_ending = self._checkpoint_at_barrier
         runner.on_subagent_ended = self.checkpointer.after_subagent
         runner.stall_after_s = self.stall_after_s
-        runner.kill_stalled_after_s = self.kill_stalled_after_s
+        runner.stall_timeout_s = self.stall_timeout_s
         self.runners[thread_id] = runner
         self._release_done[runner] = trio.Event()
         try:

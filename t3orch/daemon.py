@@ -152,6 +152,8 @@ async def run_daemon(
                 reaper=ReaperPolicy(idle_timeout_s=d.idle_timeout_s),
                 recover_runs=d.recover_interrupted_runs,
                 delta_handoff_limit=d.max_delta_handoff_chars,
+                stall_after_s=d.stall_warning_s,
+                stall_timeout_s=d.stall_timeout_s or None,
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(manager.run)
