@@ -106,6 +106,8 @@ class SessionManager:
     #: Set once a runner's supervisor has finished releasing it (crash counted).
     _release_done: dict[SessionRunner, trio.Event] = attrs.field(factory=dict)
     on_release: Callable[[SessionRunner, str], None] | None = None
+    #: A graceful stop is letting running turns end: no run is started or accepted.
+    draining: bool = False
     #: Which adapter drives a provider kind (tests drive every kind with the stand-in).
     adapter_factory: Callable[[ProviderKind], ProviderAdapter] = adapter_for
     checkpointer: Checkpointer = attrs.field(
@@ -138,6 +140,14 @@ class SessionManager:
         runner = self.runners.get(thread_id)
         if mode == "steer" and runner is not None and runner.active_turn is not None:
             return await self._steer(runner, runner.active_turn, text, command_id)
+        if self.draining:
+            # Queued now, it would be settled ``interrupted`` by the next start: refuse
+            # it instead, so the client knows to send it again.
+            raise CommandRejected(
+                "daemon_stopping",
+                "the daemon is stopping (running turns are finishing); "
+                "no new run is accepted — send it again once the daemon is back",
+            )
         self._release_hold(thread_id)
         result = await self.core.send_message(thread_id, text, command_id=command_id)
         if not result.duplicate:
@@ -298,7 +308,7 @@ class SessionManager:
 
     async def _dispatch_loop(self, thread_id: str) -> None:
         try:
-            while True:
+            while not self.draining:  # a stop's drain starts nothing new
                 self._wake[thread_id] = trio.Event()
                 run = self._next_queued(thread_id)
                 if run is None:
@@ -615,6 +625,15 @@ class SessionManager:
         with self.reader.snapshot():
             rows = self.reader.rows_by_status("runtime_request", ("pending",))
         return any(r.thread_id == runner.thread_id for r in rows)
+
+    def begin_drain(self) -> None:
+        """A graceful stop begins: running runs go on, nothing new starts or is accepted."""
+        self.draining = True
+
+    @property
+    def running_runs(self) -> int:
+        """Threads with a run being dispatched or running (what a drain waits for)."""
+        return len(self._dispatching)
 
     def stop_all(self, reason: str = "shutdown") -> None:
         for runner in list(self.runners.values()):

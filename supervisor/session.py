@@ -72,6 +72,9 @@ TERM_GRACE_S = 3.0
 #: How long a provider may take to acknowledge an interrupt before the runtime is
 #: stopped instead (Codex answers ``turn/interrupt`` at once; a hung one never does).
 INTERRUPT_ANSWER_S = 5.0
+#: How long a runtime stopped mid-turn waits for the provider to end the turn it
+#: was asked to interrupt, before ending it itself and going down the ladder.
+STOP_INTERRUPT_S = 3.0
 #: The event queue's bound: the provider is not read while this many events wait, so
 #: the pump takes at most this many (plus one frame's) per submission.
 MAX_INGEST_BATCH = 1024
@@ -215,6 +218,8 @@ class SessionRunner:
                             nursery.start_soon(self._cancel_on_exit, watch)
                             nursery.start_soon(self._stall_watch)
                             await self._stop.wait()
+                        if self.active_turn is not None and not self.exited.is_set():
+                            await self._interrupt_for_stop()
                         if not self.exited.is_set():
                             await self._graceful_close(rt)
                 except BaseException as exc:
@@ -321,7 +326,8 @@ class SessionRunner:
     def _next_stall_check(self, quiet_since: float) -> float:
         """Seconds after ``quiet_since`` the watch looks next: the warning, then the timeout."""
         now = trio.current_time()
-        if self.stall_timeout_s is not None and now - quiet_since >= self.stall_after_s:
+        stalled = self.active_turn is not None and now - quiet_since >= self.stall_after_s
+        if self.stall_timeout_s is not None and stalled:
             return max(self.stall_timeout_s, self.stall_after_s)
         return self.stall_after_s
 
@@ -447,6 +453,18 @@ class SessionRunner:
         summary = await self.core.resolve_fork_portable(fork.id, pt_id, self.first_run_id, reason)
         self.pending_context = summary
         await rt.open_thread(None)
+
+    async def _interrupt_for_stop(self) -> None:
+        """Stopped mid-turn (a daemon stop after its drain): the turn is interrupted —
+        by the provider when it takes the interrupt in time, else here — rather than
+        left to fail with the process the ladder is about to end."""
+        with trio.move_on_after(STOP_INTERRUPT_S):
+            with contextlib.suppress(AdapterError, SessionFailed):
+                await self.interrupt()
+            await self.wait_turn()
+        await self.abandon_turn(
+            "interrupted", f"the runtime was stopped during the turn ({self.stop_reason})"
+        )
 
     async def _graceful_close(self, rt: ProviderRuntime) -> None:
         """The stop ladder: protocol close, then SIGTERM, then SIGKILL to the group."""
