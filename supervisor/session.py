@@ -156,6 +156,8 @@ class SessionRunner:
     #: The queue the adapter puts events on: a turn the provider will never end is
     #: ended through it, so the pump settles it in order like any other end.
     _events: EventQueue | None = None
+    #: The turn :meth:`abandon_turn` has ended (queued its end), until the pump settles it.
+    _abandoned: TurnBinding | None = None
     _turn_done: trio.Event = attrs.field(factory=trio.Event)
     _pump_done: trio.Event = attrs.field(factory=trio.Event)
     _inflight: InflightWindow = attrs.field(factory=lambda: InflightWindow(MAX_INFLIGHT_EVENTS))
@@ -218,7 +220,9 @@ class SessionRunner:
                             nursery.start_soon(self._cancel_on_exit, watch)
                             nursery.start_soon(self._stall_watch)
                             await self._stop.wait()
-                        if self.active_turn is not None and not self.exited.is_set():
+                        turn = self.active_turn
+                        mid_turn = turn is not None and turn is not self._abandoned
+                        if mid_turn and not self.exited.is_set():
                             await self._interrupt_for_stop()
                         if not self.exited.is_set():
                             await self._graceful_close(rt)
@@ -348,6 +352,8 @@ class SessionRunner:
         turn = self.active_turn
         if turn is None or self._events is None or self._events.closed:
             return
+        # No await before this: a stop() just before must find the turn already ended.
+        self._abandoned = turn
         self._events.put(TurnCompleted(native_turn_ref=None, status=status, error=reason))
         with trio.move_on_after(10):
             await self.wait_turn()
@@ -467,8 +473,13 @@ class SessionRunner:
         )
 
     async def _graceful_close(self, rt: ProviderRuntime) -> None:
-        """The stop ladder: protocol close, then SIGTERM, then SIGKILL to the group."""
-        with trio.move_on_after(CLOSE_GRACE_S):
+        """The stop ladder: protocol close, then SIGTERM, then SIGKILL to the group.
+
+        A provider that just ignored an interrupt would ignore the close as well: its
+        ladder starts at the closing of stdin with a short grace, then the signals.
+        """
+        deaf = self.stop_reason == "interrupt_failed"
+        with trio.move_on_after(0.1 if deaf else CLOSE_GRACE_S):
             with contextlib.suppress(AdapterError):
                 await rt.close()
             if self.exited.is_set():
