@@ -74,7 +74,7 @@ async def test_a_sigstopped_provider_run_ends_with_the_reason_and_the_next_send_
         assert run.status == "failed"
         assert "no frame from standin" in run.last_error
         assert "daemon.stall_timeout_s = 1.5" in run.last_error
-        assert took < 1.5 + 2.0, took  # the timeout counts from the last frame
+        assert took < 1.5 + 3.0, took  # the timeout counts from the last frame
         assert {"turn_stalled", "turn_stall_timeout"} <= set(codes(r))
         # ... and runs once the wedged run ended, on a new runtime.
         assert (await r.wait_run(queued, ENDED)).status == "completed"
