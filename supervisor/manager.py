@@ -37,10 +37,16 @@ log = logging.getLogger(__name__)
 RETIRE_TIMEOUT_S = 20.0
 
 
-def _session_failed(exc: BaseException) -> SessionFailed | None:
-    """The SessionFailed behind ``exc``, through the single-exception groups nurseries add."""
+def _unwrapped(exc: BaseException) -> BaseException:
+    """``exc`` without the single-exception groups nurseries wrap around it."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
+    return exc
+
+
+def _session_failed(exc: BaseException) -> SessionFailed | None:
+    """The SessionFailed behind ``exc``, through the single-exception groups nurseries add."""
+    exc = _unwrapped(exc)
     return exc if isinstance(exc, SessionFailed) else None
 
 
@@ -79,10 +85,11 @@ class SessionManager:
     raw_factory: RawSinkFactory | None = None
     restart: RestartPolicy = RestartPolicy()
     reaper: ReaperPolicy = ReaperPolicy()
-    #: A turn silent this long is reported as stalled (G3); killed only when
-    #: ``kill_stalled_after_s`` is set (a long silent command is not a hang).
+    #: A turn silent this long is reported as stalled (G3); silent for
+    #: ``stall_timeout_s`` (with nothing waiting for the user) it ends ``failed`` and
+    #: its runtime is killed. None: never (a long silent command is not always a hang).
     stall_after_s: float = 60.0
-    kill_stalled_after_s: float | None = None
+    stall_timeout_s: float | None = 600.0
     #: A run whose provider crashed mid-turn goes on as a ``provider_recovery``
     #: attempt on a new runtime (within the restart intensity) instead of failing.
     recover_runs: bool = False
@@ -100,6 +107,8 @@ class SessionManager:
     #: Set once a runner's supervisor has finished releasing it (crash counted).
     _release_done: dict[SessionRunner, trio.Event] = attrs.field(factory=dict)
     on_release: Callable[[SessionRunner, str], None] | None = None
+    #: A graceful stop is letting running turns end: no run is started or accepted.
+    draining: bool = False
     #: Which adapter drives a provider kind (tests drive every kind with the stand-in).
     adapter_factory: Callable[[ProviderKind], ProviderAdapter] = adapter_for
     checkpointer: Checkpointer = attrs.field(
@@ -132,6 +141,14 @@ class SessionManager:
         runner = self.runners.get(thread_id)
         if mode == "steer" and runner is not None and runner.active_turn is not None:
             return await self._steer(runner, runner.active_turn, text, command_id)
+        if self.draining:
+            # Queued now, it would be settled ``interrupted`` by the next start: refuse
+            # it instead, so the client knows to send it again.
+            raise CommandRejected(
+                "daemon_stopping",
+                "the daemon is stopping (running turns are finishing); "
+                "no new run is accepted — send it again once the daemon is back",
+            )
         self._release_hold(thread_id)
         result = await self.core.send_message(thread_id, text, command_id=command_id)
         if not result.duplicate:
@@ -184,13 +201,13 @@ class SessionManager:
             raise CommandRejected(
                 "run_not_active", f"run {run_id} is {run.status}; nothing to interrupt"
             )
-        try:
-            await runner.interrupt()
-        except (AdapterError, SessionFailed) as exc:
-            raise CommandRejected(
-                "interrupt_failed", f"the provider did not take the interrupt: {exc}"
-            ) from exc
-        return CommandResult({"runId": run_id, "interrupting": True}, self.reader.last_sequence())
+        # A provider that does not take the interrupt (hung, stopped, deaf) is stopped:
+        # the run ends ``interrupted`` all the same, and the next run gets a new runtime.
+        outcome = await runner.interrupt_or_stop()
+        return CommandResult(
+            {"runId": run_id, "interrupting": True, "runtimeStopped": outcome == "stopped"},
+            self.reader.last_sequence(),
+        )
 
     async def respond(
         self,
@@ -308,12 +325,19 @@ class SessionManager:
 
     async def _dispatch_loop(self, thread_id: str) -> None:
         try:
-            while True:
+            while not self.draining:  # a stop's drain starts nothing new
                 self._wake[thread_id] = trio.Event()
                 run = self._next_queued(thread_id)
                 if run is None:
                     return
-                await self._dispatch(thread_id, run)
+                try:
+                    await self._dispatch(thread_id, run)
+                except Exception as exc:
+                    # One thread's failure is that thread's run's error: it must never
+                    # escape into the manager's nursery (which would end the daemon).
+                    log.exception("dispatching run %s of %s failed", run.id, thread_id)
+                    cause = _unwrapped(exc)
+                    await self._fail_run(thread_id, run, f"{type(cause).__name__}: {cause}")
         finally:
             self._dispatching.discard(thread_id)
 
@@ -327,12 +351,15 @@ class SessionManager:
 
     async def _dispatch(self, thread_id: str, run: Any) -> None:
         runner = self.runners.get(thread_id)
-        if runner is not None and runner.exited.is_set():
-            # Its exit ends the turn before its supervisor has counted the crash:
-            # wait for the release, or this decision reads a stale crash count.
-            released = self._release_done.get(runner)
-            if released is not None:
-                await released.wait()
+        if runner is not None and runner.stopping:
+            # Its exit (or the end its supervisor gave a hung turn) ends the turn before
+            # its supervisor has counted the crash: wait for the release, or this
+            # decision reads a stale crash count or hands the run to a dying runtime.
+            with trio.move_on_after(RETIRE_TIMEOUT_S):
+                await runner.exited.wait()
+                released = self._release_done.get(runner)
+                if released is not None:
+                    await released.wait()
         crashes = self.crashes.setdefault(thread_id, _Crashes())
         if crashes.held:
             await self.core.note(
@@ -350,7 +377,7 @@ class SessionManager:
         if runner is not None and outdated is not None:
             await self.retire(runner, outdated)
             runner = None
-        if runner is None or runner.exited.is_set():
+        if runner is None or runner.stopping:
             delay = self.restart.backoff(len(self._recent(crashes)))
             if delay:
                 await trio.sleep(delay)
@@ -369,7 +396,7 @@ class SessionManager:
             return
         await runner.wait_turn()
         # A steer without native support asked for the run to go on as a new attempt.
-        while runner.restart is not None and not runner.exited.is_set():
+        while runner.restart is not None and not runner.stopping:
             turn, combined = runner.restart
             runner.restart = None
             await runner.start_turn(run.id, combined, turn=turn)
@@ -414,7 +441,7 @@ class SessionManager:
         if runner is not None and outdated is not None:
             await self.retire(runner, outdated)
             runner = None
-        if runner is None or runner.exited.is_set():
+        if runner is None or runner.stopping:
             runner = await self._open_runner(thread_id, None)
         return runner
 
@@ -513,7 +540,7 @@ class SessionManager:
         runner.on_turn_ending = self._checkpoint_at_barrier
         runner.on_subagent_ended = self.checkpointer.after_subagent
         runner.stall_after_s = self.stall_after_s
-        runner.kill_stalled_after_s = self.kill_stalled_after_s
+        runner.stall_timeout_s = self.stall_timeout_s
         self.runners[thread_id] = runner
         self._release_done[runner] = trio.Event()
         try:
@@ -538,7 +565,18 @@ class SessionManager:
                 started = True
         except Exception as exc:  # a runner's bug must not take the daemon down
             failed = _session_failed(exc)
-            if failed is not None and not started:
+            if not started:
+                if failed is None:
+                    # Not an adapter or OS error (an embedded NUL byte in the cwd is
+                    # a ValueError from the spawn): still this session's failure to
+                    # start, never the daemon's. ``_dispatch`` fails the run with it.
+                    log.exception("session runner for %s failed to start", runner.thread_id)
+                    cause = _unwrapped(exc)
+                    failed = SessionFailed(
+                        f"{runner.provider} runtime failed to start: "
+                        f"{type(cause).__name__}: {cause}"
+                    )
+                    await self.core.note(runner.session_id, "error", "runner_failed", str(failed))
                 # The runner's own nurseries wrap it: re-raise it bare for ``_dispatch``.
                 raise failed from None
             log.exception("session runner for %s failed", runner.thread_id)
@@ -617,6 +655,15 @@ class SessionManager:
         with self.reader.snapshot():
             rows = self.reader.rows_by_status("runtime_request", ("pending",))
         return any(r.thread_id == runner.thread_id for r in rows)
+
+    def begin_drain(self) -> None:
+        """A graceful stop begins: running runs go on, nothing new starts or is accepted."""
+        self.draining = True
+
+    @property
+    def running_runs(self) -> int:
+        """Threads with a run being dispatched or running (what a drain waits for)."""
+        return len(self._dispatching)
 
     def stop_all(self, reason: str = "shutdown") -> None:
         for runner in list(self.runners.values()):

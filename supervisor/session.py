@@ -15,12 +15,12 @@ import logging
 import math
 import signal
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import trio
 
-from adapters.errors import AdapterError, ResumeError
+from adapters.errors import AdapterError, ProviderTimeout, ResumeError
 from adapters.event_queue import EventQueue
 from adapters.protocol import (
     NullRawSink,
@@ -70,6 +70,12 @@ _REPLACED_BECAUSE = {
 #: Bound on the graceful part of a stop (protocol close) before signals.
 CLOSE_GRACE_S = 5.0
 TERM_GRACE_S = 3.0
+#: How long a provider may take to acknowledge an interrupt before the runtime is
+#: stopped instead (Codex answers ``turn/interrupt`` at once; a hung one never does).
+INTERRUPT_ANSWER_S = 5.0
+#: How long a runtime stopped mid-turn waits for the provider to end the turn it
+#: was asked to interrupt, before ending it itself and going down the ladder.
+STOP_INTERRUPT_S = 3.0
 #: The event queue's bound: the provider is not read while this many events wait, so
 #: the pump takes at most this many (plus one frame's) per submission.
 MAX_INGEST_BATCH = 1024
@@ -139,10 +145,12 @@ class SessionRunner:
     on_subagent_ended: Callable[[str, str, str | None], Awaitable[None]] | None = None
     #: The ``provider_recovery`` attempt prepared when this runtime crashed mid-turn.
     recovery: TurnBinding | None = None
-    #: No frame for this long during a turn is a stall: reported (G3), and killed
-    #: after ``kill_stalled_after_s`` more when that is set.
+    #: No frame for this long during a turn is a stall: reported (G3).
     stall_after_s: float = 60.0
-    kill_stalled_after_s: float | None = None
+    #: No frame for this long (in all) during a turn, with no request waiting for the
+    #: user, ends the turn ``failed`` and kills the runtime (``daemon.stall_timeout_s``;
+    #: None: never).
+    stall_timeout_s: float | None = 600.0
     last_event_at: float = -math.inf
     stalls: int = 0
     #: When the active turn was sent (process_clock): what an interrupted turn left running
@@ -150,6 +158,11 @@ class SessionRunner:
     turn_sent_at: float | None = None
     _tasks: trio.Nursery | None = None
     _stop: trio.Event = attrs.field(factory=trio.Event)
+    #: The queue the adapter puts events on: a turn the provider will never end is
+    #: ended through it, so the pump settles it in order like any other end.
+    _events: EventQueue | None = None
+    #: The turn :meth:`abandon_turn` has ended (queued its end), until the pump settles it.
+    _abandoned: TurnBinding | None = None
     _turn_done: trio.Event = attrs.field(factory=trio.Event)
     _pump_done: trio.Event = attrs.field(factory=trio.Event)
     _inflight: InflightWindow = attrs.field(factory=lambda: InflightWindow(MAX_INFLIGHT_EVENTS))
@@ -167,6 +180,11 @@ class SessionRunner:
     def busy(self) -> bool:
         return self.active_turn is not None
 
+    @property
+    def stopping(self) -> bool:
+        """Asked to stop (or gone): it serves no further turn."""
+        return self._stop.is_set() or self.exited.is_set()
+
     async def run(
         self, *, task_status: trio.TaskStatus[SessionRunner] = trio.TASK_STATUS_IGNORED
     ) -> None:
@@ -180,6 +198,7 @@ class SessionRunner:
         if self._resume_refs() is not None:
             self.config = attrs.evolve(self.config, resuming=True)
         events = EventQueue(MAX_INGEST_BATCH)
+        self._events = events
         raw = self.raw_factory(self.provider, binding.provider_session_id)
         started = False
         try:
@@ -207,6 +226,10 @@ class SessionRunner:
                             nursery.start_soon(self._cancel_on_exit, watch)
                             nursery.start_soon(self._stall_watch)
                             await self._stop.wait()
+                        turn = self.active_turn
+                        mid_turn = turn is not None and turn is not self._abandoned
+                        if mid_turn and not self.exited.is_set():
+                            await self._interrupt_for_stop()
                         if not self.exited.is_set():
                             await self._graceful_close(rt)
                 except BaseException as exc:
@@ -262,15 +285,18 @@ class SessionRunner:
         return self.binding
 
     async def _stall_watch(self) -> None:
-        """A turn with no frames for ``stall_after_s`` is reported; optionally killed."""
+        """A turn with no frames for ``stall_after_s`` is reported; past ``stall_timeout_s``
+        it ends ``failed`` and the runtime is killed (a turn waiting for the user is not
+        stalled: the provider waits for us)."""
         reported_for: float | None = None
         while not self.exited.is_set():
-            quiet_since = max(self.last_event_at, self.last_activity)
-            await trio.sleep_until(quiet_since + self.stall_after_s)
+            quiet_since = self._quiet_since()
+            await trio.sleep_until(quiet_since + self._next_stall_check(quiet_since))
             now = trio.current_time()
-            quiet_since = max(self.last_event_at, self.last_activity)
-            if self.active_turn is None or now - quiet_since < self.stall_after_s:
-                if now - quiet_since >= self.stall_after_s:
+            quiet_since = self._quiet_since()
+            quiet = now - quiet_since
+            if self.active_turn is None or quiet < self.stall_after_s or self._waits_for_user():
+                if quiet >= self.stall_after_s:
                     # Idle past the window: sleep_until above would return at once and
                     # spin. A turn starting during this sleep is still checked in time.
                     await trio.sleep(self.stall_after_s)
@@ -282,22 +308,61 @@ class SessionRunner:
                     self.session_id,
                     "warning",
                     "turn_stalled",
-                    f"no frame from {self.provider} for {now - quiet_since:.1f}s during a turn",
+                    f"no frame from {self.provider} for {quiet:.1f}s during a turn",
                 )
-            if self.kill_stalled_after_s is None:
-                await trio.sleep(self.stall_after_s)
+            if self.stall_timeout_s is None or quiet < self.stall_timeout_s:
+                if self.stall_timeout_s is None:
+                    await trio.sleep(self.stall_after_s)
                 continue
-            await trio.sleep(self.kill_stalled_after_s)
-            if (
-                self.active_turn is not None
-                and max(self.last_event_at, self.last_activity) == quiet_since
-            ):
-                child = self.launcher.current if self.launcher else None
-                self.stop_reason = self.stop_reason or "stalled"
-                if child is not None:
-                    # A hung process may not read stdin or handle SIGTERM: kill the group.
-                    child.signal_group(signal.SIGKILL)
-                return
+            reason = (
+                f"no frame from {self.provider} for {quiet:.0f}s during the turn "
+                f"(daemon.stall_timeout_s = {self.stall_timeout_s:g}): the provider is hung; "
+                "its runtime was killed"
+            )
+            await self.core.note(self.session_id, "error", "turn_stall_timeout", reason)
+            # Stopping before the turn ends: its end must not hand the next run to this runtime.
+            self.stop("stalled")
+            await self.abandon_turn("failed", reason)
+            child = self.launcher.current if self.launcher else None
+            if child is not None:
+                # A hung process may not read stdin or handle SIGTERM (a stopped one
+                # cannot): kill the group rather than wait for the ladder's rungs.
+                child.signal_group(signal.SIGKILL)
+            return
+
+    def _quiet_since(self) -> float:
+        return max(self.last_event_at, self.last_activity)
+
+    def _next_stall_check(self, quiet_since: float) -> float:
+        """Seconds after ``quiet_since`` the watch looks next: the warning, then the timeout."""
+        now = trio.current_time()
+        stalled = self.active_turn is not None and now - quiet_since >= self.stall_after_s
+        if self.stall_timeout_s is not None and stalled:
+            return max(self.stall_timeout_s, self.stall_after_s)
+        return self.stall_after_s
+
+    def _waits_for_user(self) -> bool:
+        """A request of this thread is waiting for an answer: the silence is ours."""
+        with self.reader.snapshot():
+            rows = self.reader.rows_by_status("runtime_request", ("pending",))
+        return any(r.thread_id == self.thread_id for r in rows)
+
+    async def abandon_turn(self, status: Literal["failed", "interrupted"], reason: str) -> None:
+        """End the active turn ourselves, because its provider will not (hung, or deaf
+        to an interrupt): its end goes through the event queue, so the pump commits it
+        after everything the provider sent before, and the turn's waiters wake.
+
+        The caller stops the runtime; whatever the provider says about the turn later
+        is not bound to it any more.
+        """
+        turn = self.active_turn
+        if turn is None or self._events is None or self._events.closed:
+            return
+        # No await before this: a stop() just before must find the turn already ended.
+        self._abandoned = turn
+        self._events.put(TurnCompleted(native_turn_ref=None, status=status, error=reason))
+        with trio.move_on_after(10):
+            await self.wait_turn()
 
     async def _cancel_on_exit(self, scope: trio.CancelScope) -> None:
         await self.exited.wait()
@@ -405,9 +470,26 @@ class SessionRunner:
         self.pending_context = summary
         await rt.open_thread(None)
 
+    async def _interrupt_for_stop(self) -> None:
+        """Stopped mid-turn (a daemon stop after its drain): the turn is interrupted —
+        by the provider when it takes the interrupt in time, else here — rather than
+        left to fail with the process the ladder is about to end."""
+        with trio.move_on_after(STOP_INTERRUPT_S):
+            with contextlib.suppress(AdapterError, SessionFailed):
+                await self.interrupt()
+            await self.wait_turn()
+        await self.abandon_turn(
+            "interrupted", f"the runtime was stopped during the turn ({self.stop_reason})"
+        )
+
     async def _graceful_close(self, rt: ProviderRuntime) -> None:
-        """The stop ladder: protocol close, then SIGTERM, then SIGKILL to the group."""
-        with trio.move_on_after(CLOSE_GRACE_S):
+        """The stop ladder: protocol close, then SIGTERM, then SIGKILL to the group.
+
+        A provider that just ignored an interrupt would ignore the close as well: its
+        ladder starts at the closing of stdin with a short grace, then the signals.
+        """
+        deaf = self.stop_reason == "interrupt_failed"
+        with trio.move_on_after(0.1 if deaf else CLOSE_GRACE_S):
             with contextlib.suppress(AdapterError):
                 await rt.close()
             if self.exited.is_set():
@@ -475,9 +557,31 @@ class SessionRunner:
             nursery.start_soon(first, self.exited)
 
     async def interrupt(self) -> None:
+        """Ask the provider to interrupt its turn; it must acknowledge within a bound.
+
+        Raises AdapterError (a ProviderTimeout when it did not answer in time).
+        """
         if self.runtime is None:
             raise SessionFailed("no live runtime to interrupt")
-        await self.runtime.interrupt_turn()
+        with trio.move_on_after(INTERRUPT_ANSWER_S) as bound:
+            await self.runtime.interrupt_turn()
+        if bound.cancelled_caught:
+            raise ProviderTimeout(
+                f"{self.provider} did not acknowledge the interrupt within {INTERRUPT_ANSWER_S:g} s"
+            )
+
+    async def interrupt_or_stop(self) -> Literal["interrupting", "stopped"]:
+        """Interrupt the active turn; when the provider does not take it, the turn ends
+        ``interrupted`` here and the runtime goes down the stop ladder."""
+        try:
+            await self.interrupt()
+            return "interrupting"
+        except (AdapterError, SessionFailed) as exc:
+            reason = f"the provider did not take the interrupt ({exc}); its runtime was stopped"
+        await self.core.note(self.session_id, "warning", "interrupt_escalated", reason)
+        self.stop("interrupt_failed")
+        await self.abandon_turn("interrupted", reason)
+        return "stopped"
 
     async def steer(self, text: str) -> None:
         if self.runtime is None:

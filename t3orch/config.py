@@ -112,6 +112,14 @@ class DaemonConfig:
     #: Delta handoffs a provider thread may accumulate (characters) before a return
     #: to it starts a fresh provider thread with a full summary instead.
     max_delta_handoff_chars: int = 24_000
+    #: A turn with no provider frame this long is reported (``turn_stalled``).
+    stall_warning_s: float = 60.0
+    #: A turn with no provider frame this long (and no request waiting for the user)
+    #: ends ``failed`` and its runtime is killed; 0 = never.
+    stall_timeout_s: float = 600.0
+    #: A graceful stop lets running turns end for up to this long before it
+    #: interrupts them; 0 = interrupt at once.
+    stop_drain_s: float = 30.0
 
 
 @attrs.frozen
@@ -317,9 +325,18 @@ def _validate(cfg: Config) -> list[str]:
         "backoff_initial_s",
         "backoff_max_s",
         "api_auth_timeout_s",
+        "stall_warning_s",
     ):
         if getattr(d, key) <= 0:
             out.append(f"daemon.{key}: must be positive, got {getattr(d, key)}")
+    for key in ("stall_timeout_s", "stop_drain_s"):
+        if getattr(d, key) < 0:
+            out.append(f"daemon.{key}: must be 0 (off) or positive, got {getattr(d, key)}")
+    if 0 < d.stall_timeout_s < d.stall_warning_s:
+        out.append(
+            f"daemon.stall_timeout_s: {d.stall_timeout_s} is below "
+            f"daemon.stall_warning_s ({d.stall_warning_s})"
+        )
     if d.max_delta_handoff_chars < 1000:
         got = d.max_delta_handoff_chars
         out.append(f"daemon.max_delta_handoff_chars: must be at least 1000, got {got}")

@@ -44,8 +44,9 @@ from t3orch.store.interface import Decision
 
 log = logging.getLogger("t3orch.daemon")
 
-#: Bound on stopping every runtime at shutdown (each runs the stop ladder at once).
-SHUTDOWN_GRACE_S = 12.0
+#: Bound on stopping every runtime at shutdown (each interrupts its turn, ≤ 3 s, and
+#: runs the stop ladder, ≤ 10 s, all at once). After the drain (``daemon.stop_drain_s``).
+SHUTDOWN_GRACE_S = 15.0
 
 
 @attrs.define
@@ -55,10 +56,49 @@ class Daemon:
     state_dir: Path
     port: int | None
     reconciled: dict[str, int]
+    notifier: Notifier = attrs.field(factory=Notifier)
+    #: Set by a second stop signal: the drain ends at once.
+    skip_drain: trio.Event = attrs.field(factory=trio.Event)
+    #: While a drain runs: what it waits for (the STATUS= line).
+    draining: str | None = None
 
-    async def shutdown(self, reason: str = "shutdown") -> None:
-        """Stop every runtime through its stop ladder, bounded; the store stays open."""
+    async def drain(self, drain_s: float) -> None:
+        """Let running turns end, for up to ``drain_s``; nothing new starts meanwhile.
+
+        Ends early once no run is left, or when :attr:`skip_drain` is set (a second
+        SIGTERM/SIGINT). Whatever still runs after it is interrupted by :meth:`shutdown`.
+        """
+        self.manager.begin_drain()
+        deadline = trio.current_time() + drain_s
+        last = None
+        with trio.move_on_at(deadline):
+            while (left := self.manager.running_runs) and not self.skip_drain.is_set():
+                if left != last:
+                    last = left
+                    remaining = deadline - trio.current_time()
+                    self.draining = (
+                        f"stopping: waiting up to {remaining:.0f}s for {left} running "
+                        f"turn{'s' if left != 1 else ''} to end (a second SIGTERM skips this)"
+                    )
+                    self.notifier.status(self.draining)
+                    log.info("%s", self.draining)
+                with trio.move_on_after(0.05):
+                    await self.skip_drain.wait()
+        left = self.manager.running_runs
+        if left:
+            why = "skipped" if self.skip_drain.is_set() else f"over after {drain_s:g}s"
+            log.warning("drain %s: interrupting %d running turn(s)", why, left)
+        self.draining = None
+
+    async def shutdown(self, reason: str = "shutdown", *, drain_s: float = 0.0) -> None:
+        """Stop every runtime through its stop ladder, bounded; the store stays open.
+
+        ``drain_s`` > 0: first let running turns end for up to that long (:meth:`drain`).
+        """
         with trio.CancelScope(shield=True):
+            if drain_s > 0:
+                await self.drain(drain_s)
+            self.notifier.status("stopping: interrupting what still runs, stopping runtimes")
             self.manager.stop_all(reason)
             with trio.move_on_after(SHUTDOWN_GRACE_S):
                 while self.manager.runners:  # noqa: ASYNC110 - runners leave by themselves
@@ -69,6 +109,8 @@ class Daemon:
                 )
 
     def status_line(self) -> str:
+        if self.draining is not None:
+            return self.draining
         return (
             f"{len(self.manager.runners)} live sessions, "
             f"{self.core.writer.stats.events} events written"
@@ -171,13 +213,15 @@ async def run_daemon(
                 reaper=ReaperPolicy(idle_timeout_s=d.idle_timeout_s),
                 recover_runs=d.recover_interrupted_runs,
                 delta_handoff_limit=d.max_delta_handoff_chars,
+                stall_after_s=d.stall_warning_s,
+                stall_timeout_s=d.stall_timeout_s or None,
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(manager.run)
                 try:
                     endpoints = await nursery.start(serve_api, core, manager, d)
                     port = endpoints.port
-                    daemon = Daemon(core, manager, state_dir, port, reconciled)
+                    daemon = Daemon(core, manager, state_dir, port, reconciled, notifier)
                     _write_status_file(
                         state_dir,
                         {
@@ -201,7 +245,9 @@ async def run_daemon(
                     await trio.sleep_forever()
                 finally:
                     notifier.stopping()
-                    await Daemon(core, manager, state_dir, None, reconciled).shutdown()
+                    # A no-op after ``serve``'s own shutdown; on cancellation (teardown)
+                    # there is no drain: runtimes are stopped at once.
+                    await Daemon(core, manager, state_dir, None, reconciled, notifier).shutdown()
                     nursery.cancel_scope.cancel()
 
 
@@ -225,8 +271,13 @@ def _writer_probe(core: Core) -> Callable[[], Awaitable[bool]]:
 
 
 async def serve_until_signalled(config: Config, state_dir: Path) -> None:
-    """``t3orch serve``: run the daemon; SIGTERM or SIGINT is a graceful stop."""
+    """``t3orch serve``: run the daemon; SIGTERM or SIGINT is a graceful stop.
+
+    The stop first lets running turns end (``daemon.stop_drain_s``); a second
+    SIGTERM or SIGINT skips what is left of that wait.
+    """
     tune_process()
+    drain_s = config.daemon.stop_drain_s
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             daemon: Daemon = await nursery.start(run_daemon, config, state_dir)
@@ -236,10 +287,28 @@ async def serve_until_signalled(config: Config, state_dir: Path) -> None:
                 file=sys.stderr,
                 flush=True,
             )
-            async for signum in signals:
-                print(
-                    f"t3orch: {signal.Signals(signum).name}: stopping", file=sys.stderr, flush=True
-                )
-                await daemon.shutdown()
+
+            async def stop() -> None:
+                await daemon.shutdown(drain_s=drain_s)
                 nursery.cancel_scope.cancel()
-                break
+
+            stopping = False
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if not stopping:
+                    stopping = True
+                    daemon.notifier.stopping("stopping: letting running turns end")
+                    print(
+                        f"t3orch: {name}: stopping; running turns get up to {drain_s:g}s to "
+                        f"end ({name} again interrupts them now)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    nursery.start_soon(stop)
+                else:
+                    print(
+                        f"t3orch: {name} again: interrupting running turns now",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    daemon.skip_drain.set()

@@ -35,7 +35,7 @@ from adapters.event_queue import EventQueue
 from adapters.protocol import RawFrameSink, RequestAnswer, ResumeRefs, RuntimeConfig
 from adapters.transport import DEFAULT_MAX_LINE_BYTES, ExitStatus, OversizedLine, ProviderProcess
 from t3orch.domain.provider import ProviderCapabilities
-from t3orch.provider_events import ProviderEvent, RuntimeExited
+from t3orch.provider_events import Diagnostic, ProviderEvent, RuntimeExited
 
 
 @attrs.frozen
@@ -51,6 +51,8 @@ class CodexOptions:
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     #: How long :meth:`CodexRuntime.close` waits for the exit after closing stdin.
     close_timeout_s: float = 5.0
+    #: How long a process that closed its stdout may take to exit before it is killed.
+    eof_exit_grace_s: float = 2.0
 
     def policy(self, config: RuntimeConfig) -> tuple[str, str]:
         if config.runtime_mode == "full-access":
@@ -251,7 +253,23 @@ class CodexRuntime:
         """Read and translate frames until stdout ends, then report the exit."""
         task_status.started()
         await self.client.run()
-        status = await self._process.wait()
+        status: ExitStatus | None = None
+        with trio.move_on_after(self._options.eof_exit_grace_s):
+            status = await self._process.wait()
+        if status is None:
+            # Stdout is the only way Codex talks to us: a process that closed it but
+            # lives on is a dead runtime that would hold its turn forever. Kill it.
+            grace = self._options.eof_exit_grace_s
+            self._put(
+                Diagnostic(
+                    level="error",
+                    code="stdout_closed",
+                    message=f"codex closed its stdout but was still running {grace:g} s later; "
+                    "killed",
+                )
+            )
+            await self._process.kill()
+            status = await self._process.wait()
         await self.report_exit(status)
 
     async def report_exit(self, status: ExitStatus) -> None:

@@ -38,9 +38,13 @@ GARBAGE_LINE = b"standin garbage: this line is not JSON <<<\x01>>>"
 class StandinOptions:
     """How to play, and which faults to inject.
 
-    ``crash_after_frames`` / ``garbage_after_frames`` count stdout lines
-    written (0 = before the first). ``slow_ms`` is added before every stdout
-    line. ``exit_code`` replaces the final exit status (code or signal).
+    ``crash_after_frames`` / ``garbage_after_frames`` / ``stop_after_frames`` /
+    ``close_stdout_after_frames`` count stdout lines written (0 = before the
+    first). ``stop_after_frames``: SIGSTOP ourselves (a wedged provider: alive,
+    silent, deaf to everything but SIGKILL until continued).
+    ``close_stdout_after_frames``: close stdout and live on, reading stdin and
+    answering nothing. ``slow_ms`` is added before every stdout line.
+    ``exit_code`` replaces the final exit status (code or signal).
     """
 
     segment: int = 0
@@ -50,6 +54,8 @@ class StandinOptions:
     crash_after_frames: int | None = None
     hang_on_initialize: bool = False
     garbage_after_frames: int | None = None
+    stop_after_frames: int | None = None
+    close_stdout_after_frames: int | None = None
     slow_ms: float = 0.0
     exit_code: int | None = None
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
@@ -60,6 +66,11 @@ def crash_now() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def stop_now() -> None:
+    """SIGSTOP ourselves: the process lives on, reads nothing and writes nothing."""
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
 async def serve(
     transcript: Transcript,
     options: StandinOptions,
@@ -68,8 +79,15 @@ async def serve(
     write_stderr: Callable[[str], None],
     *,
     crash: Callable[[], None] = crash_now,
+    stop: Callable[[], None] = stop_now,
+    hang_up_stdout: Callable[[], None] = lambda: None,
 ) -> ExitStatus:
-    """Play one segment of ``transcript`` over the given streams; return how to exit."""
+    """Play one segment of ``transcript`` over the given streams; return how to exit.
+
+    ``hang_up_stdout`` is called after ``stdout`` is closed for
+    ``close_stdout_after_frames``: whatever else holds the process's stdout (fd 1)
+    lets it go, so the reader really sees end of file.
+    """
     player = TranscriptPlayer(
         transcript,
         options.segment,
@@ -77,7 +95,7 @@ async def serve(
         strict=options.strict,
         loop_turns=options.loop_turns,
     )
-    sink = _FaultySink(stdout, write_stderr, options, crash)
+    sink = _FaultySink(stdout, write_stderr, options, crash, stop, hang_up_stdout)
     outbound_send, outbound_receive = trio.open_memory_channel[bytes](math.inf)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_pump_stdin, stdin, outbound_send, options)
@@ -126,11 +144,15 @@ class _FaultySink:
         write_stderr: Callable[[str], None],
         options: StandinOptions,
         crash: Callable[[], None],
+        stop: Callable[[], None],
+        hang_up_stdout: Callable[[], None],
     ) -> None:
         self._stdout = stdout
         self._write_stderr = write_stderr
         self._options = options
         self._crash = crash
+        self._stop = stop
+        self._hang_up_stdout = hang_up_stdout
         self._frames = 0
         self._garbage_written = False
 
@@ -156,3 +178,13 @@ class _FaultySink:
         if options.crash_after_frames == self._frames:
             log.warning("crashing after %d frames (--crash-after-frames)", self._frames)
             self._crash()
+        if options.stop_after_frames == self._frames:
+            log.warning("stopping after %d frames (--stop-after-frames)", self._frames)
+            self._stop()
+        if options.close_stdout_after_frames == self._frames:
+            log.warning("closing stdout after %d frames (--close-stdout-...)", self._frames)
+            await self._stdout.aclose()
+            self._hang_up_stdout()
+            # Alive with stdout gone: the player never writes again (stdin is still
+            # read, so a close of it is noticed only by the exit it never makes).
+            await trio.sleep_forever()

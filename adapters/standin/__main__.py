@@ -53,6 +53,15 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[str, StandinOptions, 
         "--garbage-after-frames", type=int, metavar="N", help="write one non-JSON line"
     )
     parser.add_argument(
+        "--stop-after-frames", type=int, metavar="N", help="SIGSTOP self (a wedged provider)"
+    )
+    parser.add_argument(
+        "--close-stdout-after-frames",
+        type=int,
+        metavar="N",
+        help="close stdout and live on, answering nothing",
+    )
+    parser.add_argument(
         "--slow-ms", type=float, default=0.0, metavar="MS", help="extra delay per stdout line"
     )
     parser.add_argument("--exit-code", type=int, metavar="C", help="override the exit status")
@@ -76,6 +85,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[str, StandinOptions, 
         crash_after_frames=args.crash_after_frames,
         hang_on_initialize=args.hang_on_initialize,
         garbage_after_frames=args.garbage_after_frames,
+        stop_after_frames=args.stop_after_frames,
+        close_stdout_after_frames=args.close_stdout_after_frames,
         slow_ms=args.slow_ms,
         exit_code=args.exit_code,
         max_line_bytes=args.max_line_bytes,
@@ -127,7 +138,18 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 async def _run(transcript: Transcript, options: StandinOptions) -> ExitStatus:
     stdin = _receive_stream(0)
     stdout = _send_stream(1)
-    return await serve(transcript, options, stdin, stdout, _write_stderr)
+    return await serve(
+        transcript, options, stdin, stdout, _write_stderr, hang_up_stdout=_close_stdout_fd
+    )
+
+
+def _close_stdout_fd() -> None:
+    # The stream we wrote through was a dup of fd 1: fd 1 must let go of the pipe as
+    # well, or the parent never sees end of file. /dev/null takes its place, so no
+    # file opened later can land on fd 1.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
 
 
 def _write_stderr(text: str) -> None:

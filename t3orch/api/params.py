@@ -24,6 +24,16 @@ class Params(msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields
     pass
 
 
+def _no_nul(**fields: str | None) -> None:
+    """Settings that end up in a provider's argv or cwd: the OS refuses a NUL byte there.
+
+    Raised as ValueError, msgspec makes it a ValidationError (-32602) naming the field.
+    """
+    for name, value in fields.items():
+        if value is not None and "\x00" in value:
+            raise ValueError(f"{name} must not contain a NUL byte")
+
+
 class ThreadCreate(Params):
     command_id: CommandIdField
     provider: ProviderKind
@@ -33,6 +43,9 @@ class ThreadCreate(Params):
     runtime_mode: RuntimeMode = "approval-required"
     interaction_mode: InteractionMode = "default"
     project_id: str | None = None
+
+    def __post_init__(self) -> None:
+        _no_nul(cwd=self.cwd, model=self.model)
 
 
 class ThreadArchive(Params):
@@ -83,6 +96,9 @@ class ThreadConfigure(Params):
     cwd: str | None = None
     model: str | None = None
     runtime_mode: RuntimeMode | None = None
+
+    def __post_init__(self) -> None:
+        _no_nul(cwd=self.cwd, model=self.model)
 
 
 class ThreadFork(Params):

@@ -439,6 +439,8 @@ async def cmd_interrupt(client: ApiClient, args: argparse.Namespace) -> int:
     res = await client.call("run.interrupt", {"commandId": command_id(), "runId": args.run})
     if args.json:
         _json(res)
+    elif res["result"].get("runtimeStopped"):
+        print(f"{args.run}: interrupted; the provider did not take the interrupt: runtime stopped")
     else:
         print(f"{args.run}: interrupt requested")
     return 0

@@ -11,8 +11,10 @@ thread again, and processes left behind (must be 0).
   again; what the provider started (its group, escaped helpers) must be gone.
 * ``reap-resume`` — let the idle reaper release the runtime, then resume it; a
   canary fact told before the reap must reach the model after.
-* ``hang`` — SIGSTOP the provider mid-turn: the stall is reported and the
-  runtime killed, and the thread works again.
+* ``hang`` — SIGSTOP the provider mid-turn: the stall is reported, the run ends
+  ``failed`` naming the stall and the runtime is killed, and the thread works
+  again. Then a stand-in that closes its stdout mid-turn but keeps running: a
+  dead runtime, killed, the run failed, and the next run served.
 """
 
 from __future__ import annotations
@@ -45,6 +47,20 @@ from t3orch.store.sqlite.backend import SQLiteStore
 DRILLS = ("provider-crash", "daemon-crash", "reap-resume", "hang")
 SLOW = {"codex": "SLOW", "claude": "SLOW", "standin": "a slow turn"}
 STANDIN_SLOW = [sys.executable, "-m", "adapters.standin", "--slow-ms", "400"]
+#: The stand-in's default transcript writes 5 frames before its first turn and 15 per
+#: turn: frame 28 is in the middle of the second turn of a process.
+STANDIN_CLOSES_STDOUT = [
+    sys.executable,
+    "-m",
+    "adapters.standin",
+    "--slow-ms",
+    "50",
+    "--close-stdout-after-frames",
+    "28",
+]
+#: The hang drill's stall bounds (the defaults are 60 s and 600 s).
+HANG_STALL_WARNING_S = 1.0
+HANG_STALL_TIMEOUT_S = 2.0
 
 
 @attrs.define
@@ -148,8 +164,8 @@ async def _in_process(name: str, kind: str, config: Config, state: Path, work: P
     async with trio.open_nursery() as nursery:
         daemon: Daemon = await nursery.start(run_daemon, config, state)
         if name == "hang":
-            daemon.manager.stall_after_s = 1.0
-            daemon.manager.kill_stalled_after_s = 1.0
+            daemon.manager.stall_after_s = HANG_STALL_WARNING_S
+            daemon.manager.stall_timeout_s = HANG_STALL_TIMEOUT_S
         tid = await _thread(daemon, kind, work)
         canary = "the canary is blue-42"
         first = await _turn(daemon, tid, f"remember: {canary}")
@@ -215,18 +231,52 @@ async def _in_process(name: str, kind: str, config: Config, state: Path, work: P
             after = {e.sequence: e.event_id for e in daemon.core.reader.iter_events()}
             v.lost_events = sum(1 for s, e in before.items() if after.get(s) != e)
             if name == "hang":
-                v.checks["stall reported"] = any(
-                    e.type == "provider.diagnostic"
-                    and getattr(e.payload, "code", "") == "turn_stalled"
+                codes = {
+                    getattr(e.payload, "code", "")
                     for e in daemon.core.reader.iter_events()
+                    if e.type == "provider.diagnostic"
+                }
+                v.checks["stall reported"] = "turn_stalled" in codes
+                v.checks["the run ended naming the stall, within the stall timeout"] = (
+                    "stall_timeout_s" in (failed.last_error or "")
+                    and v.detection_s < HANG_STALL_TIMEOUT_S + 5
                 )
         await daemon.shutdown()
         nursery.cancel_scope.cancel()
+    if name == "hang":
+        await _closed_stdout(v, config, state, work)
     left = [
         p.pid for p in psutil.Process().children(recursive=True) if p.pid not in children_before
     ]
     v.orphans = _orphans(left + pids)
     return v
+
+
+async def _closed_stdout(v: Verdict, config: Config, state: Path, work: Path) -> None:
+    """A stand-in that closes its stdout mid-turn and lives on: a dead runtime, not a hang."""
+    standin = attrs.evolve(config.providers.standin, command=STANDIN_CLOSES_STDOUT)
+    config = attrs.evolve(config, providers=attrs.evolve(config.providers, standin=standin))
+    async with trio.open_nursery() as nursery:
+        daemon: Daemon = await nursery.start(run_daemon, config, state)
+        tid = await _thread(daemon, "standin", work)
+        first = await _turn(daemon, tid, "first")
+        runner = daemon.manager.runners[tid]
+        assert runner.runtime is not None and runner.runtime.pid is not None
+        pid = runner.runtime.pid
+        t0 = time.monotonic()
+        closed = await _turn(daemon, tid, "the turn whose stdout closes")  # frames 20-35
+        took = time.monotonic() - t0
+        again = await _turn(daemon, tid, "after the closed stdout")
+        v.checks["closed stdout: the run ended failed, the process killed"] = (
+            first.status == "completed" and closed.status == "failed" and _proc(pid) is None
+        )
+        v.checks["closed stdout: the next run completed on a new runtime"] = (
+            again.status == "completed"
+        )
+        v.notes.append(f"closed stdout (stand-in): the run ended {took:.2f}s after it was sent")
+        await daemon.shutdown()
+        nursery.cancel_scope.cancel()
+    v.orphans += _orphans([pid])
 
 
 # -- the daemon-crash drill (a real `t3orch serve` process) ---------------------------

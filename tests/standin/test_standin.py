@@ -7,6 +7,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import trio
 
@@ -149,6 +150,36 @@ async def test_hang_on_initialize_needs_the_stop_ladder() -> None:
             assert result.stage == "term", "closing stdin must not end a hung provider"
             assert result.status == ExitStatus(code=None, signal=signal.SIGTERM)
             await assert_group_empty(child.pgid)
+
+
+async def test_stop_after_frames_leaves_a_stopped_process() -> None:
+    spec = standin_spec(CODEX_ECHO, "--speed", "0", "--stop-after-frames", "1")
+    with trio.fail_after(20):
+        async with open_child_process(spec) as child:
+            await send(child, INITIALIZE)
+            assert (await receive(child))["id"] == 7
+            with trio.move_on_after(0.5) as waited:
+                await child.receive_line()
+            assert waited.cancelled_caught, "a stopped provider writes nothing"
+            assert psutil.Process(child.pid).status() == psutil.STATUS_STOPPED
+            result = await child.stop(grace_close=0.2, grace_term=0.3)
+            assert result.stage == "kill"  # SIGTERM waits for a SIGCONT; SIGKILL does not
+            await assert_group_empty(child.pgid)
+
+
+async def test_close_stdout_after_frames_ends_stdout_and_lives_on() -> None:
+    spec = standin_spec(CODEX_ECHO, "--speed", "0", "--close-stdout-after-frames", "1")
+    with trio.fail_after(20):
+        async with open_child_process(spec) as child:
+            await send(child, INITIALIZE)
+            assert (await receive(child))["id"] == 7
+            assert await child.receive_line() is None  # end of file ...
+            with trio.move_on_after(0.5) as waited:
+                await child.wait()
+            assert waited.cancelled_caught, "... from a process that lives on"
+            assert child.status is None
+            await child.kill()
+            assert (await child.wait()).signal == signal.SIGKILL
 
 
 async def test_garbage_after_frames_writes_one_non_json_line() -> None:

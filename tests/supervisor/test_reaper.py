@@ -93,7 +93,10 @@ async def test_idleness_counts_from_the_end_of_the_last_turn(
 ) -> None:
     mock_clock.rate = 1.0
     slow = standin_settings(ECHO_RESUME, "--slow-ms", "60")
-    async with rig(tmp_path / "e.db", providers={"standin": slow}, reaper=POLICY) as r:
+    # 1000 s without a frame would be a stall past its timeout: that is not this test.
+    async with rig(
+        tmp_path / "e.db", providers={"standin": slow}, reaper=POLICY, stall_timeout_s=None
+    ) as r:
         tid = await r.thread()
         sent = await r.manager.send_message(tid, "hello")
         # The turn has started (its turn/start reply is in): 1000 s pass mid-turn.

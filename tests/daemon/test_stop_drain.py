@@ -1,0 +1,98 @@
+"""A graceful stop lets running turns end (``daemon.stop_drain_s``), then interrupts the rest.
+
+Real ``t3orch serve`` processes on the stand-in: the turn's length comes from the
+stand-in's per-frame delay (15 frames a turn), the drain from the config.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from t3orch.store.sqlite.backend import SQLiteStore
+from tests.daemon.support import Served, rpc, serve
+
+
+def _config(tmp: Path, *, drain_s: float, slow_ms: int) -> Path:
+    cmd = [sys.executable, "-m", "adapters.standin", "--slow-ms", str(slow_ms)]
+    path = tmp / "t3orch.toml"
+    path.write_text(
+        f"[daemon]\nstop_drain_s = {drain_s}\n\n[providers.standin]\ncommand = {json.dumps(cmd)}\n"
+    )
+    return path
+
+
+def _runs(state: Path) -> dict[str, Any]:
+    store = SQLiteStore(state / "events.sqlite3", readonly=True)
+    try:
+        with store.snapshot():
+            return {r.decode().id: r.decode() for r in store.rows("run")}
+    finally:
+        store.close()
+
+
+def _running_turn(d: Served, tmp: Path) -> tuple[str, str]:
+    d.wait_notify("READY=1")
+    tid = rpc(
+        d.state_dir, "thread.create", {"commandId": "c1", "provider": "standin", "cwd": str(tmp)}
+    )
+    tid = tid["result"]["threadId"]
+    sent = rpc(d.state_dir, "run.send", {"commandId": "c2", "threadId": tid, "text": "hello"})
+    run_id = sent["result"]["runId"]
+    deadline = time.monotonic() + 30
+    while _runs(d.state_dir)[run_id].status != "running":
+        assert time.monotonic() < deadline, "the run never started"
+        time.sleep(0.02)
+    return tid, run_id
+
+
+def test_a_turn_that_ends_within_the_drain_completes(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    # 15 frames x 300 ms: the turn ends ~4 s after it starts, well inside the drain.
+    with serve(state, _config(tmp_path, drain_s=20, slow_ms=300)) as d:
+        tid, run_id = _running_turn(d, tmp_path)
+        d.proc.send_signal(signal.SIGTERM)
+        status = d.wait_notify("waiting up to", within=10)
+        assert "STATUS=stopping: waiting up to" in status and "1 running turn " in status
+        # A new run during the drain is refused, clearly, and not queued.
+        with pytest.raises(RuntimeError) as refused:
+            rpc(state, "run.send", {"commandId": "c3", "threadId": tid, "text": "more"})
+        assert "daemon_stopping" in str(refused.value)
+        assert d.proc.wait(timeout=30) == 0
+    runs = _runs(state)
+    assert runs[run_id].status == "completed"
+    assert len(runs) == 1
+
+
+def test_a_turn_longer_than_the_drain_is_interrupted_after_it(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    # 15 frames x 1 s: far longer than the 1.5 s drain (and than the stop after it).
+    with serve(state, _config(tmp_path, drain_s=1.5, slow_ms=1000)) as d:
+        _, run_id = _running_turn(d, tmp_path)
+        t0 = time.monotonic()
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.proc.wait(timeout=30) == 0
+        took = time.monotonic() - t0
+    assert _runs(state)[run_id].status == "interrupted"
+    # It waited the drain; the stop after it is bounded (interrupt 3 s + the ladder).
+    assert 1.5 <= took < 20, took
+
+
+def test_a_second_sigterm_skips_the_drain(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    with serve(state, _config(tmp_path, drain_s=60, slow_ms=1000)) as d:
+        _, run_id = _running_turn(d, tmp_path)
+        d.proc.send_signal(signal.SIGTERM)
+        d.wait_notify("waiting up to", within=10)
+        t0 = time.monotonic()
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.proc.wait(timeout=30) == 0
+        took = time.monotonic() - t0
+    assert _runs(state)[run_id].status == "interrupted"
+    assert took < 20, took  # not the 60 s drain
