@@ -40,6 +40,7 @@ from typing import Literal
 import attrs
 import trio
 
+from adapters.diagnostics import redact_stderr
 from adapters.line_reader import BoundedLineReader
 from adapters.transport import ExitStatus, LaunchSpec, OversizedLine
 
@@ -120,6 +121,8 @@ class ChildProcess:
         self._reader = BoundedLineReader(stdout, max_line_bytes)
         self._send_lock = trio.Lock()
         self._stderr_tail = bytearray()
+        self._stderr_truncated = False
+        self._stderr_tees: list[Callable[[bytes], None]] = []
         self._stderr_done = trio.Event()
         self._reaped = trio.Event()
         self._status: ExitStatus | None = None
@@ -192,7 +195,15 @@ class ChildProcess:
         return self._status
 
     def stderr_tail(self) -> str:
-        return self._stderr_tail.decode("utf-8", "replace")
+        """The end of stderr, redacted: it becomes lastError text and log lines, and the
+        event log is append-only, so a provider's secret must never get that far."""
+        return redact_stderr(bytes(self._stderr_tail), truncated=self._stderr_truncated)
+
+    def tee_stderr(self, sink: Callable[[bytes], None]) -> None:
+        """Hand ``sink`` what stderr held so far and every later chunk (a log file)."""
+        if self._stderr_tail:
+            sink(bytes(self._stderr_tail))
+        self._stderr_tees.append(sink)
 
     async def kill(self) -> None:
         """SIGKILL the whole group at once (reaping is the lifetime task's job)."""
@@ -247,6 +258,9 @@ class ChildProcess:
                 self._stderr_tail += chunk
                 if len(self._stderr_tail) > STDERR_TAIL_BYTES:
                     del self._stderr_tail[:-STDERR_TAIL_BYTES]
+                    self._stderr_truncated = True
+                for tee in self._stderr_tees:
+                    tee(chunk)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass
         finally:

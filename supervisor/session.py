@@ -20,7 +20,8 @@ from typing import Any
 import attrs
 import trio
 
-from adapters.errors import AdapterError, ResumeError
+from adapters.diagnostics import redact_text
+from adapters.errors import AdapterError, ProviderGone, ResumeError
 from adapters.event_queue import EventQueue
 from adapters.protocol import (
     NullRawSink,
@@ -40,10 +41,12 @@ from supervisor.launcher import (
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.coalesce import DeltaCoalescer
+from t3orch.ingest.translate import describe_exit
 from t3orch.provider_events import (
     Diagnostic,
     ItemCompleted,
     ProviderEvent,
+    RequestOpened,
     RuntimeExited,
     SubagentEnded,
     SubagentRun,
@@ -72,6 +75,9 @@ TERM_GRACE_S = 3.0
 #: The event queue's bound: the provider is not read while this many events wait, so
 #: the pump takes at most this many (plus one frame's) per submission.
 MAX_INGEST_BATCH = 1024
+#: A turn whose input could not be written to a provider that is gone waits this
+#: long for the exit, whose status and stderr say why better than the write error.
+EXIT_REPORT_GRACE_S = 2.0
 
 
 class SessionFailed(Exception):
@@ -83,6 +89,26 @@ def _start_failure(exc: BaseException) -> BaseException | None:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc if isinstance(exc, (AdapterError, OSError)) else None
+
+
+def _why_not_started(cause: BaseException, exit_event: RuntimeExited | None) -> str:
+    """One line on why a runtime did not start, for the run's and the session's lastError.
+
+    A provider that died on its own says more by its exit and stderr than the write
+    or read that found it gone; a binary that cannot be run is named.
+    """
+    if isinstance(cause, ProviderGone) and exit_event is not None:
+        _, _, error = describe_exit(exit_event)
+        if error is not None:
+            return error
+    if isinstance(cause, OSError) and cause.filename is not None:
+        return f"cannot run {cause.filename}: {cause.strerror or cause}"
+    text = str(cause)
+    if exit_event is not None:
+        _, _, error = describe_exit(exit_event)
+        if error is not None and "; stderr: " in error:
+            text += "; stderr: " + error.split("; stderr: ", 1)[1]
+    return text
 
 
 def _subagent_end(event: ProviderEvent) -> tuple[str | None] | None:
@@ -153,6 +179,8 @@ class SessionRunner:
     lingering: dict[str, TurnBinding] = attrs.field(factory=dict)
     #: Child native thread ref -> its run, for the checkpoint after a lingering end.
     _late_children: dict[str, str] = attrs.field(factory=dict)
+    #: Children whose stderr already goes to the session's stderr file.
+    _teed: set[Any] = attrs.field(factory=set)
 
     @property
     def session_id(self) -> str | None:
@@ -177,6 +205,7 @@ class SessionRunner:
         events = EventQueue(MAX_INGEST_BATCH)
         raw = self.raw_factory(self.provider, binding.provider_session_id)
         started = False
+        not_started: str | None = None
         try:
             async with trio.open_nursery() as nursery:
                 self.launcher = (
@@ -185,11 +214,21 @@ class SessionRunner:
                     else RecordingLauncher(nursery)
                 )
                 nursery.start_soon(self._pump, events)
+                if hasattr(raw, "on_failure"):
+                    raw.on_failure = self._raw_log_failed(nursery, binding.provider_session_id)
                 try:
                     async with self.adapter.open_runtime(
                         self.config, self.launcher, events, raw
                     ) as rt:
                         self.runtime = rt
+                        self._tee_stderr(raw)
+                        log.info(
+                            "provider %s spawned: pid %s, session %s, thread %s",
+                            self.provider,
+                            rt.pid,
+                            binding.provider_session_id,
+                            self.thread_id,
+                        )
                         await self.core.record_process(
                             binding.provider_session_id, rt.pid, process_start_time(rt.pid)
                         )
@@ -207,8 +246,21 @@ class SessionRunner:
                     cause = _start_failure(exc)
                     if started or cause is None:
                         raise
+                    self._tee_stderr(raw)
+                    # The exit (with its stderr) is queued by now: let the pump take it.
+                    events.close()
+                    with trio.CancelScope(shield=True):
+                        await self._wait_pump()
+                    not_started = _why_not_started(cause, self.exit_event)
+                    log.warning(
+                        "provider %s did not start (session %s, thread %s): %s",
+                        self.provider,
+                        binding.provider_session_id,
+                        self.thread_id,
+                        not_started,
+                    )
                     raise SessionFailed(
-                        f"{self.provider} runtime failed to start: {cause}"
+                        f"{self.provider} runtime failed to start: {not_started}"
                     ) from cause
                 finally:
                     events.close()
@@ -221,17 +273,38 @@ class SessionRunner:
             if close is not None:
                 close()
             if self.exit_event is None:
-                # Shut down before the adapter reported an exit (daemon shutdown):
-                # record the release ourselves, shielded so it survives cancellation.
+                # Shut down before the adapter reported an exit (daemon shutdown), or
+                # no process ever ran (its binary is missing): record the release
+                # ourselves, shielded so it survives cancellation.
+                gone = (
+                    RuntimeExited(code=None, signal=None, error=not_started)
+                    if not_started is not None
+                    else RuntimeExited(code=0, signal=None, stderr_tail="released: daemon shutdown")
+                )
                 with trio.CancelScope(shield=True), trio.move_on_after(5):
-                    await self._ingest(
-                        [
-                            RuntimeExited(
-                                code=0, signal=None, stderr_tail="released: daemon shutdown"
-                            )
-                        ]
-                    )
+                    await self._ingest([gone])
             self.exited.set()
+
+    def _raw_log_failed(self, nursery: trio.Nursery, session_id: str) -> Callable[[str], None]:
+        """A raw log that cannot be written is said once, as a session diagnostic.
+
+        The raw log has logged it already; past the runtime's life there is no one
+        to note it to, and the log line is all there is.
+        """
+
+        def note(why: str) -> None:
+            with contextlib.suppress(RuntimeError):  # the nursery has closed
+                nursery.start_soon(self.core.note, session_id, "warning", "raw_log_unwritable", why)
+
+        return note
+
+    def _tee_stderr(self, raw: RawFrameSink) -> None:
+        """The provider's stderr also goes to the session's stderr file (``t3orch logs``)."""
+        child = self.launcher.current if self.launcher else None
+        sink = getattr(raw, "stderr", None)
+        if child is not None and callable(sink) and child not in self._teed:
+            self._teed.add(child)
+            child.tee_stderr(sink)
 
     async def _unless_unusable(self, binding: SessionBinding) -> SessionBinding:
         """Before resuming: a fresh provider thread when the stored one is not to be resumed.
@@ -438,6 +511,11 @@ class SessionRunner:
         try:
             await rt.start_turn(text)
         except AdapterError as exc:
+            if isinstance(exc, ProviderGone):
+                with trio.move_on_after(EXIT_REPORT_GRACE_S):
+                    await self.exited.wait()
+                if self.exited.is_set():
+                    return turn  # its exit ended the turn, saying how and with its stderr
             await self._ingest(
                 [
                     TurnCompleted(
@@ -517,6 +595,7 @@ class SessionRunner:
         chunk: list[ProviderEvent] = []
         for event in events:
             chunk.append(event)
+            self._log_event(event)
             if isinstance(event, RuntimeExited) and self._should_recover(event):
                 await self._prepare_recovery()
             ended = _subagent_end(event)
@@ -591,6 +670,42 @@ class SessionRunner:
             await self._drain_inflight()
         chunk[:] = [last]
         await self.on_turn_ending(self.thread_id, self.active_turn.run_id)
+
+    def _log_event(self, event: ProviderEvent) -> None:
+        """The lifecycle steps worth a line in the daemon's log (journald: one each)."""
+        if isinstance(event, RuntimeExited):
+            _, desc, error = describe_exit(event)
+            child = self.launcher.current if self.launcher else None
+            cause = self.stop_reason or ("crash" if error is not None else "exit")
+            log.log(
+                logging.WARNING if error is not None and not self.stop_reason else logging.INFO,
+                "provider %s pid %s %s (%s), session %s, thread %s%s",
+                self.provider,
+                child.pid if child is not None else "-",
+                desc,
+                cause,
+                self.session_id,
+                self.thread_id,
+                "; " + error.split("; ", 1)[1] if error and "; stderr: " in error else "",
+            )
+        elif isinstance(event, RequestOpened):
+            log.info(
+                "provider %s asks %s (request %s, session %s, thread %s)",
+                self.provider,
+                event.kind,
+                event.native_request_ref,
+                self.session_id,
+                self.thread_id,
+            )
+        elif isinstance(event, Diagnostic) and event.level != "info":
+            log.warning(
+                "provider %s %s: %s: %s (session %s)",
+                self.provider,
+                event.level,
+                event.code,
+                redact_text(" ".join(event.message.split())[:300]),
+                self.session_id,
+            )
 
     def _should_recover(self, event: RuntimeExited) -> bool:
         crashed = event.signal is not None or event.code not in (0, None)

@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import signal
-import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +31,7 @@ from supervisor.systemd import Notifier
 from t3orch.api.runner import serve_api
 from t3orch.config import Config
 from t3orch.core import Core, open_core
+from t3orch.daemonlog import raw_dir
 from t3orch.domain.vocab import ProviderKind
 from t3orch.process_tuning import GC_THRESHOLDS, tune_process
 from t3orch.state import prepare_state_dir
@@ -131,13 +131,14 @@ async def run_daemon(
     d = config.daemon
 
     def raw_sink(kind: ProviderKind, session_id: str) -> RawFrameSink:
-        return RotatingRawLog(state_dir / "raw", kind, session_id)
+        return RotatingRawLog(raw_dir(state_dir), kind, session_id)
 
     with exclusive_state_dir(state_dir):
         notifier.status("opening the store")
         async with open_core(db, synchronous=d.synchronous) as core:
             notifier.status("settling the previous run")
             reconciled = await settle_previous_run(core.service, core.reader)
+            log.info("settled what the previous daemon left: %s", _counts(reconciled))
             manager = SessionManager(
                 core=core.service,
                 reader=core.reader,
@@ -178,6 +179,11 @@ async def run_daemon(
                     nursery.cancel_scope.cancel()
 
 
+def _counts(counts: dict[str, int]) -> str:
+    """``run 2, turn_item 5`` (the non-zero ones), or ``nothing``."""
+    return ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "nothing"
+
+
 def _writer_probe(core: Core) -> Callable[[], Awaitable[bool]]:
     async def alive() -> bool:
         # A transaction that writes nothing still proves the writer thread turns over.
@@ -193,16 +199,9 @@ async def serve_until_signalled(config: Config, state_dir: Path) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             daemon: Daemon = await nursery.start(run_daemon, config, state_dir)
-            print(
-                f"t3orch: serving {state_dir} (api port {daemon.port}, pid {os.getpid()}); "
-                f"settled at start: {daemon.reconciled}",
-                file=sys.stderr,
-                flush=True,
-            )
+            log.info("serving %s (api port %s, pid %d)", state_dir, daemon.port, os.getpid())
             async for signum in signals:
-                print(
-                    f"t3orch: {signal.Signals(signum).name}: stopping", file=sys.stderr, flush=True
-                )
+                log.info("%s: stopping every provider", signal.Signals(signum).name)
                 await daemon.shutdown()
                 nursery.cancel_scope.cancel()
                 break

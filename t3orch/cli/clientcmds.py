@@ -369,6 +369,9 @@ async def cmd_show(client: ApiClient, args: argparse.Namespace) -> int:
             current = run_id
             r = runs[run_id]
             print(f"\n── run {r['ordinal']} · {r['status']} · {r['provider']} ({r['id']})")
+            if r.get("lastError") and r["status"] in ("failed", "interrupted", "cancelled"):
+                # Why it ended, first: a failed run with no reason is a question, not an answer.
+                print(f"   {r['status']}: {' '.join(r['lastError'].split())}")
         print(render_item(item))
     return 0
 
@@ -386,10 +389,12 @@ async def cmd_sessions(client: ApiClient, args: argparse.Namespace) -> int:
             str(s.get("pid") or "-"),
             _short(s.get("cwd"), 30),
             s.get("lastActivityAt") or s["updatedAt"],
+            # Why it is in error (its exit and stderr tail); `--json` has all of it.
+            _short(s.get("lastError"), 100) if s["status"] == "error" else "",
         ]
         for s in view["data"]["sessions"]
     ]
-    _table(["SESSION", "PROVIDER", "STATUS", "PID", "CWD", "LAST ACTIVITY"], rows)
+    _table(["SESSION", "PROVIDER", "STATUS", "PID", "CWD", "LAST ACTIVITY", "ERROR"], rows)
     return 0
 
 

@@ -71,10 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=demo.cmd_demo)
 
     # The client commands (status, threads, thread new, send, …) talk to a running daemon.
-    from t3orch.cli import clientcmds, lineagecmds
+    from t3orch.cli import clientcmds, lineagecmds, logcmds
 
     clientcmds.register(sub, _common)
     lineagecmds.register(sub, _common)
+    logcmds.register(sub, _common)
     return parser
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -233,23 +233,13 @@ def _dispatch(ch: Changes, b: SessionBinding, event: ProviderEvent) -> None:
             if event.usage:
                 ch.emit(ProviderUsage(provider_session_id=b.provider_session_id, usage=event.usage))
         case RuntimeExited():
-            status = "stopped" if event.code == 0 and event.signal is None else "error"
-            desc = (
-                f"killed by signal {event.signal}"
-                if event.signal is not None
-                else f"exited with code {event.code}"
-            )
-            tail = _last_lines(event.stderr_tail)
-            error = (
-                None
-                if status == "stopped"
-                else (f"provider {desc}" + (f"; stderr: {tail}" if tail else ""))
-            )
+            status, desc, error = describe_exit(event)
             release_session(
                 ch,
                 b,
                 status=status,
-                reason=f"provider {desc}",
+                # The run says why too, stderr included: `show` prints it.
+                reason=error or f"provider {desc}",
                 last_error=error,
                 exit_description=desc,
             )
@@ -277,6 +267,26 @@ def _bound(ch: Changes, b: SessionBinding, event: ProviderEvent) -> SessionBindi
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def describe_exit(event: RuntimeExited) -> tuple[Literal["stopped", "error"], str, str | None]:
+    """``(session status, exit description, lastError)`` of a runtime's end.
+
+    The error names how it ended and the last lines of its stderr:
+    ``provider exited with code 1; stderr: fatal: no API key configured``.
+    """
+    if event.error is not None:
+        tail = _last_lines(event.stderr_tail)
+        return "error", "did not start", event.error + (f"; stderr: {tail}" if tail else "")
+    if event.code == 0 and event.signal is None:
+        return "stopped", "exited with code 0", None
+    desc = (
+        f"killed by signal {event.signal}"
+        if event.signal is not None
+        else f"exited with code {event.code}"
+    )
+    tail = _last_lines(event.stderr_tail)
+    return "error", desc, f"provider {desc}" + (f"; stderr: {tail}" if tail else "")
 
 
 def _last_lines(stderr: str, lines: int = 3, limit: int = 500) -> str:

@@ -1,0 +1,90 @@
+"""The daemon's own log: one line per lifecycle step, to stderr and to a file.
+
+``t3orch serve`` logs at INFO to stderr (journald under systemd: the lines carry
+``<N>`` priority prefixes when ``$JOURNAL_STREAM`` says stderr is the journal, so
+``journalctl -p warning`` works) and to ``<state-dir>/daemon.log``, rotated at
+``MAX_BYTES`` with ``BACKUP_COUNT`` old files, so ``t3orch logs`` can read it with
+or without a running daemon and without journald. Secrets never get here: the
+provider text logged is the redacted stderr tail and redacted diagnostics.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import os
+import sys
+import time
+from pathlib import Path
+
+LOG_NAME = "daemon.log"
+#: Where each provider session's raw frames and stderr go (``adapters.diagnostics``).
+RAW_DIR = "raw"
+MAX_BYTES = 5 * 1024 * 1024
+BACKUP_COUNT = 3
+#: The file's lines: an ISO UTC timestamp, the level, the logger, the message.
+FILE_FORMAT = "%(asctime)s.%(msecs)03dZ %(levelname)s %(name)s: %(message)s"
+#: journald stamps lines itself; a terminal gets the level and the logger.
+STDERR_FORMAT = "%(levelname)s %(name)s: %(message)s"
+
+#: sd-daemon(3) priorities, for journald's level prefix.
+_PRIORITY = {
+    logging.CRITICAL: 2,
+    logging.ERROR: 3,
+    logging.WARNING: 4,
+    logging.INFO: 6,
+    logging.DEBUG: 7,
+}
+
+
+def log_path(state_dir: Path) -> Path:
+    return state_dir / LOG_NAME
+
+
+def raw_dir(state_dir: Path) -> Path:
+    return state_dir / RAW_DIR
+
+
+def log_files(state_dir: Path) -> list[Path]:
+    """The daemon log and its rotated copies that exist, oldest first."""
+    path = log_path(state_dir)
+    rotated = [path.with_name(f"{path.name}.{i}") for i in range(BACKUP_COUNT, 0, -1)]
+    return [p for p in [*rotated, path] if p.exists()]
+
+
+class _JournalFormatter(logging.Formatter):
+    """Prefixes ``<priority>`` so journald files each line at its level."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        priority = _PRIORITY.get(record.levelno, 6)
+        return f"<{priority}>" + super().format(record)
+
+
+def configure(state_dir: Path, *, level: int = logging.INFO) -> Path:
+    """Log to stderr and to ``<state-dir>/daemon.log``; returns the file's path.
+
+    The state dir must exist and be checked already (``prepare_state_dir``).
+    """
+    root = logging.getLogger()
+    root.setLevel(level)
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    stderr = logging.StreamHandler(sys.stderr)
+    if os.environ.get("JOURNAL_STREAM"):
+        stderr.setFormatter(_JournalFormatter("%(name)s: %(message)s"))
+    else:
+        stderr.setFormatter(logging.Formatter(STDERR_FORMAT))
+    root.addHandler(stderr)
+    path = log_path(state_dir)
+    old_umask = os.umask(0o077)  # the log names the user's sessions and paths
+    try:
+        file = logging.handlers.RotatingFileHandler(
+            path, maxBytes=MAX_BYTES, backupCount=BACKUP_COUNT, encoding="utf-8"
+        )
+    finally:
+        os.umask(old_umask)
+    formatter = logging.Formatter(FILE_FORMAT, datefmt="%Y-%m-%dT%H:%M:%S")
+    formatter.converter = time.gmtime
+    file.setFormatter(formatter)
+    root.addHandler(file)
+    return path
