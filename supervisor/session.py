@@ -148,6 +148,8 @@ class SessionRunner:
     last_activity: float = -math.inf
     exited: trio.Event = attrs.field(factory=trio.Event)
     exit_event: RuntimeExited | None = None
+    #: The turn the exit ended (it was active then), if any.
+    exit_turn: TurnBinding | None = None
     #: When the exit was committed (trio time).
     exit_committed_at: float | None = None
     stop_reason: str | None = None
@@ -511,15 +513,18 @@ class SessionRunner:
         try:
             await rt.start_turn(text)
         except AdapterError as exc:
+            why = str(exc)
             if isinstance(exc, ProviderGone):
                 with trio.move_on_after(EXIT_REPORT_GRACE_S):
                     await self.exited.wait()
-                if self.exited.is_set():
+                if self.exit_turn is turn:
                     return turn  # its exit ended the turn, saying how and with its stderr
+                if self.exit_event is not None:
+                    why = describe_exit(self.exit_event)[2] or why
             await self._ingest(
                 [
                     TurnCompleted(
-                        native_turn_ref=None, status="failed", error=f"turn could not start: {exc}"
+                        native_turn_ref=None, status="failed", error=f"turn could not start: {why}"
                     )
                 ]
             )
@@ -635,6 +640,7 @@ class SessionRunner:
                     self.lingering.clear()
                     self._late_children.clear()
                     self.exit_event = event
+                    self.exit_turn = ending
                     self.exit_committed_at = trio.current_time()
                     self.active_turn = None
                     self._turn_done.set()
