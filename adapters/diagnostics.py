@@ -97,16 +97,10 @@ def redact_text(text: str) -> str:
     return _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
 
 
-def redact_stderr(data: bytes, *, truncated: bool = False) -> str:
-    """Provider stderr as text, every line redacted as :func:`redact_text` would.
-
-    ``truncated``: ``data`` is the end of a longer stream, so its first line may be
-    the tail of a secret whose name was cut off: it is dropped.
-    """
-    text = data.decode("utf-8", "replace")
-    if truncated:
-        text = text.partition("\n")[2]
-    return redact_text(text)
+def redact_stderr(data: bytes) -> str:
+    """Provider stderr as text, redacted as :func:`redact_text` does (whole lines: a
+    line cut before a secret's name would hide it from the rules)."""
+    return redact_text(data.decode("utf-8", "replace"))
 
 
 def open_log_file(path: Path, mode: str) -> IO[bytes]:

@@ -389,8 +389,8 @@ async def cmd_sessions(client: ApiClient, args: argparse.Namespace) -> int:
             str(s.get("pid") or "-"),
             _short(s.get("cwd"), 30),
             s.get("lastActivityAt") or s["updatedAt"],
-            # Why it is in error (its exit and stderr tail); `--json` has all of it.
-            _short(s.get("lastError"), 100) if s["status"] == "error" else "",
+            # Why it is in error: its exit and stderr tail (bounded when stored), whole.
+            " ".join((s.get("lastError") or "").split()) if s["status"] == "error" else "",
         ]
         for s in view["data"]["sessions"]
     ]

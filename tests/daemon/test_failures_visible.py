@@ -1,0 +1,267 @@
+"""Why a provider failed, through the real daemon and the CLI (issues 14.6, 14.7, 15.6, 15.4).
+
+Each test runs ``t3orch serve`` as a child process with a provider command that
+fails in one way (a script that prints a fatal error and exits, a binary that is
+not there, the stand-in with a secret on its stderr, a raw-log disk that is full),
+then reads what the user reads: the CLI's default output, ``t3orch logs`` and
+every byte the state dir holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from t3orch.cli.main import main
+from tests.daemon.support import REPO, Served
+
+#: A secret the provider prints; the redactor masks ``*_API_KEY=value`` and ``Bearer …``.
+CANARY = "sk-canary-5f0c1e2d9a8b7c6d"
+FATAL = "fatal: no API key configured"
+
+
+def cli(capsys: pytest.CaptureFixture[str], state: Path, *argv: str) -> tuple[int, str, str]:
+    code = main([*argv, "--state-dir", str(state)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@contextmanager
+def daemon(tmp: Path, config: str, *, preamble: str = "") -> Iterator[Served]:
+    """``t3orch serve`` on ``tmp/state`` with this TOML; ``preamble`` runs in it first."""
+    state = tmp / "state"
+    path = tmp / "t3orch.toml"
+    path.write_text(config)
+    sock_path = tmp / f"notify-{time.monotonic_ns()}.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(sock_path))
+    env = {**os.environ, "NOTIFY_SOCKET": str(sock_path), "PYTHONPATH": str(REPO)}
+    code = f"{preamble}\nimport sys\nfrom t3orch.cli.main import main\nsys.exit(main(sys.argv[1:]))"
+    args = [sys.executable, "-c", code, "serve", "--state-dir", str(state), "--config", str(path)]
+    proc = subprocess.Popen(
+        args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    served = Served(proc, state, listener)
+    try:
+        served.wait_notify("READY=1")
+        yield served
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        if proc.stderr:
+            proc.stderr.close()
+        listener.close()
+        sock_path.unlink(missing_ok=True)
+
+
+def stop(served: Served) -> str:
+    """SIGTERM the daemon; its stderr."""
+    served.proc.send_signal(signal.SIGTERM)
+    assert served.proc.wait(timeout=30) == 0
+    assert served.proc.stderr is not None
+    return served.proc.stderr.read().decode()
+
+
+def files_holding(root: Path, needle: str) -> list[Path]:
+    """Every file under ``root`` whose bytes contain ``needle`` (SQLite, WAL, logs…)."""
+    return [
+        path
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and needle.encode() in path.read_bytes()
+    ]
+
+
+def failing_script(tmp: Path) -> Path:
+    script = tmp / "fake-codex"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "{FATAL}" >&2\n'
+        f'echo "export OPENAI_API_KEY={CANARY}" >&2\n'
+        f'echo "Authorization: Bearer {CANARY}" >&2\n'
+        "exit 1\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def new_thread(capsys: pytest.CaptureFixture[str], state: Path, provider: str) -> str:
+    code, out, err = cli(
+        capsys, state, "thread", "new", "--provider", provider, "--cwd", str(state)
+    )
+    assert code == 0, err
+    return out.strip()
+
+
+def test_a_provider_that_prints_a_fatal_error_and_exits_says_why_everywhere(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = failing_script(tmp_path)
+    with daemon(tmp_path, f"[providers.codex]\ncommand = [{json.dumps(str(script))}]\n") as d:
+        tid = new_thread(capsys, d.state_dir, "codex")
+        code, _, err = cli(capsys, d.state_dir, "send", tid, "hello", "--wait", "--timeout", "30")
+        assert code == 1
+        assert FATAL in err and "exited with code 1" in err, err
+
+        code, out, _ = cli(capsys, d.state_dir, "show", tid)
+        assert code == 0
+        assert "run 1 · failed" in out
+        assert (
+            f"failed: codex runtime failed to start: provider exited with code 1; stderr: {FATAL}"
+            in out
+        )
+
+        code, out, _ = cli(capsys, d.state_dir, "sessions")
+        (row,) = [line for line in out.splitlines() if line.startswith("pss_")]
+        assert "ERROR" in out.splitlines()[0]
+        assert " error " in row and FATAL in row and "exited with code 1" in row
+        daemon_err = stop(d)
+
+    # The daemon's log says it, one line each, in its file and on stderr.
+    code, out, _ = cli(capsys, d.state_dir, "logs")
+    assert code == 0
+    assert "exited with code 1 (crash)" in out and FATAL in out
+    assert "exited with code 1 (crash)" in daemon_err
+    # A thread's logs: its lines of the daemon log, its session's stderr and frames.
+    code, out, _ = cli(capsys, d.state_dir, "logs", tid)
+    assert code == 0
+    assert "-- stderr" in out and f"\n{FATAL}\n" in out
+    assert "→ request initialize" in out
+    # The secret on its stderr reached no file: not the store, its WAL, nor any log.
+    assert files_holding(d.state_dir, CANARY) == []
+    assert "[REDACTED]" in (d.state_dir / "daemon.log").read_text()
+
+
+def test_a_missing_provider_binary_is_named_not_stopped_with_code_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no-such-codex"
+    with daemon(tmp_path, f"[providers.codex]\ncommand = [{json.dumps(str(missing))}]\n") as d:
+        tid = new_thread(capsys, d.state_dir, "codex")
+        code, _, err = cli(capsys, d.state_dir, "send", tid, "hello", "--wait", "--timeout", "30")
+        assert code == 1
+        why = f"cannot run {missing}: No such file or directory"
+        assert why in err, err
+        code, out, _ = cli(capsys, d.state_dir, "show", tid)
+        assert f"failed: codex runtime failed to start: {why}" in out, out
+        code, out, _ = cli(capsys, d.state_dir, "sessions")
+        (row,) = [line for line in out.splitlines() if line.startswith("pss_")]
+        assert " error " in row and why in row, out
+        assert "stopped" not in row and "code 0" not in row
+        stop(d)
+    code, out, _ = cli(capsys, d.state_dir, "logs", tid)
+    assert "did not start" in out and why in out
+
+
+def test_a_secret_on_a_working_providers_stderr_reaches_no_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The stand-in, behind a shell that prints secrets first; then a crash, whose
+    # stderr tail becomes the session's lastError.
+    shell = (
+        f'echo "OPENAI_API_KEY={CANARY}" >&2;'
+        f" echo \"curl -H 'Authorization: Bearer {CANARY}'\" >&2;"
+        ' exec "$0" "$@"'
+    )
+    command = ["sh", "-c", shell, sys.executable, "-m", "adapters.standin"]
+    with daemon(tmp_path, f"[providers.standin]\ncommand = {json.dumps(command)}\n") as d:
+        tid = new_thread(capsys, d.state_dir, "standin")
+        code, _, err = cli(capsys, d.state_dir, "send", tid, "hello", "--wait", "--timeout", "30")
+        assert code == 0, err
+        session = json.loads(cli(capsys, d.state_dir, "sessions", "--json")[1])["sessions"][0]
+        os.killpg(session["pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            (session,) = json.loads(cli(capsys, d.state_dir, "sessions", "--json")[1])["sessions"]
+            if session["status"] == "error":
+                break
+            time.sleep(0.1)
+        assert "killed by signal 9" in session["lastError"]
+        assert "OPENAI_API_KEY=[REDACTED]" in session["lastError"]
+        stderr_file = d.state_dir / "raw" / f"{session['id']}.stderr"
+        assert "Bearer [REDACTED]" in stderr_file.read_text()
+        assert files_holding(d.state_dir, CANARY) == []
+        stop(d)
+    assert files_holding(d.state_dir, CANARY) == []
+
+
+#: Inside the daemon: every raw-log file write fails with ENOSPC once 4 KB are written.
+FULL_DISK = """
+import errno
+import adapters.diagnostics as diagnostics
+
+_real_open = diagnostics.open_log_file
+_written = [0]
+
+class _FullDisk:
+    def __init__(self, file):
+        self._file = file
+
+    def write(self, data):
+        if _written[0] + len(data) > 4096:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        _written[0] += len(data)
+        return self._file.write(data)
+
+    def flush(self):
+        self._file.flush()
+
+    def tell(self):
+        return self._file.tell()
+
+    def close(self):
+        self._file.close()
+
+diagnostics.open_log_file = lambda path, mode: _FullDisk(_real_open(path, mode))
+"""
+
+
+def test_a_full_raw_log_disk_leaves_the_daemon_serving_and_runs_completing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = (
+        f"[providers.standin]\ncommand = {json.dumps([sys.executable, '-m', 'adapters.standin'])}\n"
+    )
+    with daemon(tmp_path, config, preamble=FULL_DISK) as d:
+        tid = new_thread(capsys, d.state_dir, "standin")
+        for text in ("one", "two", "three"):
+            code, _, err = cli(capsys, d.state_dir, "send", tid, text, "--wait", "--timeout", "30")
+            assert code == 0, err
+        code, out, _ = cli(capsys, d.state_dir, "status")
+        assert code == 0
+        detail = json.loads(cli(capsys, d.state_dir, "show", tid, "--json")[1])
+        assert [r["status"] for r in detail["runs"]] == ["completed"] * 3
+        # The canonical log is whole: every run has its user message and its reply.
+        for run in detail["runs"]:
+            kinds = [i["type"] for i in detail["visibleTurnItems"] if i["runId"] == run["id"]]
+            assert kinds.count("user_message") == 1 and "assistant_message" in kinds, kinds
+        (session,) = json.loads(cli(capsys, d.state_dir, "sessions", "--json")[1])["sessions"]
+        assert session["status"] == "ready" and session["pid"]
+        daemon_err = stop(d)
+    assert "Traceback" not in daemon_err
+    # Said once: one log line and one diagnostic for the session.
+    assert daemon_err.count("No space left on device") == 1, daemon_err
+    log = (d.state_dir / "daemon.log").read_text()
+    assert log.count("cannot write (No space left on device)") == 1
+    code, out, _ = cli(capsys, d.state_dir, "events")
+    diagnostics = [
+        e
+        for e in map(json.loads, out.splitlines())
+        if e["type"] == "provider.diagnostic" and e["payload"]["code"] == "raw_log_unwritable"
+    ]
+    assert len(diagnostics) == 1
+    assert "No space left on device" in diagnostics[0]["payload"]["message"]
