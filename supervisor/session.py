@@ -696,12 +696,13 @@ class SessionRunner:
             )
         elif isinstance(event, RequestOpened):
             log.info(
-                "provider %s asks %s (request %s, session %s, thread %s)",
+                "provider %s asks the user: %s request (native %s), session %s, thread %s: %s",
                 self.provider,
                 event.kind,
                 event.native_request_ref,
                 self.session_id,
                 self.thread_id,
+                redact_text(" ".join(event.summary.split())[:200]) or "-",
             )
         elif isinstance(event, Diagnostic) and event.level != "info":
             log.warning(

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -183,7 +183,8 @@ def test_a_secret_on_a_working_providers_stderr_reaches_no_file(
         code, _, err = cli(capsys, d.state_dir, "send", tid, "hello", "--wait", "--timeout", "30")
         assert code == 0, err
         session = json.loads(cli(capsys, d.state_dir, "sessions", "--json")[1])["sessions"][0]
-        os.killpg(session["pid"], signal.SIGKILL)
+        pid = session["pid"]
+        os.killpg(pid, signal.SIGKILL)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             (session,) = json.loads(cli(capsys, d.state_dir, "sessions", "--json")[1])["sessions"]
@@ -195,8 +196,18 @@ def test_a_secret_on_a_working_providers_stderr_reaches_no_file(
         stderr_file = d.state_dir / "raw" / f"{session['id']}.stderr"
         assert "Bearer [REDACTED]" in stderr_file.read_text()
         assert files_holding(d.state_dir, CANARY) == []
+        # The next message restarts it, and the daemon's log tells the story.
+        code, _, err = cli(capsys, d.state_dir, "send", tid, "again", "--wait", "--timeout", "30")
+        assert code == 0, err
         stop(d)
     assert files_holding(d.state_dir, CANARY) == []
+    lines = (d.state_dir / "daemon.log").read_text().splitlines()
+    (crash,) = [ln for ln in lines if "killed by signal 9 (crash)" in ln]
+    assert f"pid {pid} " in crash and "stderr: " in crash
+    assert sum("released (crash)" in ln for ln in lines) == 1
+    (restart,) = [ln for ln in lines if "restarting the provider of thread" in ln]
+    assert "1 crash(es) in 60s" in restart
+    assert sum("provider standin spawned: pid" in ln for ln in lines) == 2
 
 
 #: Inside the daemon: every raw-log file write fails with ENOSPC once 4 KB are written.
@@ -265,3 +276,87 @@ def test_a_full_raw_log_disk_leaves_the_daemon_serving_and_runs_completing(
     ]
     assert len(diagnostics) == 1
     assert "No space left on device" in diagnostics[0]["payload"]["message"]
+
+
+APPROVAL = REPO / "tests" / "supervisor" / "transcripts" / "codex_approval_pending.ndjson"
+
+
+def wait_until(what: str, predicate: Callable[[], object], within: float = 20) -> object:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"not within {within}s: {what}")
+
+
+def test_the_daemon_log_has_a_line_per_lifecycle_step_and_logs_follows_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = (
+        "[daemon]\nidle_timeout_s = 1\n"
+        f"[providers.standin]\ntranscript = {json.dumps(str(APPROVAL))}\n"
+    )
+    with daemon(tmp_path, config) as d:
+        tid = new_thread(capsys, d.state_dir, "standin")
+        log_file = d.state_dir / "daemon.log"
+        follower = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "t3orch.cli.main",
+                "logs",
+                tid,
+                "-f",
+                "--state-dir",
+                str(d.state_dir),
+            ],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            code, out, _ = cli(capsys, d.state_dir, "send", tid, "run the escalated command")
+            assert code == 0
+            run_id = out.strip()
+
+            def pending() -> list[dict[str, object]]:
+                out = cli(capsys, d.state_dir, "requests", "--json")[1]
+                return [q for q in json.loads(out)["requests"] if q["threadId"] == tid]
+
+            (request,) = wait_until("a pending approval", pending)  # type: ignore[misc]
+            assert cli(capsys, d.state_dir, "approve", request["id"])[0] == 0
+
+            def run_status() -> str:
+                detail = json.loads(cli(capsys, d.state_dir, "show", tid, "--json")[1])
+                return next(r["status"] for r in detail["runs"] if r["id"] == run_id)
+
+            wait_until("the run completed", lambda: run_status() == "completed")
+            # Idle for a second: the reaper releases the runtime.
+            wait_until("the reap", lambda: "reaping the idle runtime" in log_file.read_text())
+            wait_until("the release", lambda: "released (idle_timeout)" in log_file.read_text())
+        finally:
+            time.sleep(0.5)  # the follower polls every 0.2 s
+            follower.terminate()
+            followed, _ = follower.communicate(timeout=10)
+        stop(d)
+    log = log_file.read_text()
+    lines = log.splitlines()
+    # One line each, stamped, with the pid and the cause where there is one.
+    assert all(line[:4].isdigit() and line[23] == "Z" for line in lines), lines
+    assert sum("settled what the previous daemon left: nothing" in ln for ln in lines) == 1
+    (spawned,) = [ln for ln in lines if "provider standin spawned: pid " in ln]
+    assert tid in spawned
+    assert sum("asks the user: command request" in ln for ln in lines) == 1
+    assert sum(f"request {request['id']} answered: accept" in ln for ln in lines) == 1
+    (warned,) = [ln for ln in lines if "config_warning" in ln and "bubblewrap" in ln]
+    assert " WARNING " in warned
+    (exited,) = [ln for ln in lines if "provider standin pid " in ln and "(idle_timeout)" in ln]
+    assert "exited with code 0" in exited
+    assert any("SIGTERM: stopping" in ln for ln in lines)
+    # `logs THREAD -f` printed the steps as they were written, and the session's frames.
+    text = followed.decode()
+    assert "[daemon]" in text and "asks the user: command" in text and "answered: accept" in text
+    assert " frames] " in text and "item/commandExecution/requestApproval" in text
