@@ -210,7 +210,6 @@ class RotatingRawLog:
         if not provider_session_id or "/" in provider_session_id or provider_session_id[0] == ".":
             raise ValueError(f"unusable provider session id {provider_session_id!r}")
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
         self.provider = provider
         self.session_id = ProviderSessionId(provider_session_id)
         self.max_bytes = max_bytes
@@ -231,6 +230,7 @@ class RotatingRawLog:
         # A restarted daemon continues the session's sequence, so raw ids stay unique.
         self.sequence = _last_sequence(self.path, self.backup_count)
         try:
+            self.directory.mkdir(parents=True, exist_ok=True)
             self._file = open_log_file(self.path, "ab")
             self._size = self._file.tell()
         except OSError as exc:
@@ -425,7 +425,7 @@ def _last_line(path: Path, chunk: int = 64 * 1024) -> bytes:
             end = file.tell()
             file.seek(max(0, end - chunk))
             lines = [line for line in file.read().splitlines() if line.strip()]
-    except FileNotFoundError:
+    except OSError:  # none yet, or unreadable (then it cannot be written either)
         return b""
     return lines[-1] if lines else b""
 

@@ -218,6 +218,9 @@ class SessionRunner:
                 nursery.start_soon(self._pump, events)
                 if hasattr(raw, "on_failure"):
                     raw.on_failure = self._raw_log_failed(nursery, binding.provider_session_id)
+                    failed = getattr(raw, "failed", None)
+                    if isinstance(failed, str):
+                        raw.on_failure(failed)  # it could not even open its files
                 try:
                     async with self.adapter.open_runtime(
                         self.config, self.launcher, events, raw

@@ -60,15 +60,13 @@ class _JournalFormatter(logging.Formatter):
         return f"<{priority}>" + super().format(record)
 
 
-def configure(state_dir: Path, *, level: int = logging.INFO) -> Path:
-    """Log to stderr and to ``<state-dir>/daemon.log``; returns the file's path.
+def configure(state_dir: Path, *, level: int = logging.INFO) -> list[logging.Handler]:
+    """Log to stderr and to ``<state-dir>/daemon.log``; returns the handlers added.
 
     The state dir must exist and be checked already (``prepare_state_dir``).
     """
     root = logging.getLogger()
     root.setLevel(level)
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
     stderr = logging.StreamHandler(sys.stderr)
     if os.environ.get("JOURNAL_STREAM"):
         stderr.setFormatter(_JournalFormatter("%(name)s: %(message)s"))
@@ -87,4 +85,4 @@ def configure(state_dir: Path, *, level: int = logging.INFO) -> Path:
     formatter.converter = time.gmtime
     file.setFormatter(formatter)
     root.addHandler(file)
-    return path
+    return [stderr, file]

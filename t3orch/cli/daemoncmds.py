@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 
 import trio
 
@@ -15,7 +14,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from t3orch import daemonlog
     from t3orch.daemon import serve_until_signalled
 
-    logging.basicConfig(level=logging.INFO, format=daemonlog.STDERR_FORMAT)
     config = load_config(args.config)
     state_dir = resolve_state_dir(
         args.state_dir or (str(config.daemon.state_dir) if config.daemon.state_dir else None)

@@ -73,7 +73,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         return 3
     out = sys.stdout
     try:
-        offsets: dict[Path, int] = {}
+        offsets: dict[Path, tuple[int, int]] = {}
         for part in parts:
             _dump(part, args.lines, offsets, out)
         if not args.follow:
@@ -164,7 +164,7 @@ def _lines(files: list[Path]) -> Iterator[bytes]:
         yield from data.splitlines()
 
 
-def _dump(part: Part, last: int, offsets: dict[Path, int], out: Any) -> None:
+def _dump(part: Part, last: int, offsets: dict[Path, tuple[int, int]], out: Any) -> None:
     existing = [p for p in part.files if p.exists()]
     print(part.heading, file=out)
     shown = [t for t in map(part.render, _lines(existing)) if t is not None and part.keep(t)]
@@ -174,26 +174,32 @@ def _dump(part: Part, last: int, offsets: dict[Path, int], out: Any) -> None:
         print(text, file=out)
     out.flush()
     live = part.files[-1]
-    offsets[live] = live.stat().st_size if live.exists() else 0
-
-
-def _follow(part: Part, offsets: dict[Path, int], out: Any) -> None:
-    live = part.files[-1]
     try:
-        size = live.stat().st_size
+        st = live.stat()
     except FileNotFoundError:
         return
-    at = offsets.get(live, 0)
-    if size < at:
-        at = 0  # rotated: the live file started again
-    if size == at:
+    offsets[live] = (st.st_ino, st.st_size)
+
+
+def _follow(part: Part, offsets: dict[Path, tuple[int, int]], out: Any) -> None:
+    """Print the whole lines appended to the part's live file since the last look."""
+    live = part.files[-1]
+    try:
+        st = live.stat()
+    except FileNotFoundError:
+        return
+    inode, at = offsets.get(live, (st.st_ino, 0))
+    if inode != st.st_ino or st.st_size < at:
+        at = 0  # rotated (or truncated): the live file started again
+    offsets[live] = (st.st_ino, at)
+    if st.st_size == at:
         return
     with open(live, "rb") as file:
         file.seek(at)
         data = file.read()
     # Only whole lines; the rest is read again once its newline is written.
     end = data.rfind(b"\n") + 1
-    offsets[live] = at + end
+    offsets[live] = (st.st_ino, at + end)
     for line in data[:end].splitlines():
         text = part.render(line)
         if text is not None and part.keep(text):

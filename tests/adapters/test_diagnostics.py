@@ -376,3 +376,12 @@ def test_stderr_goes_beside_the_frames_redacted_line_by_line(tmp_path: Path) -> 
         "no newline at the end\n"
     )
     assert "sk-secret" not in text
+
+
+def test_a_raw_dir_that_cannot_be_made_is_a_failure_said_not_raised(tmp_path: Path) -> None:
+    (tmp_path / "raw").write_text("a file where the directory should be")
+    log = open_log(tmp_path)
+    assert log.failed is not None and "cannot write" in log.failed
+    assert log.record("incoming", b"{}") == "raw_pss_test_1"
+    log.stderr(b"x\n")
+    log.close()
