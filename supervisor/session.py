@@ -97,18 +97,13 @@ def _why_not_started(cause: BaseException, exit_event: RuntimeExited | None) -> 
     A provider that died on its own says more by its exit and stderr than the write
     or read that found it gone; a binary that cannot be run is named.
     """
-    if isinstance(cause, ProviderGone) and exit_event is not None:
-        _, _, error = describe_exit(exit_event)
-        if error is not None:
-            return error
+    summary = None if exit_event is None else describe_exit(exit_event)
+    if isinstance(cause, ProviderGone) and summary is not None and summary.error is not None:
+        return summary.error
     if isinstance(cause, OSError) and cause.filename is not None:
         return f"cannot run {cause.filename}: {cause.strerror or cause}"
-    text = str(cause)
-    if exit_event is not None:
-        _, _, error = describe_exit(exit_event)
-        if error is not None and "; stderr: " in error:
-            text += "; stderr: " + error.split("; stderr: ", 1)[1]
-    return text
+    stderr = summary.stderr if summary is not None else ""
+    return str(cause) + (f"; stderr: {stderr}" if stderr else "")
 
 
 def _subagent_end(event: ProviderEvent) -> tuple[str | None] | None:
@@ -523,14 +518,18 @@ class SessionRunner:
                 if self.exit_turn is turn:
                     return turn  # its exit ended the turn, saying how and with its stderr
                 if self.exit_event is not None:
-                    why = describe_exit(self.exit_event)[2] or why
-            await self._ingest(
-                [
-                    TurnCompleted(
-                        native_turn_ref=None, status="failed", error=f"turn could not start: {why}"
-                    )
-                ]
+                    why = describe_exit(self.exit_event).error or why
+            # Bound to this turn by name: an exit ingested meanwhile (bound to no turn,
+            # as it began before this one) has cleared ``active_turn``.
+            assert self.binding is not None
+            failed = TurnCompleted(
+                native_turn_ref=None, status="failed", error=f"turn could not start: {why}"
             )
+            ticket = await self.core.ingest_queued(
+                attrs.evolve(self.binding, turn=turn, lingering=()), [failed]
+            )
+            await self._drain_inflight()
+            await ticket.outcome()
             # The pump never sees this turn end: it ended here.
             self.active_turn = None
             self._turn_done.set()
@@ -683,19 +682,19 @@ class SessionRunner:
     def _log_event(self, event: ProviderEvent) -> None:
         """The lifecycle steps worth a line in the daemon's log (journald: one each)."""
         if isinstance(event, RuntimeExited):
-            _, desc, error = describe_exit(event)
+            summary = describe_exit(event)
             child = self.launcher.current if self.launcher else None
-            cause = self.stop_reason or ("crash" if error is not None else "exit")
+            failed = summary.error is not None
             log.log(
-                logging.WARNING if error is not None and not self.stop_reason else logging.INFO,
+                logging.WARNING if failed and not self.stop_reason else logging.INFO,
                 "provider %s pid %s %s (%s), session %s, thread %s%s",
                 self.provider,
                 child.pid if child is not None else "-",
-                desc,
-                cause,
+                summary.description,
+                self.stop_reason or ("crash" if failed else "exit"),
                 self.session_id,
                 self.thread_id,
-                "; " + error.split("; ", 1)[1] if error and "; stderr: " in error else "",
+                f"; stderr: {summary.stderr}" if failed and summary.stderr else "",
             )
         elif isinstance(event, RequestOpened):
             log.info(

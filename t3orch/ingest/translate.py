@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
@@ -233,15 +233,15 @@ def _dispatch(ch: Changes, b: SessionBinding, event: ProviderEvent) -> None:
             if event.usage:
                 ch.emit(ProviderUsage(provider_session_id=b.provider_session_id, usage=event.usage))
         case RuntimeExited():
-            status, desc, error = describe_exit(event)
+            summary = describe_exit(event)
             release_session(
                 ch,
                 b,
-                status=status,
+                status=summary.status,
                 # The run says why too, stderr included: `show` prints it.
-                reason=error or f"provider {desc}",
-                last_error=error,
-                exit_description=desc,
+                reason=summary.error or f"provider {summary.description}",
+                last_error=summary.error,
+                exit_description=summary.description,
             )
 
 
@@ -269,24 +269,34 @@ def _bound(ch: Changes, b: SessionBinding, event: ProviderEvent) -> SessionBindi
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
-def describe_exit(event: RuntimeExited) -> tuple[Literal["stopped", "error"], str, str | None]:
-    """``(session status, exit description, lastError)`` of a runtime's end.
+class ExitSummary(NamedTuple):
+    """How a runtime ended, as the session row and the daemon's log say it."""
 
-    The error names how it ended and the last lines of its stderr:
-    ``provider exited with code 1; stderr: fatal: no API key configured``.
-    """
+    #: The session's status after it.
+    status: Literal["stopped", "error"]
+    #: ``exited with code 1``, ``killed by signal 9``, ``did not start``.
+    description: str
+    #: The lastError: ``provider exited with code 1; stderr: fatal: no API key configured``
+    #: (None for a clean exit).
+    error: str | None
+    #: The last lines of its stderr, joined with `` | `` ("" when it wrote none).
+    stderr: str
+
+
+def describe_exit(event: RuntimeExited) -> ExitSummary:
+    """How ``event``'s runtime ended, with the last lines of its (redacted) stderr."""
+    tail = _last_lines(event.stderr_tail)
+    also = f"; stderr: {tail}" if tail else ""
     if event.error is not None:
-        tail = _last_lines(event.stderr_tail)
-        return "error", "did not start", event.error + (f"; stderr: {tail}" if tail else "")
+        return ExitSummary("error", "did not start", event.error + also, tail)
     if event.code == 0 and event.signal is None:
-        return "stopped", "exited with code 0", None
+        return ExitSummary("stopped", "exited with code 0", None, tail)
     desc = (
         f"killed by signal {event.signal}"
         if event.signal is not None
         else f"exited with code {event.code}"
     )
-    tail = _last_lines(event.stderr_tail)
-    return "error", desc, f"provider {desc}" + (f"; stderr: {tail}" if tail else "")
+    return ExitSummary("error", desc, f"provider {desc}{also}", tail)
 
 
 def _last_lines(stderr: str, lines: int = 3, limit: int = 500) -> str:
