@@ -369,11 +369,19 @@ async def cmd_show(client: ApiClient, args: argparse.Namespace) -> int:
             current = run_id
             r = runs[run_id]
             print(f"\n── run {r['ordinal']} · {r['status']} · {r['provider']} ({r['id']})")
-            if r.get("lastError") and r["status"] in ("failed", "interrupted", "cancelled"):
-                # Why it ended, first: a failed run with no reason is a question, not an answer.
-                print(f"   {r['status']}: {' '.join(r['lastError'].split())}")
+            why = run_failure(r)
+            if why:
+                print(f"   {r['status']}: {why}")
         print(render_item(item))
     return 0
+
+
+def run_failure(run: dict[str, Any]) -> str | None:
+    """Why a run ended without completing, on one line (a failed run with no reason is a
+    question, not an answer); None for a run that completed or is still going."""
+    if run["status"] not in ("failed", "interrupted", "cancelled") or not run.get("lastError"):
+        return None
+    return " ".join(str(run["lastError"]).split())
 
 
 async def cmd_sessions(client: ApiClient, args: argparse.Namespace) -> int:
@@ -570,7 +578,9 @@ async def cmd_watch(client: ApiClient, args: argparse.Namespace) -> int:
                 if statuses.get(run["id"]) != run["status"]:
                     statuses[run["id"]] = run["status"]
                     if not args.json and run["status"] in RUN_TERMINAL | {"running"}:
-                        screen.line(f"── run {run['ordinal']} {run['status']}")
+                        why = run_failure(run)
+                        why = f": {why}" if why else ""
+                        screen.line(f"── run {run['ordinal']} {run['status']}{why}")
             if args.until_idle and not view.live_runs():
                 screen.clear()
                 nursery.cancel_scope.cancel()
