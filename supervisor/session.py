@@ -46,6 +46,7 @@ from t3orch.provider_events import (
     Diagnostic,
     ItemCompleted,
     ProviderEvent,
+    RequestCancelled,
     RequestOpened,
     RuntimeExited,
     SubagentEnded,
@@ -477,8 +478,22 @@ class SessionRunner:
                 return
         child = self.launcher.current if self.launcher else None
         if child is not None:
+            log.info(
+                "provider %s pid %s did not close within %.0fs (%s): signalling its group",
+                self.provider,
+                child.pid,
+                CLOSE_GRACE_S,
+                self.stop_reason,
+            )
             result = await child.stop(grace_close=0.1, grace_term=TERM_GRACE_S, grace_kill=2.0)
-            if result.status is None:
+            if result.status is not None:
+                log.info(
+                    "provider %s pid %s stopped by %s",
+                    self.provider,
+                    child.pid,
+                    "SIGKILL" if result.stage == "kill" else "SIGTERM",
+                )
+            else:
                 log.error(
                     "provider %s (pid %s) survived SIGKILL: reported as a leak",
                     self.provider,
@@ -705,6 +720,14 @@ class SessionRunner:
                 self.session_id,
                 self.thread_id,
                 redact_text(" ".join(event.summary.split())[:200]) or "-",
+            )
+        elif isinstance(event, RequestCancelled):
+            log.info(
+                "provider %s withdrew request (native %s), session %s: %s",
+                self.provider,
+                event.native_request_ref,
+                self.session_id,
+                redact_text(" ".join(event.reason.split())[:200]),
             )
         elif isinstance(event, Diagnostic) and event.level != "info":
             log.warning(

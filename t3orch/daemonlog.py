@@ -52,7 +52,16 @@ def log_files(state_dir: Path) -> list[Path]:
     return [p for p in [*rotated, path] if p.exists()]
 
 
-class _JournalFormatter(logging.Formatter):
+class _OneLine(logging.Formatter):
+    """A message on one line: journald and ``t3orch logs`` see one entry per step (a
+    provider's multi-line error included); a traceback still follows on its own lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = " ".join(record.message.split("\n"))
+        return super().formatMessage(record)
+
+
+class _JournalFormatter(_OneLine):
     """Prefixes ``<priority>`` so journald files each line at its level."""
 
     def format(self, record: logging.LogRecord) -> str:
@@ -71,7 +80,7 @@ def configure(state_dir: Path, *, level: int = logging.INFO) -> list[logging.Han
     if os.environ.get("JOURNAL_STREAM"):
         stderr.setFormatter(_JournalFormatter("%(name)s: %(message)s"))
     else:
-        stderr.setFormatter(logging.Formatter(STDERR_FORMAT))
+        stderr.setFormatter(_OneLine(STDERR_FORMAT))
     root.addHandler(stderr)
     path = log_path(state_dir)
     old_umask = os.umask(0o077)  # the log names the user's sessions and paths
@@ -81,7 +90,7 @@ def configure(state_dir: Path, *, level: int = logging.INFO) -> list[logging.Han
         )
     finally:
         os.umask(old_umask)
-    formatter = logging.Formatter(FILE_FORMAT, datefmt="%Y-%m-%dT%H:%M:%S")
+    formatter = _OneLine(FILE_FORMAT, datefmt="%Y-%m-%dT%H:%M:%S")
     formatter.converter = time.gmtime
     file.setFormatter(formatter)
     root.addHandler(file)

@@ -86,6 +86,7 @@ def test_the_daemon_log_file_and_journald_priorities(
     try:
         logging.getLogger("supervisor.session").warning("provider codex pid 7 crashed")
         logging.getLogger("t3orch.daemon").info("serving")
+        logging.getLogger("supervisor.session").info("did not start: %s", "two\nlines")
     finally:
         for handler in handlers:
             root.removeHandler(handler)
@@ -96,4 +97,6 @@ def test_the_daemon_log_file_and_journald_priorities(
     assert "<6>t3orch.daemon: serving" in err
     lines = (tmp_path / "daemon.log").read_text().splitlines()
     assert lines[0].endswith("Z WARNING supervisor.session: provider codex pid 7 crashed")
+    assert lines[2].endswith("did not start: two lines")
+    assert len(lines) == 3
     assert (tmp_path / "daemon.log").stat().st_mode & 0o777 == 0o600
