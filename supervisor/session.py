@@ -477,27 +477,26 @@ class SessionRunner:
             if self.exited.is_set():
                 return
         child = self.launcher.current if self.launcher else None
-        if child is not None:
+        if child is not None and child.status is None:
             log.info(
-                "provider %s pid %s did not close within %.0fs (%s): signalling its group",
+                "provider %s pid %s still runs after its protocol close (%s): signalling its group",
                 self.provider,
                 child.pid,
-                CLOSE_GRACE_S,
                 self.stop_reason,
             )
             result = await child.stop(grace_close=0.1, grace_term=TERM_GRACE_S, grace_kill=2.0)
-            if result.status is not None:
+            if result.status is None:
+                log.error(
+                    "provider %s (pid %s) survived SIGKILL: reported as a leak",
+                    self.provider,
+                    child.pid,
+                )
+            elif result.stage != "close":
                 log.info(
                     "provider %s pid %s stopped by %s",
                     self.provider,
                     child.pid,
                     "SIGKILL" if result.stage == "kill" else "SIGTERM",
-                )
-            else:
-                log.error(
-                    "provider %s (pid %s) survived SIGKILL: reported as a leak",
-                    self.provider,
-                    child.pid,
                 )
 
     # -- work ------------------------------------------------------------------
