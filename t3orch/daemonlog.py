@@ -15,6 +15,8 @@ import logging.handlers
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 LOG_NAME = "daemon.log"
@@ -69,19 +71,23 @@ class _JournalFormatter(_OneLine):
         return f"<{priority}>" + super().format(record)
 
 
-def configure(state_dir: Path, *, level: int = logging.INFO) -> list[logging.Handler]:
-    """Log to stderr and to ``<state-dir>/daemon.log``; returns the handlers added.
+def configure(
+    state_dir: Path, *, level: int = logging.INFO, stderr: bool = True
+) -> list[logging.Handler]:
+    """Log to ``<state-dir>/daemon.log`` (and to stderr); returns the handlers added.
 
     The state dir must exist and be checked already (``prepare_state_dir``).
     """
     root = logging.getLogger()
     root.setLevel(level)
-    stderr = logging.StreamHandler(sys.stderr)
-    if os.environ.get("JOURNAL_STREAM"):
-        stderr.setFormatter(_JournalFormatter("%(name)s: %(message)s"))
-    else:
-        stderr.setFormatter(_OneLine(STDERR_FORMAT))
-    root.addHandler(stderr)
+    added: list[logging.Handler] = []
+    if stderr:
+        err = logging.StreamHandler(sys.stderr)
+        if os.environ.get("JOURNAL_STREAM"):
+            err.setFormatter(_JournalFormatter("%(name)s: %(message)s"))
+        else:
+            err.setFormatter(_OneLine(STDERR_FORMAT))
+        added.append(err)
     path = log_path(state_dir)
     old_umask = os.umask(0o077)  # the log names the user's sessions and paths
     try:
@@ -93,5 +99,23 @@ def configure(state_dir: Path, *, level: int = logging.INFO) -> list[logging.Han
     formatter = _OneLine(FILE_FORMAT, datefmt="%Y-%m-%dT%H:%M:%S")
     formatter.converter = time.gmtime
     file.setFormatter(formatter)
-    root.addHandler(file)
-    return [stderr, file]
+    added.append(file)
+    for handler in added:
+        root.addHandler(handler)
+    return added
+
+
+@contextmanager
+def logging_to(state_dir: Path, *, stderr: bool) -> Iterator[Path]:
+    """:func:`configure` for a block: ``t3orch demo`` and ``drill`` keep their daemon's
+    log in its state dir, off the terminal their report is printed on."""
+    root = logging.getLogger()
+    level = root.level
+    handlers = configure(state_dir, stderr=stderr)
+    try:
+        yield log_path(state_dir)
+    finally:
+        for handler in handlers:
+            root.removeHandler(handler)
+            handler.close()
+        root.setLevel(level)
