@@ -23,6 +23,7 @@ import trio
 from adapters.diagnostics import redact_text
 from adapters.errors import AdapterError, ProviderGone, ResumeError
 from adapters.event_queue import EventQueue
+from adapters.process import ChildProcess
 from adapters.protocol import (
     NullRawSink,
     ProviderAdapter,
@@ -32,6 +33,7 @@ from adapters.protocol import (
     ResumeRefs,
     RuntimeConfig,
 )
+from adapters.transport import LaunchSpec, ProviderProcess
 from supervisor.launcher import (
     LauncherFactory,
     RecordingLauncher,
@@ -121,6 +123,24 @@ def _subagent_end(event: ProviderEvent) -> tuple[str | None] | None:
     return None
 
 
+@attrs.define
+class _Announced:
+    """A session's launcher that tells the session of each process it spawns."""
+
+    inner: SupervisedLauncher
+    runner: SessionRunner
+    raw: RawFrameSink
+
+    async def launch(self, spec: LaunchSpec) -> ProviderProcess:
+        process = await self.inner.launch(spec)
+        self.runner._spawned(process, self.raw)
+        return process
+
+    @property
+    def current(self) -> ChildProcess | None:
+        return self.inner.current
+
+
 @attrs.define(eq=False)
 class SessionRunner:
     core: CoreService
@@ -177,8 +197,6 @@ class SessionRunner:
     lingering: dict[str, TurnBinding] = attrs.field(factory=dict)
     #: Child native thread ref -> its run, for the checkpoint after a lingering end.
     _late_children: dict[str, str] = attrs.field(factory=dict)
-    #: Children whose stderr already goes to the session's stderr file.
-    _teed: set[Any] = attrs.field(factory=set)
 
     @property
     def session_id(self) -> str | None:
@@ -206,10 +224,12 @@ class SessionRunner:
         not_started: str | None = None
         try:
             async with trio.open_nursery() as nursery:
-                self.launcher = (
+                self.launcher = _Announced(
                     self.launcher_factory(self.provider, nursery)
                     if self.launcher_factory is not None
-                    else RecordingLauncher(nursery)
+                    else RecordingLauncher(nursery),
+                    self,
+                    raw,
                 )
                 nursery.start_soon(self._pump, events)
                 if hasattr(raw, "on_failure"):
@@ -222,14 +242,6 @@ class SessionRunner:
                         self.config, self.launcher, events, raw
                     ) as rt:
                         self.runtime = rt
-                        self._tee_stderr(raw)
-                        log.info(
-                            "provider %s spawned: pid %s, session %s, thread %s",
-                            self.provider,
-                            rt.pid,
-                            binding.provider_session_id,
-                            self.thread_id,
-                        )
                         await self.core.record_process(
                             binding.provider_session_id, rt.pid, process_start_time(rt.pid)
                         )
@@ -247,7 +259,6 @@ class SessionRunner:
                     cause = _start_failure(exc)
                     if started or cause is None:
                         raise
-                    self._tee_stderr(raw)
                     # The exit (with its stderr) is queued by now: let the pump take it.
                     events.close()
                     with trio.CancelScope(shield=True):
@@ -299,13 +310,20 @@ class SessionRunner:
 
         return note
 
-    def _tee_stderr(self, raw: RawFrameSink) -> None:
-        """The provider's stderr also goes to the session's stderr file (``t3orch logs``)."""
-        child = self.launcher.current if self.launcher else None
+    def _spawned(self, process: ProviderProcess, raw: RawFrameSink) -> None:
+        """A provider process started: say so, and send its stderr to the session's
+        stderr file from its first byte (``t3orch logs``)."""
+        log.info(
+            "provider %s spawned: pid %s, session %s, thread %s",
+            self.provider,
+            process.pid,
+            self.session_id,
+            self.thread_id,
+        )
+        tee = getattr(process, "tee_stderr", None)
         sink = getattr(raw, "stderr", None)
-        if child is not None and callable(sink) and child not in self._teed:
-            self._teed.add(child)
-            child.tee_stderr(sink)
+        if callable(tee) and callable(sink):
+            tee(sink)
 
     async def _unless_unusable(self, binding: SessionBinding) -> SessionBinding:
         """Before resuming: a fresh provider thread when the stored one is not to be resumed.
