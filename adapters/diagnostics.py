@@ -97,10 +97,15 @@ def redact_text(text: str) -> str:
     return _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
 
 
+#: Terminal colours (Codex's tracing output has them): they would split a secret's name
+#: from its ``=`` and hide it from the rules.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
 def redact_stderr(data: bytes) -> str:
-    """Provider stderr as text, redacted as :func:`redact_text` does (whole lines: a
-    line cut before a secret's name would hide it from the rules)."""
-    return redact_text(data.decode("utf-8", "replace"))
+    """Provider stderr as text without terminal colours, redacted as :func:`redact_text`
+    does (give it whole lines: a line cut before a secret's name hides it from the rules)."""
+    return redact_text(_ANSI.sub("", data.decode("utf-8", "replace")))
 
 
 def open_log_file(path: Path, mode: str) -> IO[bytes]:
@@ -327,7 +332,7 @@ class RotatingRawLog:
             complete, newline, self._stderr_partial = data, b"\n", b""
         if not newline:
             return
-        self._write_stderr(redact_text((complete + b"\n").decode("utf-8", "replace")).encode())
+        self._write_stderr(redact_stderr(complete + b"\n").encode())
 
     def _write_stderr(self, data: bytes) -> None:
         try:

@@ -369,13 +369,16 @@ def test_a_disk_that_fills_later_keeps_what_was_written(
 def test_stderr_goes_beside_the_frames_redacted_line_by_line(tmp_path: Path) -> None:
     with open_log(tmp_path) as log:
         log.stderr(b"starting\nOPENAI_API_KEY=sk-se")
-        log.stderr(b"cret1234\nAuthorization: Bearer abc.def\nno newline at the end")
+        log.stderr(b"cret1234\nAuthorization: Bearer abc.def\nno newline at the end\n")
+        # Codex colours its tracing fields: the colours go, or they would hide the name.
+        log.stderr(b"\x1b[3mGITHUB_TOKEN\x1b[0m\x1b[2m=\x1b[0mghp_abc rest\n")
+        log.stderr(b"no newline at the end")
     text = log.stderr_path.read_text()
     assert text == (
         "starting\nOPENAI_API_KEY=[REDACTED]\nAuthorization: Bearer [REDACTED]\n"
-        "no newline at the end\n"
+        "no newline at the end\nGITHUB_TOKEN=[REDACTED] rest\nno newline at the end\n"
     )
-    assert "sk-secret" not in text
+    assert "sk-secret" not in text and "ghp_abc" not in text
 
 
 def test_a_raw_dir_that_cannot_be_made_is_a_failure_said_not_raised(tmp_path: Path) -> None:
