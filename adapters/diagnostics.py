@@ -17,14 +17,28 @@ credential (authorization, ``*token``, ``*api_key``/``apiKey``, ``*secret``,
 
 The sink is synchronous and buffered (``flush_interval_s``); call
 :meth:`RotatingRawLog.close` (or use it as a context manager) to flush.
+
+The provider's stderr goes beside the frames, redacted line by line, to
+``<dir>/<providerSessionId>.stderr`` (:meth:`RotatingRawLog.stderr`; one
+rotated copy), so ``t3orch logs`` can show it.
+
+These files are diagnostics, never the record: a write that fails (a full disk,
+an I/O error) is said once, in the daemon's log and through ``on_failure`` (the
+session turns it into a ``raw_log_unwritable`` diagnostic), and the session's
+files are not written again; :meth:`RotatingRawLog.record` keeps numbering
+frames, so the canonical events are the same whether or not their frames could
+be kept. All file opens go through :func:`open_log_file`, the filesystem seam.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -35,6 +49,8 @@ from t3orch.clock import WallClock, iso, system_clock
 from t3orch.domain.raw import RawProviderEvent
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ids import ProviderSessionId, RawEventId
+
+log = logging.getLogger(__name__)
 
 REDACTED = "[REDACTED]"
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
@@ -79,6 +95,22 @@ def redact_text(text: str) -> str:
     if "=" in text or ":" in text:
         text = _ENV_SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
     return _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+
+
+#: Terminal colours (Codex's tracing output has them): they would split a secret's name
+#: from its ``=`` and hide it from the rules.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def redact_stderr(data: bytes) -> str:
+    """Provider stderr as text without terminal colours, redacted as :func:`redact_text`
+    does (give it whole lines: a line cut before a secret's name hides it from the rules)."""
+    return redact_text(_ANSI.sub("", data.decode("utf-8", "replace")))
+
+
+def open_log_file(path: Path, mode: str) -> IO[bytes]:
+    """Every diagnostics file is opened here: the seam tests fake a full disk with."""
+    return open(path, mode)
 
 
 def redact(value: Any) -> Any:
@@ -183,7 +215,6 @@ class RotatingRawLog:
         if not provider_session_id or "/" in provider_session_id or provider_session_id[0] == ".":
             raise ValueError(f"unusable provider session id {provider_session_id!r}")
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
         self.provider = provider
         self.session_id = ProviderSessionId(provider_session_id)
         self.max_bytes = max_bytes
@@ -191,10 +222,24 @@ class RotatingRawLog:
         self._clock = clock
         self._flush_interval = flush_interval_s
         self.path = self.directory / f"{provider_session_id}.jsonl"
+        self.stderr_path = self.directory / f"{provider_session_id}.stderr"
+        #: Told once, with a one-line message, when the files cannot be written.
+        self.on_failure: Callable[[str], None] | None = None
+        #: Why the files are no longer written (None while they are).
+        self.failed: str | None = None
+        self._file: IO[bytes] | None = None
+        self._size = 0
+        self._stderr_file: IO[bytes] | None = None
+        self._stderr_size = 0
+        self._stderr_partial = b""
         # A restarted daemon continues the session's sequence, so raw ids stay unique.
         self.sequence = _last_sequence(self.path, self.backup_count)
-        self._file: IO[bytes] = open(self.path, "ab")  # noqa: SIM115 - closed in close()
-        self._size = self._file.tell()
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._file = open_log_file(self.path, "ab")
+            self._size = self._file.tell()
+        except OSError as exc:
+            self._fail(exc)
         self._last_flush = time.monotonic()
         self._encoder = msgspec.json.Encoder()
         # observedAt has millisecond resolution: format it once per millisecond.
@@ -210,6 +255,8 @@ class RotatingRawLog:
     def record(self, direction: Direction, line: bytes) -> str:
         self.sequence += 1
         raw_id = RawEventId(f"raw_{self.session_id}_{self.sequence}")
+        if self.failed is not None:
+            return raw_id  # numbered as ever, so the canonical events do not change
         payload: Any
         try:
             envelope = _envelope.decode(line)
@@ -247,25 +294,83 @@ class RotatingRawLog:
         return iso(self._clock())
 
     def _write(self, data: bytes) -> None:
-        if self._size and self._size + len(data) > self.max_bytes:
-            self._rotate()
-        self._file.write(data)
-        self._size += len(data)
-        now = time.monotonic()
-        if now - self._last_flush >= self._flush_interval:
-            self._file.flush()
-            self._last_flush = now
+        try:
+            if self._size and self._size + len(data) > self.max_bytes:
+                self._rotate()
+            if self._file is None:
+                return
+            self._file.write(data)
+            self._size += len(data)
+            now = time.monotonic()
+            if now - self._last_flush >= self._flush_interval:
+                self._file.flush()
+                self._last_flush = now
+        except OSError as exc:
+            self._fail(exc)
 
     def _rotate(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
         if self.backup_count > 0:
             for index in range(self.backup_count - 1, 0, -1):
                 older = self._rotated(index)
                 if older.exists():
                     os.replace(older, self._rotated(index + 1))
             os.replace(self.path, self._rotated(1))
-        self._file = open(self.path, "wb")  # noqa: SIM115 - closed in close()
+        self._file = open_log_file(self.path, "wb")
         self._size = 0
+
+    def stderr(self, chunk: bytes) -> None:
+        """More of the provider's stderr: complete lines are redacted and written now."""
+        if self.failed is not None:
+            return
+        data = self._stderr_partial + chunk
+        complete, newline, self._stderr_partial = data.rpartition(b"\n")
+        if len(self._stderr_partial) > UNPARSED_HEAD_CHARS:
+            # A line that never ends is written in pieces, not held without bound.
+            complete, newline, self._stderr_partial = data, b"\n", b""
+        if not newline:
+            return
+        self._write_stderr(redact_stderr(complete + b"\n").encode())
+
+    def _write_stderr(self, data: bytes) -> None:
+        try:
+            if self._stderr_file is None:
+                self._stderr_file = open_log_file(self.stderr_path, "ab")
+                self._stderr_size = self._stderr_file.tell()
+            if self._stderr_size and self._stderr_size + len(data) > self.max_bytes:
+                self._stderr_file.close()
+                os.replace(
+                    self.stderr_path, self.stderr_path.with_name(self.stderr_path.name + ".1")
+                )
+                self._stderr_file = open_log_file(self.stderr_path, "wb")
+                self._stderr_size = 0
+            self._stderr_file.write(data)
+            # Little and rare, and read live by ``t3orch logs -f``: unbuffered.
+            self._stderr_file.flush()
+            self._stderr_size += len(data)
+        except OSError as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: OSError) -> None:
+        """The files cannot be written: say so once, stop writing, keep the daemon running."""
+        if self.failed is not None:
+            return
+        why = exc.strerror or str(exc)
+        self.failed = (
+            f"raw log {self.directory}/{self.session_id}.*: cannot write ({why}); "
+            "this session's frames and stderr are no longer kept"
+        )
+        log.warning("%s", self.failed)
+        for file in (self._file, self._stderr_file):
+            if file is not None:
+                # Closing flushes what is buffered, which fails the same way.
+                with contextlib.suppress(OSError):
+                    file.close()
+        self._file = self._stderr_file = None
+        if self.on_failure is not None:
+            self.on_failure(self.failed)
 
     def _rotated(self, index: int) -> Path:
         return self.path.with_name(f"{self.path.name}.{index}")
@@ -276,14 +381,23 @@ class RotatingRawLog:
         return [p for p in rotated if p.exists()] + [self.path]
 
     def flush(self) -> None:
-        if not self._file.closed:
-            self._file.flush()
+        if self._file is not None:
+            try:
+                self._file.flush()
+            except OSError as exc:
+                self._fail(exc)
             self._last_flush = time.monotonic()
 
     def close(self) -> None:
-        if not self._file.closed:
-            self._file.flush()
-            self._file.close()
+        if self._stderr_partial and self.failed is None:
+            self._stderr_partial, rest = b"", self._stderr_partial
+            self.stderr(rest + b"\n")
+        self.flush()
+        for file in (self._file, self._stderr_file):
+            if file is not None:
+                with contextlib.suppress(OSError):
+                    file.close()
+        self._file = self._stderr_file = None
 
 
 def read_raw_log(path: str | Path) -> list[RawProviderEvent]:
@@ -316,7 +430,7 @@ def _last_line(path: Path, chunk: int = 64 * 1024) -> bytes:
             end = file.tell()
             file.seek(max(0, end - chunk))
             lines = [line for line in file.read().splitlines() if line.strip()]
-    except FileNotFoundError:
+    except OSError:  # none yet, or unreadable (then it cannot be written either)
         return b""
     return lines[-1] if lines else b""
 
@@ -325,8 +439,10 @@ __all__ = [
     "REDACTED",
     "RotatingRawLog",
     "classify",
+    "open_log_file",
     "read_raw_log",
     "redact",
+    "redact_stderr",
     "redact_text",
     "sensitive_key",
 ]

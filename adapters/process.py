@@ -45,6 +45,7 @@ import attrs
 import psutil
 import trio
 
+from adapters.diagnostics import redact_stderr
 from adapters.line_reader import BoundedLineReader
 from adapters.ownership import OWNER_ENV, SPAWN_ENV, new_spawn_id, spawned_by, this_process
 from adapters.transport import ExitStatus, LaunchSpec, OversizedLine
@@ -128,7 +129,11 @@ class ChildProcess:
         self._stderr = stderr
         self._reader = BoundedLineReader(stdout, max_line_bytes)
         self._send_lock = trio.Lock()
+        #: The end of stderr, redacted line by line as it arrives (so a cut never
+        #: separates a secret's name from its value), and the line still open.
         self._stderr_tail = bytearray()
+        self._stderr_open_line = b""
+        self._stderr_tees: list[Callable[[bytes], None]] = []
         self._stderr_done = trio.Event()
         self._reaped = trio.Event()
         self._status: ExitStatus | None = None
@@ -201,7 +206,16 @@ class ChildProcess:
         return self._status
 
     def stderr_tail(self) -> str:
-        return self._stderr_tail.decode("utf-8", "replace")
+        """The end of stderr, redacted: it becomes lastError text and log lines, and the
+        event log is append-only, so a provider's secret must never get that far."""
+        text = bytes(self._stderr_tail) + redact_stderr(self._stderr_open_line).encode()
+        return text[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
+
+    def tee_stderr(self, sink: Callable[[bytes], None]) -> None:
+        """Hand ``sink`` what stderr held so far and every later chunk (a log file)."""
+        if self._stderr_tail or self._stderr_open_line:
+            sink(bytes(self._stderr_tail) + self._stderr_open_line)
+        self._stderr_tees.append(sink)
 
     async def kill(self) -> None:
         """SIGKILL the whole group at once (reaping is the lifetime task's job)."""
@@ -253,13 +267,26 @@ class ChildProcess:
     async def _drain_stderr(self) -> None:
         try:
             while chunk := await self._stderr.receive_some(4096):
-                self._stderr_tail += chunk
-                if len(self._stderr_tail) > STDERR_TAIL_BYTES:
-                    del self._stderr_tail[:-STDERR_TAIL_BYTES]
+                self._keep_stderr(chunk)
+                for tee in self._stderr_tees:
+                    tee(chunk)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass
         finally:
             self._stderr_done.set()
+
+    def _keep_stderr(self, chunk: bytes) -> None:
+        data = self._stderr_open_line + chunk
+        complete, newline, open_line = data.rpartition(b"\n")
+        if newline:
+            self._stderr_tail += redact_stderr(complete + newline).encode()
+        if len(open_line) > STDERR_TAIL_BYTES:
+            # A line that never ends is redacted in pieces, not held without bound.
+            self._stderr_tail += redact_stderr(open_line).encode()
+            open_line = b""
+        self._stderr_open_line = open_line
+        if len(self._stderr_tail) > STDERR_TAIL_BYTES:
+            del self._stderr_tail[:-STDERR_TAIL_BYTES]
 
     async def _wait_exited(self) -> None:
         """Until the leader has exited, without reaping it."""

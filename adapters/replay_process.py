@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from adapters.diagnostics import redact_text
 from adapters.line_reader import oversized
 from adapters.transcript import Transcript
 from adapters.transcript_player import TranscriptPlayer
@@ -83,7 +84,8 @@ class ReplayProcess:
         return self._status
 
     def stderr_tail(self) -> str:
-        return self._stderr
+        # Redacted as a real process's is: replays feed the same store.
+        return redact_text(self._stderr)
 
     async def kill(self) -> None:
         self.kill_now()

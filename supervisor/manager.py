@@ -238,7 +238,9 @@ class SessionManager:
         try:
             await runner.respond(native, RequestAnswer(decision, message, answers))  # type: ignore[arg-type]
         except (StaleRequest, SessionFailed, AdapterError) as exc:
+            log.warning("request %s: answer %s not delivered: %s", request_id, decision, exc)
             raise CommandRejected("request_not_resumable", f"request {request_id}: {exc}") from exc
+        log.info("request %s answered: %s (thread %s)", request_id, decision, runner.thread_id)
         return claimed
 
     async def switch_provider(
@@ -362,6 +364,7 @@ class SessionManager:
                     await released.wait()
         crashes = self.crashes.setdefault(thread_id, _Crashes())
         if crashes.held:
+            log.warning("thread %s: too many provider crashes; waiting for the user", thread_id)
             await self.core.note(
                 None,
                 "error",
@@ -378,7 +381,18 @@ class SessionManager:
             await self.retire(runner, outdated)
             runner = None
         if runner is None or runner.stopping:
-            delay = self.restart.backoff(len(self._recent(crashes)))
+            recent = len(self._recent(crashes))
+            delay = self.restart.backoff(recent)
+            if recent:
+                log.info(
+                    "restarting the provider of thread %s for run %s: %d crash(es) in %.0fs, "
+                    "backoff %.1fs",
+                    thread_id,
+                    run.id,
+                    recent,
+                    self.restart.window_s,
+                    delay,
+                )
             if delay:
                 await trio.sleep(delay)
             try:
@@ -486,7 +500,14 @@ class SessionManager:
         if crashes.held:
             await self._fail_run(thread_id, run, "provider restart intensity exceeded")
             return
-        await trio.sleep(self.restart.backoff(len(self._recent(crashes))))
+        delay = self.restart.backoff(len(self._recent(crashes)))
+        log.info(
+            "recovering run %s of thread %s on a new runtime (backoff %.1fs)",
+            run.id,
+            thread_id,
+            delay,
+        )
+        await trio.sleep(delay)
         try:
             runner = await self._open_runner(thread_id, run.id)
             await runner.start_turn(run.id, self._user_text(run), turn=turn)
@@ -597,6 +618,13 @@ class SessionManager:
             )
             if crashed:
                 self._record_crash(runner.thread_id)
+            if started:
+                log.info(
+                    "runtime of thread %s released (%s), session %s",
+                    runner.thread_id,
+                    reason or ("crash" if crashed else "exit"),
+                    runner.session_id,
+                )
             self.released += 1
             released = self._release_done.pop(runner, None)
             if released is not None:
@@ -647,6 +675,12 @@ class SessionManager:
             busy = runner.busy or self._has_pending(runner)
             limit = self.reaper.background_cap_s if busy else self.reaper.idle_timeout_s
             if idle >= limit and not runner.exited.is_set():
+                log.info(
+                    "reaping the idle runtime of thread %s (idle %.0fs%s)",
+                    thread_id,
+                    idle,
+                    ", past the background cap" if busy else "",
+                )
                 runner.stop("idle_timeout")
                 reaped.append(thread_id)
         return reaped

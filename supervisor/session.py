@@ -20,8 +20,10 @@ from typing import Any, Literal
 import attrs
 import trio
 
-from adapters.errors import AdapterError, ProviderTimeout, ResumeError
+from adapters.diagnostics import redact_text
+from adapters.errors import AdapterError, ProviderGone, ProviderTimeout, ResumeError
 from adapters.event_queue import EventQueue
+from adapters.process import ChildProcess
 from adapters.protocol import (
     NullRawSink,
     ProviderAdapter,
@@ -31,6 +33,7 @@ from adapters.protocol import (
     ResumeRefs,
     RuntimeConfig,
 )
+from adapters.transport import LaunchSpec, ProviderProcess
 from supervisor.launcher import (
     LauncherFactory,
     RecordingLauncher,
@@ -41,10 +44,13 @@ from supervisor.leftovers import process_clock, stop_turn_leftovers
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.coalesce import DeltaCoalescer
+from t3orch.ingest.translate import describe_exit
 from t3orch.provider_events import (
     Diagnostic,
     ItemCompleted,
     ProviderEvent,
+    RequestCancelled,
+    RequestOpened,
     RuntimeExited,
     SubagentEnded,
     SubagentRun,
@@ -79,6 +85,9 @@ STOP_INTERRUPT_S = 3.0
 #: The event queue's bound: the provider is not read while this many events wait, so
 #: the pump takes at most this many (plus one frame's) per submission.
 MAX_INGEST_BATCH = 1024
+#: A turn whose input could not be written to a provider that is gone waits this
+#: long for the exit, whose status and stderr say why better than the write error.
+EXIT_REPORT_GRACE_S = 2.0
 
 
 class SessionFailed(Exception):
@@ -90,6 +99,21 @@ def _start_failure(exc: BaseException) -> BaseException | None:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc if isinstance(exc, (AdapterError, OSError)) else None
+
+
+def _why_not_started(cause: BaseException, exit_event: RuntimeExited | None) -> str:
+    """One line on why a runtime did not start, for the run's and the session's lastError.
+
+    A provider that died on its own says more by its exit and stderr than the write
+    or read that found it gone; a binary that cannot be run is named.
+    """
+    summary = None if exit_event is None else describe_exit(exit_event)
+    if isinstance(cause, ProviderGone) and summary is not None and summary.error is not None:
+        return summary.error
+    if isinstance(cause, OSError) and cause.filename is not None:
+        return f"cannot run {cause.filename}: {cause.strerror or cause}"
+    stderr = summary.stderr if summary is not None else ""
+    return str(cause) + (f"; stderr: {stderr}" if stderr else "")
 
 
 def _subagent_end(event: ProviderEvent) -> tuple[str | None] | None:
@@ -104,6 +128,24 @@ def _subagent_end(event: ProviderEvent) -> tuple[str | None] | None:
         ref = event.detail.get("threadId")
         return (ref if isinstance(ref, str) else None,)
     return None
+
+
+@attrs.define
+class _Announced:
+    """A session's launcher that tells the session of each process it spawns."""
+
+    inner: SupervisedLauncher
+    runner: SessionRunner
+    raw: RawFrameSink
+
+    async def launch(self, spec: LaunchSpec) -> ProviderProcess:
+        process = await self.inner.launch(spec)
+        self.runner._spawned(process, self.raw)
+        return process
+
+    @property
+    def current(self) -> ChildProcess | None:
+        return self.inner.current
 
 
 @attrs.define(eq=False)
@@ -129,6 +171,8 @@ class SessionRunner:
     last_activity: float = -math.inf
     exited: trio.Event = attrs.field(factory=trio.Event)
     exit_event: RuntimeExited | None = None
+    #: The turn the exit ended (it was active then), if any.
+    exit_turn: TurnBinding | None = None
     #: When the exit was committed (trio time).
     exit_committed_at: float | None = None
     stop_reason: str | None = None
@@ -201,15 +245,23 @@ class SessionRunner:
         self._events = events
         raw = self.raw_factory(self.provider, binding.provider_session_id)
         started = False
+        not_started: str | None = None
         try:
             async with trio.open_nursery() as nursery:
                 self._tasks = nursery
-                self.launcher = (
+                self.launcher = _Announced(
                     self.launcher_factory(self.provider, nursery)
                     if self.launcher_factory is not None
-                    else RecordingLauncher(nursery)
+                    else RecordingLauncher(nursery),
+                    self,
+                    raw,
                 )
                 nursery.start_soon(self._pump, events)
+                if hasattr(raw, "on_failure"):
+                    raw.on_failure = self._raw_log_failed(nursery, binding.provider_session_id)
+                    failed = getattr(raw, "failed", None)
+                    if isinstance(failed, str):
+                        raw.on_failure(failed)  # it could not even open its files
                 try:
                     async with self.adapter.open_runtime(
                         self.config, self.launcher, events, raw
@@ -236,8 +288,20 @@ class SessionRunner:
                     cause = _start_failure(exc)
                     if started or cause is None:
                         raise
+                    # The exit (with its stderr) is queued by now: let the pump take it.
+                    events.close()
+                    with trio.CancelScope(shield=True):
+                        await self._wait_pump()
+                    not_started = _why_not_started(cause, self.exit_event)
+                    log.warning(
+                        "provider %s did not start (session %s, thread %s): %s",
+                        self.provider,
+                        binding.provider_session_id,
+                        self.thread_id,
+                        not_started,
+                    )
                     raise SessionFailed(
-                        f"{self.provider} runtime failed to start: {cause}"
+                        f"{self.provider} runtime failed to start: {not_started}"
                     ) from cause
                 finally:
                     events.close()
@@ -250,17 +314,45 @@ class SessionRunner:
             if close is not None:
                 close()
             if self.exit_event is None:
-                # Shut down before the adapter reported an exit (daemon shutdown):
-                # record the release ourselves, shielded so it survives cancellation.
+                # Shut down before the adapter reported an exit (daemon shutdown), or
+                # no process ever ran (its binary is missing): record the release
+                # ourselves, shielded so it survives cancellation.
+                gone = (
+                    RuntimeExited(code=None, signal=None, error=not_started)
+                    if not_started is not None
+                    else RuntimeExited(code=0, signal=None, stderr_tail="released: daemon shutdown")
+                )
                 with trio.CancelScope(shield=True), trio.move_on_after(5):
-                    await self._ingest(
-                        [
-                            RuntimeExited(
-                                code=0, signal=None, stderr_tail="released: daemon shutdown"
-                            )
-                        ]
-                    )
+                    await self._ingest([gone])
             self.exited.set()
+
+    def _raw_log_failed(self, nursery: trio.Nursery, session_id: str) -> Callable[[str], None]:
+        """A raw log that cannot be written is said once, as a session diagnostic.
+
+        The raw log has logged it already; past the runtime's life there is no one
+        to note it to, and the log line is all there is.
+        """
+
+        def note(why: str) -> None:
+            with contextlib.suppress(RuntimeError):  # the nursery has closed
+                nursery.start_soon(self.core.note, session_id, "warning", "raw_log_unwritable", why)
+
+        return note
+
+    def _spawned(self, process: ProviderProcess, raw: RawFrameSink) -> None:
+        """A provider process started: say so, and send its stderr to the session's
+        stderr file from its first byte (``t3orch logs``)."""
+        log.info(
+            "provider %s spawned: pid %s, session %s, thread %s",
+            self.provider,
+            process.pid,
+            self.session_id,
+            self.thread_id,
+        )
+        tee = getattr(process, "tee_stderr", None)
+        sink = getattr(raw, "stderr", None)
+        if callable(tee) and callable(sink):
+            tee(sink)
 
     async def _unless_unusable(self, binding: SessionBinding) -> SessionBinding:
         """Before resuming: a fresh provider thread when the stored one is not to be resumed.
@@ -495,13 +587,26 @@ class SessionRunner:
             if self.exited.is_set():
                 return
         child = self.launcher.current if self.launcher else None
-        if child is not None:
+        if child is not None and child.status is None:
+            log.info(
+                "provider %s pid %s still runs after its protocol close (%s): signalling its group",
+                self.provider,
+                child.pid,
+                self.stop_reason,
+            )
             result = await child.stop(grace_close=0.1, grace_term=TERM_GRACE_S, grace_kill=2.0)
             if result.status is None:
                 log.error(
                     "provider %s (pid %s) survived SIGKILL: reported as a leak",
                     self.provider,
                     child.pid,
+                )
+            elif result.stage != "close":
+                log.info(
+                    "provider %s pid %s stopped by %s",
+                    self.provider,
+                    child.pid,
+                    "SIGKILL" if result.stage == "kill" else "SIGTERM",
                 )
 
     # -- work ------------------------------------------------------------------
@@ -531,13 +636,25 @@ class SessionRunner:
         try:
             await rt.start_turn(text)
         except AdapterError as exc:
-            await self._ingest(
-                [
-                    TurnCompleted(
-                        native_turn_ref=None, status="failed", error=f"turn could not start: {exc}"
-                    )
-                ]
+            why = str(exc)
+            if isinstance(exc, ProviderGone):
+                with trio.move_on_after(EXIT_REPORT_GRACE_S):
+                    await self.exited.wait()
+                if self.exit_turn is turn:
+                    return turn  # its exit ended the turn, saying how and with its stderr
+                if self.exit_event is not None:
+                    why = describe_exit(self.exit_event).error or why
+            # Bound to this turn by name: an exit ingested meanwhile (bound to no turn,
+            # as it began before this one) has cleared ``active_turn``.
+            assert self.binding is not None
+            failed = TurnCompleted(
+                native_turn_ref=None, status="failed", error=f"turn could not start: {why}"
             )
+            ticket = await self.core.ingest_queued(
+                attrs.evolve(self.binding, turn=turn, lingering=()), [failed]
+            )
+            await self._drain_inflight()
+            await ticket.outcome()
             # The pump never sees this turn end: it ended here.
             self.active_turn = None
             self._turn_done.set()
@@ -632,6 +749,7 @@ class SessionRunner:
         chunk: list[ProviderEvent] = []
         for event in events:
             chunk.append(event)
+            self._log_event(event)
             if isinstance(event, RuntimeExited) and self._should_recover(event):
                 await self._prepare_recovery()
             ended = _subagent_end(event)
@@ -673,6 +791,7 @@ class SessionRunner:
                     self.lingering.clear()
                     self._late_children.clear()
                     self.exit_event = event
+                    self.exit_turn = ending
                     self.exit_committed_at = trio.current_time()
                     self.active_turn = None
                     self._turn_done.set()
@@ -730,6 +849,51 @@ class SessionRunner:
             await self._drain_inflight()
         chunk[:] = [last]
         await self.on_turn_ending(self.thread_id, self.active_turn.run_id)
+
+    def _log_event(self, event: ProviderEvent) -> None:
+        """The lifecycle steps worth a line in the daemon's log (journald: one each)."""
+        if isinstance(event, RuntimeExited):
+            summary = describe_exit(event)
+            child = self.launcher.current if self.launcher else None
+            failed = summary.error is not None
+            log.log(
+                logging.WARNING if failed and not self.stop_reason else logging.INFO,
+                "provider %s pid %s %s (%s), session %s, thread %s%s",
+                self.provider,
+                child.pid if child is not None else "-",
+                summary.description,
+                self.stop_reason or ("crash" if failed else "exit"),
+                self.session_id,
+                self.thread_id,
+                f"; stderr: {summary.stderr}" if failed and summary.stderr else "",
+            )
+        elif isinstance(event, RequestOpened):
+            log.info(
+                "provider %s asks the user: %s request (native %s), session %s, thread %s: %s",
+                self.provider,
+                event.kind,
+                event.native_request_ref,
+                self.session_id,
+                self.thread_id,
+                redact_text(" ".join(event.summary.split())[:200]) or "-",
+            )
+        elif isinstance(event, RequestCancelled):
+            log.info(
+                "provider %s withdrew request (native %s), session %s: %s",
+                self.provider,
+                event.native_request_ref,
+                self.session_id,
+                redact_text(" ".join(event.reason.split())[:200]),
+            )
+        elif isinstance(event, Diagnostic) and event.level != "info":
+            log.warning(
+                "provider %s %s: %s: %s (session %s)",
+                self.provider,
+                event.level,
+                event.code,
+                redact_text(" ".join(event.message.split())[:300]),
+                self.session_id,
+            )
 
     def _should_recover(self, event: RuntimeExited) -> bool:
         crashed = event.signal is not None or event.code not in (0, None)

@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import signal
-import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +33,7 @@ from supervisor.systemd import Notifier
 from t3orch.api.runner import serve_api
 from t3orch.config import Config
 from t3orch.core import Core, open_core
+from t3orch.daemonlog import raw_dir
 from t3orch.domain.provider import ProcessOwner
 from t3orch.domain.vocab import ProviderKind
 from t3orch.process_tuning import GC_THRESHOLDS, tune_process
@@ -188,7 +188,7 @@ async def run_daemon(
     d = config.daemon
 
     def raw_sink(kind: ProviderKind, session_id: str) -> RawFrameSink:
-        return RotatingRawLog(state_dir / "raw", kind, session_id)
+        return RotatingRawLog(raw_dir(state_dir), kind, session_id)
 
     with exclusive_state_dir(state_dir):
         owner = process_owner(state_dir)
@@ -199,6 +199,7 @@ async def run_daemon(
             reconciled = await settle_previous_run(
                 core.service, core.reader, me=owner, state_dir=state_dir
             )
+            log.info("settled what the previous daemon left: %s", _counts(reconciled))
             manager = SessionManager(
                 core=core.service,
                 reader=core.reader,
@@ -261,6 +262,11 @@ async def _probe_provider_versions(providers: dict[str, ProviderSettings]) -> No
             log.warning("%s", warning)
 
 
+def _counts(counts: dict[str, int]) -> str:
+    """``run 2, turn_item 5`` (the non-zero ones), or ``nothing``."""
+    return ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "nothing"
+
+
 def _writer_probe(core: Core) -> Callable[[], Awaitable[bool]]:
     async def alive() -> bool:
         # A transaction that writes nothing still proves the writer thread turns over.
@@ -281,12 +287,7 @@ async def serve_until_signalled(config: Config, state_dir: Path) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             daemon: Daemon = await nursery.start(run_daemon, config, state_dir)
-            print(
-                f"t3orch: serving {state_dir} (api port {daemon.port}, pid {os.getpid()}); "
-                f"settled at start: {daemon.reconciled}",
-                file=sys.stderr,
-                flush=True,
-            )
+            log.info("serving %s (api port %s, pid %d)", state_dir, daemon.port, os.getpid())
 
             async def stop() -> None:
                 await daemon.shutdown(drain_s=drain_s)
@@ -298,17 +299,14 @@ async def serve_until_signalled(config: Config, state_dir: Path) -> None:
                 if not stopping:
                     stopping = True
                     daemon.notifier.stopping("stopping: letting running turns end")
-                    print(
-                        f"t3orch: {name}: stopping; running turns get up to {drain_s:g}s to "
-                        f"end ({name} again interrupts them now)",
-                        file=sys.stderr,
-                        flush=True,
+                    log.info(
+                        "%s: stopping; running turns get up to %gs to end (%s again "
+                        "interrupts them now)",
+                        name,
+                        drain_s,
+                        name,
                     )
                     nursery.start_soon(stop)
                 else:
-                    print(
-                        f"t3orch: {name} again: interrupting running turns now",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                    log.info("%s again: interrupting running turns now", name)
                     daemon.skip_drain.set()

@@ -235,7 +235,11 @@ class Diagnostic(AdapterEvent, tag="diagnostic"):
 class RuntimeExited(AdapterEvent, tag="runtime.exited"):
     code: int | None
     signal: int | None
+    #: The end of the provider's stderr, redacted by whoever read it.
     stderr_tail: str = ""
+    #: Why the runtime is gone when no exit status says it: it never started
+    #: (``cannot run /usr/bin/codex: No such file or directory``).
+    error: str | None = None
 
 
 ProviderEvent = (

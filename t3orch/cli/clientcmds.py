@@ -461,6 +461,9 @@ async def cmd_show(client: ApiClient, args: argparse.Namespace) -> int:
             r = runs[run_id]
             print(f"\n── run {r['ordinal']} · {r['status']} · {r['provider']} ({r['id']})")
             threadcmds.print_run_usage(r)
+            why = run_failure(r)
+            if why:
+                print(f"   {r['status']}: {why}")
         for item in items:
             print(render_item(item))
     return 0
@@ -486,6 +489,14 @@ def _by_run(
     return [(r, groups[r]) for r in order]
 
 
+def run_failure(run: dict[str, Any]) -> str | None:
+    """Why a run ended without completing, on one line (a failed run with no reason is a
+    question, not an answer); None for a run that completed or is still going."""
+    if run["status"] not in ("failed", "interrupted", "cancelled") or not run.get("lastError"):
+        return None
+    return " ".join(str(run["lastError"]).split())
+
+
 async def cmd_sessions(client: ApiClient, args: argparse.Namespace) -> int:
     view = await client.call("view.read", {"topic": "providerSessions"})
     if args.json:
@@ -499,10 +510,12 @@ async def cmd_sessions(client: ApiClient, args: argparse.Namespace) -> int:
             str(s.get("pid") or "-"),
             _short(s.get("cwd"), 30),
             s.get("lastActivityAt") or s["updatedAt"],
+            # Why it is in error: its exit and stderr tail (bounded when stored), whole.
+            " ".join((s.get("lastError") or "").split()) if s["status"] == "error" else "",
         ]
         for s in view["data"]["sessions"]
     ]
-    _table(["SESSION", "PROVIDER", "STATUS", "PID", "CWD", "LAST ACTIVITY"], rows)
+    _table(["SESSION", "PROVIDER", "STATUS", "PID", "CWD", "LAST ACTIVITY", "ERROR"], rows)
     return 0
 
 
@@ -714,7 +727,9 @@ async def cmd_watch(client: ApiClient, args: argparse.Namespace) -> int:
                 if statuses.get(run["id"]) != run["status"]:
                     statuses[run["id"]] = run["status"]
                     if not args.json and run["status"] in RUN_TERMINAL | {"running"}:
-                        screen.line(f"── run {run['ordinal']} {run['status']}")
+                        why = run_failure(run)
+                        why = f": {why}" if why else ""
+                        screen.line(f"── run {run['ordinal']} {run['status']}{why}")
             if args.until_idle and not view.live_runs():
                 screen.clear()
                 nursery.cancel_scope.cancel()

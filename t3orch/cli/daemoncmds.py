@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import logging
 
 import trio
 
 from t3orch.config import load_config
-from t3orch.state import resolve_state_dir
+from t3orch.state import prepare_state_dir, resolve_state_dir
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from t3orch import daemonlog
     from t3orch.daemon import serve_until_signalled
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     config = load_config(args.config)
     state_dir = resolve_state_dir(
         args.state_dir or (str(config.daemon.state_dir) if config.daemon.state_dir else None)
     )
+    # Checked before anything is written into it; then the log has a file there too.
+    prepare_state_dir(state_dir, create=True)
+    daemonlog.configure(state_dir)
     trio.run(serve_until_signalled, config, state_dir)
     return 0
 

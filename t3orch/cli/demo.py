@@ -27,10 +27,12 @@ import msgspec
 import psutil
 import trio
 
+from t3orch import daemonlog
 from t3orch.cli.environment import provider_environment
 from t3orch.commands.specs import CreateThread
 from t3orch.daemon import Daemon, run_daemon
 from t3orch.events import TurnItemUpserted
+from t3orch.state import prepare_state_dir
 
 DEADLINE_S = 50.0
 
@@ -259,9 +261,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         work.mkdir()
         # Codex trusts (and checkpoints will need) a git work tree.
         subprocess.run(["git", "init", "-q", str(work)], check=False)
+        prepare_state_dir(state_dir, create=True)
         code = 1
         try:
-            code = trio.run(_demo, state_dir, work, root)
+            with daemonlog.logging_to(state_dir, stderr=False):
+                code = trio.run(_demo, state_dir, work, root)
         except* trio.TooSlowError:
             print(f"t3orch demo: did not finish within {DEADLINE_S:.0f} s", file=sys.stderr)
         if args.state_dir:

@@ -38,10 +38,12 @@ import attrs
 import psutil
 import trio
 
+from t3orch import daemonlog
 from t3orch.cli.environment import config_toml, provider_environment
 from t3orch.commands.specs import CreateThread
 from t3orch.config import Config, DaemonConfig
 from t3orch.daemon import Daemon, run_daemon
+from t3orch.state import prepare_state_dir
 from t3orch.store.sqlite.backend import SQLiteStore
 
 DRILLS = ("provider-crash", "daemon-crash", "reap-resume", "hang")
@@ -504,6 +506,8 @@ def cmd_drill(args: argparse.Namespace) -> int:
             if args.name == "daemon-crash":
                 verdict = _daemon_crash(kind, config, state, work, root)
             else:
-                verdict = trio.run(_in_process, args.name, kind, config, state, work)
+                prepare_state_dir(state, create=True)
+                with daemonlog.logging_to(state, stderr=False):
+                    verdict = trio.run(_in_process, args.name, kind, config, state, work)
     _print(verdict, args.json)
     return 0 if verdict.passed else 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
@@ -242,25 +242,15 @@ def _dispatch(ch: Changes, b: SessionBinding, event: ProviderEvent) -> None:
             if event.usage:
                 ch.emit(ProviderUsage(provider_session_id=b.provider_session_id, usage=event.usage))
         case RuntimeExited():
-            status = "stopped" if event.code == 0 and event.signal is None else "error"
-            desc = (
-                f"killed by signal {event.signal}"
-                if event.signal is not None
-                else f"exited with code {event.code}"
-            )
-            tail = _last_lines(event.stderr_tail)
-            error = (
-                None
-                if status == "stopped"
-                else (f"provider {desc}" + (f"; stderr: {tail}" if tail else ""))
-            )
+            summary = describe_exit(event)
             release_session(
                 ch,
                 b,
-                status=status,
-                reason=f"provider {desc}",
-                last_error=error,
-                exit_description=desc,
+                status=summary.status,
+                # The run says why too, stderr included: `show` prints it.
+                reason=summary.error or f"provider {summary.description}",
+                last_error=summary.error,
+                exit_description=summary.description,
             )
 
 
@@ -286,6 +276,36 @@ def _bound(ch: Changes, b: SessionBinding, event: ProviderEvent) -> SessionBindi
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class ExitSummary(NamedTuple):
+    """How a runtime ended, as the session row and the daemon's log say it."""
+
+    #: The session's status after it.
+    status: Literal["stopped", "error"]
+    #: ``exited with code 1``, ``killed by signal 9``, ``did not start``.
+    description: str
+    #: The lastError: ``provider exited with code 1; stderr: fatal: no API key configured``
+    #: (None for a clean exit).
+    error: str | None
+    #: The last lines of its stderr, joined with `` | `` ("" when it wrote none).
+    stderr: str
+
+
+def describe_exit(event: RuntimeExited) -> ExitSummary:
+    """How ``event``'s runtime ended, with the last lines of its (redacted) stderr."""
+    tail = _last_lines(event.stderr_tail)
+    also = f"; stderr: {tail}" if tail else ""
+    if event.error is not None:
+        return ExitSummary("error", "did not start", event.error + also, tail)
+    if event.code == 0 and event.signal is None:
+        return ExitSummary("stopped", "exited with code 0", None, tail)
+    desc = (
+        f"killed by signal {event.signal}"
+        if event.signal is not None
+        else f"exited with code {event.code}"
+    )
+    return ExitSummary("error", desc, f"provider {desc}{also}", tail)
 
 
 def _last_lines(stderr: str, lines: int = 3, limit: int = 500) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -310,3 +311,80 @@ def test_a_large_completed_item_is_stored_as_is_and_its_secrets_still_redacted(
     assert clean_rec["payload"] == json.loads(clean)
     assert leaked_rec["payload"]["params"]["item"]["apiKey"] == REDACTED
     assert "ghp_1" not in json.dumps(env_rec["payload"])
+
+
+class _FullDisk:
+    """A file on a full disk: every write fails with ENOSPC."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def write(self, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def flush(self) -> None:
+        pass
+
+    def tell(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_full_disk_is_said_once_and_frames_keep_their_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("adapters.diagnostics.open_log_file", lambda path, mode: _FullDisk())
+    told: list[str] = []
+    log = open_log(tmp_path)
+    log.on_failure = told.append
+    ids = [log.record("incoming", b'{"method":"x","params":{}}') for _ in range(3)]
+    log.stderr(b"a line\n")
+    log.flush()
+    log.close()
+    assert ids == [f"raw_pss_test_{n}" for n in (1, 2, 3)]
+    assert len(told) == 1 and "No space left on device" in told[0]
+    assert log.failed == told[0]
+    warned = [r for r in caplog.records if "cannot write" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].levelname == "WARNING"
+
+
+def test_a_disk_that_fills_later_keeps_what_was_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with open_log(tmp_path, flush_interval_s=0) as log:
+        log.record("incoming", b'{"method":"first","params":{}}')
+        monkeypatch.setattr("adapters.diagnostics.open_log_file", lambda path, mode: _FullDisk())
+        assert log._file is not None
+        log._file.close()
+        log._file = _FullDisk()  # type: ignore[assignment]  # the disk is full from here
+        log.record("incoming", b'{"method":"second","params":{}}')
+        assert log.failed is not None
+        third = log.record("incoming", b'{"method":"third","params":{}}')
+    assert third.endswith("_3")
+    assert [r.method for r in read_raw_log(log.path)] == ["first"]
+
+
+def test_stderr_goes_beside_the_frames_redacted_line_by_line(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.stderr(b"starting\nOPENAI_API_KEY=sk-se")
+        log.stderr(b"cret1234\nAuthorization: Bearer abc.def\nno newline at the end\n")
+        # Codex colours its tracing fields: the colours go, or they would hide the name.
+        log.stderr(b"\x1b[3mGITHUB_TOKEN\x1b[0m\x1b[2m=\x1b[0mghp_abc rest\n")
+        log.stderr(b"no newline at the end")
+    text = log.stderr_path.read_text()
+    assert text == (
+        "starting\nOPENAI_API_KEY=[REDACTED]\nAuthorization: Bearer [REDACTED]\n"
+        "no newline at the end\nGITHUB_TOKEN=[REDACTED] rest\nno newline at the end\n"
+    )
+    assert "sk-secret" not in text and "ghp_abc" not in text
+
+
+def test_a_raw_dir_that_cannot_be_made_is_a_failure_said_not_raised(tmp_path: Path) -> None:
+    (tmp_path / "raw").write_text("a file where the directory should be")
+    log = open_log(tmp_path)
+    assert log.failed is not None and "cannot write" in log.failed
+    assert log.record("incoming", b"{}") == "raw_pss_test_1"
+    log.stderr(b"x\n")
+    log.close()

@@ -94,6 +94,31 @@ async def test_stderr_keeps_only_its_tail() -> None:
         assert len(tail) == STDERR_TAIL_BYTES
 
 
+async def test_stderr_tail_is_redacted_even_where_the_tail_cuts_a_secrets_line() -> None:
+    # The kept tail starts inside the secret's line, after its name: redacting only
+    # when the tail is read would no longer see a name, and leak the value.
+    secret = "OPENAI_API_KEY=sk-secret-value\n"
+    filler = "y" * (STDERR_TAIL_BYTES - len("KEY=sk-secret-value\n") - 1) + "\n"
+    code = (
+        "import sys, time\n"
+        f"sys.stderr.write({secret!r}); sys.stderr.flush(); time.sleep(0.05)\n"
+        f"sys.stderr.write({filler!r}); sys.stderr.write('Authorization: Bearer abc'); "
+        "sys.stderr.flush()"
+    )
+    teed: list[bytes] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            child = await TrioProcessLauncher(nursery).launch(python_spec(code))
+            child.tee_stderr(teed.append)
+            assert (await child.wait()).code == 0
+    tail = child.stderr_tail()
+    assert "sk-secret" not in tail and "abc" not in tail
+    assert tail.endswith("Authorization: Bearer [REDACTED]")
+    assert len(tail) <= STDERR_TAIL_BYTES
+    # The tee gets every byte, as written, for its own (redacting) log file.
+    assert b"".join(teed).endswith(b"Authorization: Bearer abc")
+
+
 def test_the_launcher_satisfies_the_protocol() -> None:
     def check(launcher: ProcessLauncher) -> None:
         del launcher
