@@ -696,8 +696,15 @@ class SessionManager:
 
     @property
     def running_runs(self) -> int:
-        """Threads with a run being dispatched or running (what a drain waits for)."""
-        return len(self._dispatching)
+        """Threads with a run being dispatched or running that could end on its own: what
+        a drain waits for. A turn waiting for the user's answer to a request does not
+        count: it ends only when answered, and holding the stop for it would only delay
+        its interrupt by the whole drain."""
+        return sum(
+            1
+            for thread_id in self._dispatching
+            if (runner := self.runners.get(thread_id)) is None or not runner.waits_for_user()
+        )
 
     def stop_all(self, reason: str = "shutdown") -> None:
         for runner in list(self.runners.values()):

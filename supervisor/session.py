@@ -387,7 +387,7 @@ class SessionRunner:
             now = trio.current_time()
             quiet_since = self._quiet_since()
             quiet = now - quiet_since
-            if self.active_turn is None or quiet < self.stall_after_s or self._waits_for_user():
+            if self.active_turn is None or quiet < self.stall_after_s or self.waits_for_user():
                 if quiet >= self.stall_after_s:
                     # Idle past the window: sleep_until above would return at once and
                     # spin. A turn starting during this sleep is still checked in time.
@@ -433,7 +433,7 @@ class SessionRunner:
             return max(self.stall_timeout_s, self.stall_after_s)
         return self.stall_after_s
 
-    def _waits_for_user(self) -> bool:
+    def waits_for_user(self) -> bool:
         """A request of this thread is waiting for an answer: the silence is ours."""
         with self.reader.snapshot():
             rows = self.reader.rows_by_status("runtime_request", ("pending",))

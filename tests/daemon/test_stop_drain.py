@@ -19,11 +19,16 @@ from t3orch.store.sqlite.backend import SQLiteStore
 from tests.daemon.support import Served, rpc, serve
 
 
-def _config(tmp: Path, *, drain_s: float, slow_ms: int) -> Path:
+APPROVAL = Path(__file__).parents[1] / "supervisor/transcripts/codex_approval_pending.ndjson"
+
+
+def _config(tmp: Path, *, drain_s: float, slow_ms: int, transcript: Path | None = None) -> Path:
     cmd = [sys.executable, "-m", "adapters.standin", "--slow-ms", str(slow_ms)]
     path = tmp / "t3orch.toml"
+    played = "" if transcript is None else f"transcript = {json.dumps(str(transcript))}\n"
     path.write_text(
         f"[daemon]\nstop_drain_s = {drain_s}\n\n[providers.standin]\ncommand = {json.dumps(cmd)}\n"
+        + played
     )
     return path
 
@@ -96,3 +101,29 @@ def test_a_second_sigterm_skips_the_drain(tmp_path: Path) -> None:
         took = time.monotonic() - t0
     assert _runs(state)[run_id].status == "interrupted"
     assert took < 20, took  # not the 60 s drain
+
+
+def test_a_turn_waiting_for_the_users_answer_does_not_hold_the_stop(tmp_path: Path) -> None:
+    # Only the user's answer ends such a turn: the drain does not wait the 60 s for it.
+    state = tmp_path / "state"
+    with serve(state, _config(tmp_path, drain_s=60, slow_ms=0, transcript=APPROVAL)) as d:
+        _, run_id = _running_turn(d, tmp_path)
+        deadline = time.monotonic() + 30
+        while not _pending_requests(state):
+            assert time.monotonic() < deadline, "the run never asked for an approval"
+            time.sleep(0.02)
+        t0 = time.monotonic()
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.proc.wait(timeout=30) == 0
+        took = time.monotonic() - t0
+    assert _runs(state)[run_id].status == "interrupted"
+    assert took < 20, took  # the stop ladder's bound, not the 60 s drain
+
+
+def _pending_requests(state: Path) -> list[Any]:
+    store = SQLiteStore(state / "events.sqlite3", readonly=True)
+    try:
+        with store.snapshot():
+            return [r.decode() for r in store.rows_by_status("runtime_request", ("pending",))]
+    finally:
+        store.close()
