@@ -18,7 +18,6 @@ import pytest
 from t3orch.store.sqlite.backend import SQLiteStore
 from tests.daemon.support import Served, rpc, serve
 
-
 APPROVAL = Path(__file__).parents[1] / "supervisor/transcripts/codex_approval_pending.ndjson"
 
 
