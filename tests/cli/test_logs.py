@@ -49,9 +49,11 @@ def test_follow_prints_appended_lines_and_survives_a_rotation(
     log = tmp_path / "daemon.log"
     log.write_text("before\n")
     stop = threading.Event()
+    following = threading.Event()  # the log as it was is printed: -f waits for more
     pause = time.sleep
 
     def sleep(seconds: float) -> None:
+        following.set()
         if stop.is_set():
             raise KeyboardInterrupt  # how a user ends `-f`
         pause(0.01)
@@ -59,7 +61,7 @@ def test_follow_prints_appended_lines_and_survives_a_rotation(
     monkeypatch.setattr("t3orch.cli.logcmds.time.sleep", sleep)
 
     def writer() -> None:
-        pause(0.1)
+        following.wait(10)
         with log.open("a") as f:
             f.write("appended\npartial")
         pause(0.1)

@@ -13,12 +13,15 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from adapters.event_queue import EventQueue
 from adapters.protocol import ProviderAdapter, RawFrameSink, RuntimeConfig
 from adapters.transport import ProcessLauncher
 from supervisor.providers import StandinAdapter, standin_settings
 from t3orch.domain.vocab import ProviderKind
-from t3orch.events import ProviderDiagnostic
+from t3orch.events import EventDraft, ProviderDiagnostic, ThreadUpserted
+from t3orch.store.interface import Decision, StateView
 from tests.supervisor.standin_plan import ECHO_RESUME
 from tests.supervisor.support import Rig, rig
 
@@ -53,6 +56,16 @@ def _diagnostics(r: Rig, code: str) -> list[ProviderDiagnostic]:
         ]
 
 
+async def _store_cwd(r: Rig, thread_id: str, cwd: str) -> None:
+    """The thread's cwd as a store written before cwd was checked may hold it."""
+
+    def decide(view: StateView) -> Decision:
+        thread = msgspec.structs.replace(view.get("thread", thread_id), cwd=cwd)
+        return Decision([EventDraft(payload=ThreadUpserted(thread=thread))])
+
+    await r.core.writer.submit(decide)
+
+
 async def _in_flight_elsewhere(r: Rig) -> tuple[str, str]:
     """A healthy thread with a slow turn running (its provider writes a frame every 150 ms)."""
     tid = await r.thread()
@@ -65,7 +78,8 @@ async def test_a_nul_byte_in_a_stored_cwd_fails_that_run_only(tmp_path: Path) ->
     slow = standin_settings(ECHO_RESUME, "--slow-ms", "150")
     async with rig(tmp_path / "e.db", providers={"standin": slow}) as r:
         good, in_flight = await _in_flight_elsewhere(r)
-        bad = await r.thread(cwd="/tmp/a\x00b")
+        bad = await r.thread()
+        await _store_cwd(r, bad, "/tmp/a\x00b")
         for attempt in range(2):  # each later send fails again, and only that send
             sent = await r.manager.send_message(bad, f"hello {attempt}")
             run = await r.wait_run(sent.result["runId"], ENDED)
