@@ -72,6 +72,12 @@ TYPE_ONLY = "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    {}\n"
             TYPE_ONLY.format("from supervisor.manager import SessionManager"),
             "layers: supervisor > adapters > t3orch",
         ),
+        # An upper layer importing the composition root (which imports it back).
+        (
+            "supervisor/providers.py",
+            "def _late() -> None:\n    import t3orch.daemon\n",
+            "the composition root: imported by the CLI commands that run it only",
+        ),
         # A core module outside the composition root importing the test fixtures.
         (
             "t3orch/cli/threadcmds.py",
