@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import attrs
 import trio
 
 from adapters.errors import AdapterError
-from supervisor.session import SessionFailed
+from supervisor.session import SessionFailed, SessionRunner
 from t3orch import gitstore
 from t3orch.commands.checkpoints import require_run_checkpoint, target_ordinal
 from t3orch.ids import CheckpointId, CommandId
@@ -25,13 +26,23 @@ from t3orch.service import CommandResult, CoreService
 from t3orch.store.errors import CommandRejected
 from t3orch.store.sqlite.backend import SQLiteStore
 
-if TYPE_CHECKING:
-    from supervisor.manager import SessionManager
-
 log = logging.getLogger(__name__)
 
 _ENDED = ("completed", "interrupted", "failed")
 _NODE_OPEN = ("pending", "running", "waiting")
+
+
+class Runtimes(Protocol):
+    """What a rollback needs of the session manager (which passes itself): the live
+    runtimes, and opening or retiring one. A protocol, so that the manager, which
+    owns the checkpointer, is not imported back by it."""
+
+    @property
+    def runners(self) -> Mapping[str, SessionRunner]: ...
+
+    async def ensure_runner(self, thread_id: str) -> SessionRunner: ...
+
+    async def retire(self, runner: SessionRunner, reason: str = ...) -> None: ...
 
 
 @attrs.define(eq=False)
@@ -170,7 +181,7 @@ class Checkpointer:
 
     async def rollback(
         self,
-        manager: SessionManager,
+        manager: Runtimes,
         thread_id: str,
         checkpoint_id: str,
         *,
@@ -321,7 +332,7 @@ class Checkpointer:
         return sorted(out)
 
     async def _revert_natively(
-        self, manager: SessionManager, thread: Any, pt_id: str, later: list[Any]
+        self, manager: Runtimes, thread: Any, pt_id: str, later: list[Any]
     ) -> bool:
         pt = self._row("provider_thread", pt_id)
         if (

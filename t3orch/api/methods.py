@@ -8,27 +8,63 @@ command receipts make that a lookup), so a client may retry after any failure.
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sized
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
 from t3orch import gitstore
 from t3orch.api import params as P
-from t3orch.api.operations import store_facts, writer_facts
+from t3orch.api.operations import Operations, store_facts, writer_facts
 from t3orch.api.protocol import METHOD_NOT_FOUND, RpcError, decode_params
+from t3orch.api.reads import ApiReader
 from t3orch.api.topics import TopicFilter, check_topic, open_filter, read_view
 from t3orch.commands.specs import CreateThread
+from t3orch.core import Core
 from t3orch.service import CommandResult
+from t3orch.store.broadcast import Subscription
 from t3orch.store.errors import CommandRejected
 from t3orch.store.sqlite.backend import SQLiteStore
 from t3orch.worktrees import fork_into_worktree
 
-if TYPE_CHECKING:
-    from t3orch.api.server import Connection
 
-Handler = Callable[["Connection", Any], Awaitable[Any]]
+class ServerLimits(Protocol):
+    @property
+    def subscription_buffer(self) -> int: ...
+
+
+class Server(Protocol):
+    @property
+    def limits(self) -> ServerLimits: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+class Connection(Protocol):
+    """A client connection as the methods see it (``t3orch.api.server.Connection`` is
+    one): a protocol, so that the server, which dispatches to the methods, is not
+    imported back by them."""
+
+    @property
+    def server(self) -> Server: ...
+    @property
+    def core(self) -> Core: ...
+    @property
+    def ops(self) -> Operations: ...
+    @property
+    def reader(self) -> ApiReader: ...
+    @property
+    def subscriptions(self) -> Sized: ...
+
+    def start_stream(
+        self, flt: TopicFilter, live: Subscription, cursor: int, snapshot: Any
+    ) -> str: ...
+
+    def stop_stream(self, sub_id: str) -> bool: ...
+
+
+Handler = Callable[[Connection, Any], Awaitable[Any]]
 MAX_SUBSCRIPTIONS = 64
 
 

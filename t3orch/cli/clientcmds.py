@@ -14,9 +14,7 @@ import itertools
 import os
 import shutil
 import sys
-import uuid
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any, TextIO
 
 import msgspec
@@ -24,12 +22,10 @@ import trio
 
 from t3orch.cli import threadcmds
 from t3orch.cli.client import ApiClient, ApiError, DaemonNotRunning, ThreadView, connect
-from t3orch.config import load_config
+from t3orch.cli.invocation import command_id, command_name, print_json, socket_path
 from t3orch.domain.vocab import RUN_TERMINAL, TURN_ITEM_TERMINAL
-from t3orch.state import resolve_state_dir
 
 Command = Callable[[ApiClient, argparse.Namespace], Awaitable[int]]
-SOCKET_FILE = "api.sock"
 
 
 def register(
@@ -114,17 +110,8 @@ def register(
 # -- running -----------------------------------------------------------------------
 
 
-def socket_path(args: argparse.Namespace) -> Path:
-    """``--state-dir``, ``$T3ORCH_STATE_DIR``, the config's ``daemon.state_dir``, XDG."""
-    chosen = args.state_dir or os.environ.get("T3ORCH_STATE_DIR")
-    if not chosen and args.config:
-        configured = load_config(args.config).daemon.state_dir
-        chosen = str(configured) if configured else None
-    return resolve_state_dir(chosen) / SOCKET_FILE
-
-
 def run_client(args: argparse.Namespace, fn: Command) -> int:
-    name = _name(args)
+    name = command_name(args)
     path = socket_path(args)
 
     async def main() -> int:
@@ -147,11 +134,6 @@ def run_client(args: argparse.Namespace, fn: Command) -> int:
         raise
 
 
-def _name(args: argparse.Namespace) -> str:
-    sub = getattr(args, "thread_command", None)
-    return f"{args.command} {sub}" if sub else str(args.command)
-
-
 def _known(exc: BaseException) -> BaseException | None:
     """The failure worth one line, out of trio's exception groups."""
     if isinstance(exc, BaseExceptionGroup):
@@ -161,17 +143,6 @@ def _known(exc: BaseException) -> BaseException | None:
                 return found
         return None
     return exc if isinstance(exc, DaemonNotRunning | ApiError | KeyboardInterrupt) else None
-
-
-def command_id() -> str:
-    # Fresh per invocation: a retry of the same invocation would reuse it.
-    return f"cli-{uuid.uuid4().hex}"
-
-
-def _json(doc: Any, out: TextIO | None = None) -> None:
-    out = out or sys.stdout
-    out.write(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n")
-    out.flush()
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> None:
@@ -193,7 +164,7 @@ def _short(text: str | None, width: int = 60) -> str:
 async def cmd_status(client: ApiClient, args: argparse.Namespace) -> int:
     st = await client.call("daemon.status")
     if args.json:
-        _json(st)
+        print_json(st)
         _version_warnings(st)
         return 0
     api = st.get("api", {})
@@ -246,7 +217,7 @@ async def cmd_threads(client: ApiClient, args: argparse.Namespace) -> int:
             if not (e["thread"].get("archivedAt") or e["thread"].get("deletedAt"))
         ]
     if args.json:
-        _json(data)
+        print_json(data)
         return 0
     rows = []
     for e in data["threads"]:
@@ -279,7 +250,7 @@ async def cmd_thread_new(client: ApiClient, args: argparse.Namespace) -> int:
         params["title"] = args.title
     res = await client.call("thread.create", params)
     if args.json:
-        _json(res)
+        print_json(res)
     else:
         print(res["result"]["threadId"])
     return 0
@@ -296,7 +267,7 @@ async def cmd_thread_set(client: ApiClient, args: argparse.Namespace) -> int:
             params[key] = value
     res = await client.call("thread.configure", params)
     if args.json:
-        _json(res)
+        print_json(res)
         return 0
     changed = res["result"]["changed"]
     if not changed:
@@ -323,7 +294,7 @@ async def cmd_send(client: ApiClient, args: argparse.Namespace) -> int:
     )
     run_id = res["result"]["runId"]
     if args.json:
-        _json(res)
+        print_json(res)
     else:
         print(run_id, flush=True)
     if view is None:
@@ -335,7 +306,7 @@ async def cmd_send(client: ApiClient, args: argparse.Namespace) -> int:
         return 1
     run = view.runs.get(run_id, {})
     if args.json:
-        _json({"runId": run_id, "status": status, "lastError": run.get("lastError")})
+        print_json({"runId": run_id, "status": status, "lastError": run.get("lastError")})
     else:
         error = f": {run['lastError']}" if run.get("lastError") else ""
         print(f"run {run_id} {status}{error}", file=sys.stderr)
@@ -352,7 +323,7 @@ async def _run_end(
             if req["id"] not in announced:
                 announced.add(req["id"])
                 if args.json:
-                    _json({"pendingRequest": req})
+                    print_json({"pendingRequest": req})
                 else:
                     print(pending_request_text(req, args), file=sys.stderr, flush=True)
         run = view.runs.get(run_id)
@@ -380,7 +351,7 @@ def pending_request_text(req: dict[str, Any], args: argparse.Namespace) -> str:
 async def cmd_requests(client: ApiClient, args: argparse.Namespace) -> int:
     view = await client.call("view.read", {"topic": "pendingRequests"})
     if args.json:
-        _json(view["data"])
+        print_json(view["data"])
         return 0
     rows = [
         [
@@ -427,7 +398,7 @@ def _respond(default: str) -> Command:
             params["message"] = args.message
         res = await client.call("request.respond", params)
         if args.json:
-            _json(res)
+            print_json(res)
         else:
             print(f"{args.request}: {decision}")
         return 0
@@ -438,7 +409,7 @@ def _respond(default: str) -> Command:
 async def cmd_interrupt(client: ApiClient, args: argparse.Namespace) -> int:
     res = await client.call("run.interrupt", {"commandId": command_id(), "runId": args.run})
     if args.json:
-        _json(res)
+        print_json(res)
     elif res["result"].get("runtimeStopped"):
         print(f"{args.run}: interrupted; the provider did not take the interrupt: runtime stopped")
     else:
@@ -450,7 +421,7 @@ async def cmd_show(client: ApiClient, args: argparse.Namespace) -> int:
     view = await client.call("view.read", {"topic": "threadDetail", "threadId": args.thread})
     data = view["data"]
     if args.json:
-        _json(data)
+        print_json(data)
         return 0
     t = data["thread"]
     print(f"{t['title']}  ({t['id']}, {t['defaultProvider']}, {t['cwd']})")
@@ -500,7 +471,7 @@ def run_failure(run: dict[str, Any]) -> str | None:
 async def cmd_sessions(client: ApiClient, args: argparse.Namespace) -> int:
     view = await client.call("view.read", {"topic": "providerSessions"})
     if args.json:
-        _json(view["data"])
+        print_json(view["data"])
         return 0
     rows = [
         [
@@ -675,7 +646,7 @@ async def cmd_watch(client: ApiClient, args: argparse.Namespace) -> int:
     _, snap = await client.subscribe("threadDetail", args.thread)
     view = ThreadView(snap)
     if args.json:
-        _json({"snapshotSequence": view.sequence, "thread": view.thread})
+        print_json({"snapshotSequence": view.sequence, "thread": view.thread})
     statuses = {r["id"]: r["status"] for r in view.runs.values()}
     for item in view.items.values():
         if args.json:

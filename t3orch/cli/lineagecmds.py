@@ -11,7 +11,8 @@ from typing import Any
 import trio
 
 from t3orch.cli.client import ApiClient
-from t3orch.cli.clientcmds import Command, _json, _short, _table, command_id, run_client
+from t3orch.cli.clientcmds import Command, _short, _table, run_client
+from t3orch.cli.invocation import command_id, print_json
 
 PROVIDERS = ["codex", "claude", "standin"]
 
@@ -87,7 +88,7 @@ async def cmd_fork(client: ApiClient, args: argparse.Namespace) -> int:
         params["worktree"] = True
     res = await client.call("thread.fork", params)
     if args.json:
-        _json(res)
+        print_json(res)
     else:
         print(res["result"]["threadId"])
     return 0
@@ -99,7 +100,7 @@ async def cmd_switch(client: ApiClient, args: argparse.Namespace) -> int:
         {"commandId": command_id(), "threadId": args.thread, "provider": args.provider},
     )
     if args.json:
-        _json(res)
+        print_json(res)
         return 0
     r = res["result"]
     back = r.get("providerThreadId")
@@ -113,7 +114,7 @@ async def cmd_handoffs(client: ApiClient, args: argparse.Namespace) -> int:
     data = view["data"]
     handoffs = data["handoffs"]
     if args.json:
-        _json(handoffs)
+        print_json(handoffs)
         return 0
     runs = {r["id"]: r for r in data["runs"]}
     rows = []
@@ -143,7 +144,7 @@ async def _mutate(
     """Call ``method``; with ``--json`` print the answer and return None, else its result."""
     res = await client.call(method, params)
     if args.json:
-        _json(res)
+        print_json(res)
         return None
     result: dict[str, Any] = res["result"]
     return result
@@ -184,7 +185,7 @@ async def cmd_merge_back(client: ApiClient, args: argparse.Namespace) -> int:
 async def cmd_checkpoints(client: ApiClient, args: argparse.Namespace) -> int:
     res = await client.call("checkpoint.list", {"threadId": args.thread})
     if args.json:
-        _json(res)
+        print_json(res)
         return 0
     if not res["enabled"]:
         print(f"checkpoints disabled: {res['reason']}")
@@ -218,7 +219,7 @@ async def cmd_diff(client: ApiClient, args: argparse.Namespace) -> int:
         "checkpoint.diff", {"fromCheckpointId": args.base, "toCheckpointId": args.target}
     )
     if args.json:
-        _json(res)
+        print_json(res)
         return 0
     for f in res["files"]:
         print(f"{f['additions']:>5} {f['deletions']:>5}  {f['path']}")
@@ -296,7 +297,7 @@ async def cmd_rollback(client: ApiClient, args: argparse.Namespace) -> int:
         },
     )
     if args.json:
-        _json(res)
+        print_json(res)
         return 0
     r = res["result"]
     runs = ", ".join(str(n) for n in r["rolledBackRuns"]) or "none"

@@ -19,6 +19,7 @@ import trio
 
 from t3orch.api.topics import check_topic, read_view
 from t3orch.cli.client import ApiClient, DaemonNotRunning, connect
+from t3orch.cli.invocation import command_id, command_name, print_json, socket_path
 from t3orch.state import prepare_state_dir
 from t3orch.store.errors import StateDirInvalid
 from t3orch.store.sqlite.backend import SQLiteStore
@@ -79,8 +80,6 @@ def run_reader(args: argparse.Namespace, fn: Command, run_client: Runner) -> int
     The store is opened read-only (the daemon may start meanwhile: readers never
     block it); a missing state dir or store is the usual one-line error, exit 2.
     """
-    from t3orch.cli.clientcmds import _name, socket_path
-
     path = socket_path(args)
     if _daemon_answers(path):
         return run_client(args, fn)
@@ -95,7 +94,7 @@ def run_reader(args: argparse.Namespace, fn: Command, run_client: Runner) -> int
     except DaemonNotRunning as exc:
         # A read the store cannot answer (a stream, a daemon method): one line, as
         # ``run_client`` prints it.
-        print(f"t3orch {_name(args)}: {exc}", file=sys.stderr)
+        print(f"t3orch {command_name(args)}: {exc}", file=sys.stderr)
         return 2
     finally:
         store.close()
@@ -135,13 +134,11 @@ def register(
 
 def _lifecycle(verb: str) -> Command:
     async def cmd(client: ApiClient, args: argparse.Namespace) -> int:
-        from t3orch.cli.clientcmds import _json, command_id
-
         res = await client.call(
             f"thread.{verb}", {"commandId": command_id(), "threadId": args.thread}
         )
         if args.json:
-            _json(res)
+            print_json(res)
         else:
             print(f"{args.thread}: {verb}d")
         return 0

@@ -1,0 +1,48 @@
+"""What every client command of one CLI invocation shares: its name, the daemon's
+socket, a fresh command id and JSON output.
+
+Below ``clientcmds`` and ``threadcmds`` alike, so that neither imports the other
+for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, TextIO
+
+import msgspec
+
+from t3orch.config import load_config
+from t3orch.state import resolve_state_dir
+
+SOCKET_FILE = "api.sock"
+
+
+def command_name(args: argparse.Namespace) -> str:
+    """The command as the user typed it (``thread new``), for error lines."""
+    sub = getattr(args, "thread_command", None)
+    return f"{args.command} {sub}" if sub else str(args.command)
+
+
+def socket_path(args: argparse.Namespace) -> Path:
+    """``--state-dir``, ``$T3ORCH_STATE_DIR``, the config's ``daemon.state_dir``, XDG."""
+    chosen = args.state_dir or os.environ.get("T3ORCH_STATE_DIR")
+    if not chosen and args.config:
+        configured = load_config(args.config).daemon.state_dir
+        chosen = str(configured) if configured else None
+    return resolve_state_dir(chosen) / SOCKET_FILE
+
+
+def command_id() -> str:
+    # Fresh per invocation: a retry of the same invocation would reuse it.
+    return f"cli-{uuid.uuid4().hex}"
+
+
+def print_json(doc: Any, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    out.write(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n")
+    out.flush()
