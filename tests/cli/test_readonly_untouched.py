@@ -13,8 +13,10 @@ import hashlib
 import os
 import select
 import signal
+import sqlite3
 import subprocess
 import time
+from contextlib import closing
 from pathlib import Path
 
 from t3orch.state import DB_NAME
@@ -100,9 +102,14 @@ def test_events_follow_of_a_stopped_store_sees_a_daemon_started_later(tmp_path: 
     follow = _follow(state)
     try:
         _wait_for(follow, first)
-        # Read as immutable (no -wal): the daemon's writes come after.
-        with _daemon(tmp_path):
+        # Read as immutable (no -wal): the daemon's writes come after. A read held
+        # open from before them keeps them in the -wal (no checkpoint can move them
+        # past it): only a reader of the -wal sees them.
+        with _daemon(tmp_path), closing(sqlite3.connect(state / DB_NAME)) as held:
+            held.execute("BEGIN")
+            held.execute("SELECT count(*) FROM events").fetchone()
             _wait_for(follow, _new_thread(state, tmp_path))
+            held.execute("COMMIT")
         # ... and after it stopped again (its -wal checkpointed and gone).
         with _daemon(tmp_path):
             later = _new_thread(state, tmp_path)
