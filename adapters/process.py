@@ -390,7 +390,15 @@ def _spawn(spec: LaunchSpec) -> ChildProcess:
             stdout=stdout_write,
             stderr=stderr_write,
             # The owner mark: the startup sweep's evidence for what this daemon spawned.
-            env={**spec.env, OWNER_ENV: this_process().token(), SPAWN_ENV: spawn_id},
+            # PWD names the child's directory, not the daemon's: a shell's `cd` keeps
+            # them in step, Popen's cwd does not, and a child may trust PWD over
+            # getcwd (the Claude SDK sets it for the CLI for that reason).
+            env={
+                **spec.env,
+                "PWD": os.path.abspath(spec.cwd),
+                OWNER_ENV: this_process().token(),
+                SPAWN_ENV: spawn_id,
+            },
             cwd=spec.cwd,
             start_new_session=True,
             preexec_fn=_pdeathsig_preexec(),

@@ -16,7 +16,10 @@ live client used Y, later inbound responses carrying X carry Y instead.
 
 A client frame that matches no pending expectation is *unknown*: lenient mode
 (the default) logs it and keeps it in :attr:`TranscriptPlayer.skipped`; strict
-mode raises :class:`TranscriptMismatch` naming the step.
+mode raises :class:`TranscriptMismatch` naming the step. One unknown request is
+answered in lenient mode, as the provider answers it whatever the conversation:
+Codex's ``turn/steer`` (see :meth:`TranscriptPlayer._answer_unscripted`). Left
+unanswered, every steer of a stand-in turn waited out the client's request bound.
 
 Synthetic transcripts may write ``{{turn}}`` inside string values of inbound
 frames; it becomes the turn number (1, 2, ...), so a transcript looped with
@@ -146,6 +149,8 @@ class TranscriptPlayer:
         # so that 1 and "1" stay distinct.
         self._remap: dict[Hashable, Any] = {}
         self._loop_start = self._find_loop_start() if loop_turns else None
+        #: The id of the Codex turn the played frames have started and not completed.
+        self._active_turn: str | None = None
 
     def _find_loop_start(self) -> int:
         steps = self.segment.steps
@@ -173,7 +178,7 @@ class TranscriptPlayer:
                     end = index
                     while end < len(steps) and isinstance(steps[end], ExpectOutbound):
                         end += 1
-                    if not await self._expect_group(index, end, outbound):
+                    if not await self._expect_group(index, end, outbound, sink):
                         return await self._stdin_closed(index)
                     index = end
                 elif isinstance(step, RuntimeExit):
@@ -186,13 +191,13 @@ class TranscriptPlayer:
                     await self._emit(step, sink)
                     index += 1
             # The steps ran out (or only an exit that waits for stdin is left).
-            restart = await self._idle(outbound)
+            restart = await self._idle(outbound, sink)
             if restart is None:
                 return await self._stdin_closed(len(steps))
             index = restart
 
     async def _expect_group(
-        self, start: int, end: int, outbound: trio.abc.ReceiveChannel[bytes]
+        self, start: int, end: int, outbound: trio.abc.ReceiveChannel[bytes], sink: PlayerSink
     ) -> bool:
         """Match client frames to steps[start:end]; False if stdin closed first."""
         pending = list(range(start, end))
@@ -212,10 +217,10 @@ class TranscriptPlayer:
                     del pending[position]
                     break
             else:
-                self._unknown(line, frame, pending[0])
+                await self._unscripted(line, frame, pending[0], sink)
         return True
 
-    async def _idle(self, outbound: trio.abc.ReceiveChannel[bytes]) -> int | None:
+    async def _idle(self, outbound: trio.abc.ReceiveChannel[bytes], sink: PlayerSink) -> int | None:
         """After the last step: wait for a new turn (when looping) or for stdin to close.
 
         Returns the step index to continue at, or ``None`` when stdin closed.
@@ -235,7 +240,7 @@ class TranscriptPlayer:
                     self._learn_ids(step.frame, frame)
                     self.turn += 1
                     return self._loop_start + 1
-            self._unknown(line, frame, None)
+            await self._unscripted(line, frame, None, sink)
 
     async def _stdin_closed(self, index: int) -> ExitStatus:
         """The client closed stdin at step ``index``: end as the recording's exit does."""
@@ -254,6 +259,52 @@ class TranscriptPlayer:
             return _CLEAN_EXIT
         await self._delay(exit_step.after_ms)
         return exit_step.status()
+
+    async def _unscripted(
+        self, line: bytes, frame: Any, waiting_for: int | None, sink: PlayerSink
+    ) -> None:
+        """A client frame the recording does not have at this point."""
+        answer = None if self.strict else self._answer_unscripted(frame)
+        if answer is None:
+            self._unknown(line, frame, waiting_for)
+            return
+        log.info("answering unscripted %s", _describe(frame))
+        await sink.stdout_line(msgspec.json.encode(answer))
+
+    def _answer_unscripted(self, frame: Any) -> dict[str, Any] | None:
+        """Codex's own answer to a ``turn/steer`` the recording does not hold, else None.
+
+        As measured with codex 0.169: the steer is accepted at once, even while an
+        approval is pending (the input reaches the model after the answer), and
+        refused with -32600 when no turn runs or ``expectedTurnId`` is missing.
+        Only the answer is played, not the input's later ``userMessage`` item.
+        """
+        if not isinstance(frame, dict) or frame.get("method") != "turn/steer" or "id" not in frame:
+            return None
+        params = frame.get("params")
+        expected = params.get("expectedTurnId") if isinstance(params, dict) else None
+        if expected is None:
+            error = "Invalid request: missing field `expectedTurnId`"
+        elif self._active_turn is None:
+            error = "no active turn to steer"
+        elif expected != self._active_turn:
+            # Not measured: the stand-in's own words for a steer of another turn.
+            error = f"expected turn {expected} is not the active turn {self._active_turn}"
+        else:
+            return {"id": frame["id"], "result": {"turnId": self._active_turn}}
+        return {"id": frame["id"], "error": {"code": -32600, "message": error}}
+
+    def _track_turn(self, frame: dict[str, Any]) -> None:
+        method = frame.get("method")
+        if method not in ("turn/started", "turn/completed"):
+            return
+        params = frame.get("params")
+        turn = params.get("turn") if isinstance(params, dict) else None
+        turn_id = turn.get("id") if isinstance(turn, dict) else None
+        if method == "turn/started" and isinstance(turn_id, str):
+            self._active_turn = turn_id
+        elif method == "turn/completed" and turn_id == self._active_turn:
+            self._active_turn = None
 
     def _unknown(self, line: bytes, frame: Any, waiting_for: int | None) -> None:
         if waiting_for is None:
@@ -279,7 +330,9 @@ class TranscriptPlayer:
         self, step: EmitInbound | EmitInboundRaw | EmitStderr, sink: PlayerSink
     ) -> None:
         if isinstance(step, EmitInbound):
-            await sink.stdout_line(msgspec.json.encode(self.rewrite(step.frame)))
+            frame = self.rewrite(step.frame)
+            self._track_turn(frame)
+            await sink.stdout_line(msgspec.json.encode(frame))
         elif isinstance(step, EmitInboundRaw):
             await sink.stdout_line(step.line.encode("utf-8"))
         else:

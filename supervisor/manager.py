@@ -173,6 +173,13 @@ class SessionManager:
             return CommandResult({"runId": active.run_id, "steered": "native"}, recorded.sequence)
         except NotSupported:
             pass
+        except (AdapterError, SessionFailed) as exc:
+            # The provider refused, died or did not answer within its request bound.
+            raise CommandRejected(
+                "steer_failed",
+                f"the provider did not take the steer: {exc} (the message is recorded on "
+                f"run {active.run_id}; the provider may not have seen it)",
+            ) from exc
         assert runner.binding is not None and runner.binding.provider_thread_id is not None
         with self.reader.snapshot():
             run = self.reader.row("run", active.run_id)

@@ -77,7 +77,20 @@ class _Session:
     #: The error text of a result that came before any turn (a failed start).
     startup_error: str | None = None
     resume_failure: ResumeError | None = None
+    #: Stopped by the runtime itself to start the next session's process.
+    replaced: bool = False
     exited: trio.Event = attrs.field(factory=trio.Event)
+
+    @property
+    def ends_the_runtime(self) -> bool:
+        """Whether this process's exit is the runtime's.
+
+        Not for a process the runtime replaced, nor for one whose resume failed: the
+        CLI exits when it cannot resume, yet the runtime lives on (the caller opens a
+        new thread on it, as the ResumeError contract says). Reporting that exit as
+        RuntimeExited ended the supervisor's runtime under the fallback session.
+        """
+        return not self.replaced and self.resume_failure is None
 
 
 class ClaudeRuntime:
@@ -100,6 +113,9 @@ class ClaudeRuntime:
         self._nursery = nursery
         self._session: _Session | None = None
         self._sessions: list[_Session] = []
+        #: The exit of a last process that did not end the runtime (a failed resume),
+        #: reported as the runtime's own when nothing replaces it.
+        self._held_exit: list[ProviderEvent] | None = None
 
     # -- ProviderRuntime ---------------------------------------------------------
 
@@ -195,6 +211,7 @@ class ClaudeRuntime:
         if session is None:
             return
         await self._stop(session, graceful=True)
+        self._report_held_exit()
 
     # -- beyond the protocol ------------------------------------------------------
 
@@ -226,7 +243,9 @@ class ClaudeRuntime:
 
     async def _start(self, argv: list[str], mapper: ClaudeMapper, resuming: str | None) -> None:
         if self._session is not None:
+            self._session.replaced = True
             await self._stop(self._session, graceful=True)
+        self._held_exit = None
         spec = LaunchSpec(argv=argv, env=self._config.env, cwd=self._config.cwd)
         process = await self._launcher.launch(spec)
         session = _Session(
@@ -278,6 +297,7 @@ class ClaudeRuntime:
         with trio.move_on_after(TEARDOWN_TIMEOUT_S):
             for session in self._sessions:
                 await session.exited.wait()
+        self._report_held_exit()
 
     def _live(self) -> _Session:
         session = self._session
@@ -395,8 +415,20 @@ class ClaudeRuntime:
             else:
                 message = session.startup_error or f"claude {status.describe()}: {stderr[-500:]}"
                 self._resume_failed(session, "error", message)
-        self._push(session.mapper.exited(status, stderr))
+        if session.ends_the_runtime:
+            self._push(session.mapper.exited(status, stderr))
+        else:
+            message = f"claude {status.describe()}" + (f": {stderr[-500:]}" if stderr else "")
+            self._push([_info("claude.session_process_exited", message)])
+            if session is self._session:
+                # Said when the runtime ends with no process after it (close, shutdown).
+                self._held_exit = session.mapper.exited(status, stderr)
         session.exited.set()
+
+    def _report_held_exit(self) -> None:
+        held, self._held_exit = self._held_exit, None
+        if held is not None:
+            self._push(held)
 
     # -- requests the CLI sends -------------------------------------------------------
 
@@ -491,6 +523,10 @@ def _permission_answer(request: IncomingRequest, answer: RequestAnswer) -> dict[
 
 def _diag(code: str, message: str, raw_id: str | None) -> Diagnostic:
     return Diagnostic(level="warning", code=code, message=message, raw_event_id=raw_id)
+
+
+def _info(code: str, message: str) -> Diagnostic:
+    return Diagnostic(level="info", code=code, message=message, raw_event_id=None)
 
 
 def _last_line(text: str, needle: str) -> str:

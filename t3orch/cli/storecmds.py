@@ -21,8 +21,22 @@ def open_readonly(args: argparse.Namespace) -> SQLiteStore:
     return SQLiteStore(db, readonly=True)
 
 
+def _how_to_read(db: Path) -> tuple[object, ...]:
+    """What decides how a read-only open reads the store (``readonly_uri``): whether a
+    ``-wal`` exists, and with none, the file itself (read as immutable, as it was)."""
+    if Path(f"{db}-wal").exists():
+        return (True,)
+    try:
+        st = db.stat()
+    except OSError:
+        return (False,)
+    return (False, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def cmd_events(args: argparse.Namespace) -> int:
-    store = open_readonly(args)
+    db = prepare_state_dir(resolve_state_dir(args.state_dir), create=False)
+    read_as = _how_to_read(db)
+    store = SQLiteStore(db, readonly=True)
     out = sys.stdout.buffer
     after = args.since
     try:
@@ -37,6 +51,12 @@ def cmd_events(args: argparse.Namespace) -> int:
             if not args.follow:
                 return 0
             time.sleep(0.2)
+            if _how_to_read(db) != read_as:
+                # A daemon started (a -wal appeared), stopped (it went), or wrote the
+                # file read as immutable: an open that sees the store as it is now.
+                store.close()
+                read_as = _how_to_read(db)
+                store = SQLiteStore(db, readonly=True)
     except KeyboardInterrupt:  # a closed pipe is handled for every command in main
         return 0
     finally:

@@ -135,8 +135,12 @@ def test_replay_of_a_failed_resume_prints_every_event() -> None:
         "replay", "--provider", "claude", str(REPO / "fixtures/claude/resume_unknown.ndjson")
     )
     assert out.returncode == 0, out.stderr
-    types = [json.loads(line)["type"] for line in out.stdout.splitlines()]
-    assert types == ["resume.failed", "diagnostic", "runtime.exited"]
+    events = [json.loads(line) for line in out.stdout.splitlines()]
+    types = [e["type"] for e in events]
+    # The refusing process's exit is not the runtime's (a fallback thread could be
+    # opened on it): an info diagnostic, then the runtime's exit when it closes.
+    assert types == ["resume.failed", "diagnostic", "diagnostic", "runtime.exited"]
+    assert events[2]["code"] == "claude.session_process_exited"
 
 
 def test_replay_of_a_resume_owned_elsewhere_prints_every_event(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import signal
 import threading
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
@@ -292,3 +293,16 @@ async def test_a_child_dies_with_the_daemon() -> None:
             os.kill(daemon.pid, signal.SIGKILL)
             assert (await daemon.wait()).signal == signal.SIGKILL
             assert await wait_until(lambda: not pid_alive(grandchild))
+
+
+async def test_a_child_gets_pwd_set_to_its_own_cwd(tmp_path: Any) -> None:
+    # The daemon's PWD names the daemon's directory: a child started elsewhere that
+    # trusts $PWD (as the Claude SDK's launch assumes the CLI does) must not see it.
+    work = tmp_path / "work"
+    work.mkdir()
+    spec = python_spec("import os; print(os.environ.get('PWD'), os.getcwd())")
+    spec = attrs.evolve(spec, env={**spec.env, "PWD": str(tmp_path)}, cwd=str(work))
+    with trio.fail_after(10):
+        async with open_child_process(spec) as child:
+            line = await child.receive_line()
+    assert line == f"{work} {work}".encode()

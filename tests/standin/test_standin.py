@@ -317,3 +317,29 @@ async def test_a_recorded_catchable_signal_is_also_a_signal_death(tmp_path: Path
     with trio.fail_after(20):
         async with open_child_process(standin_spec(script)) as child:
             assert await child.wait() == ExitStatus(code=None, signal=signal.SIGTERM)
+
+
+async def test_an_unscripted_steer_is_answered_as_codex_answers_it() -> None:
+    # codex 0.169: accepted at once in a turn; -32600 with no turn or no expectedTurnId.
+    def steer(request_id: int, turn: str | None) -> dict[str, Any]:
+        params: dict[str, Any] = {"threadId": THREAD, "input": []}
+        if turn is not None:
+            params["expectedTurnId"] = turn
+        return {"id": request_id, "method": "turn/steer", "params": params}
+
+    with trio.fail_after(20):
+        async with open_child_process(standin_spec(CODEX_ECHO, "--speed", "0")) as child:
+            await codex_handshake(child)
+            await send(child, steer(20, "t"))
+            assert await receive(child) == {
+                "id": 20,
+                "error": {"code": -32600, "message": "no active turn to steer"},
+            }
+            frames = await codex_turn(child, 9)
+            turn = frames[-1]["params"]["turn"]["id"]
+            # After turn/completed: no turn runs any more.
+            await send(child, steer(21, turn))
+            assert (await receive(child))["error"]["message"] == "no active turn to steer"
+            await send(child, steer(22, None))
+            assert "expectedTurnId" in (await receive(child))["error"]["message"]
+            await child.kill()

@@ -146,12 +146,7 @@ class SQLiteStore:
                 _verify_pages(Path(self.path))
         try:
             if self.readonly:
-                conn = sqlite3.connect(
-                    f"file:{self.path}?mode=ro",
-                    uri=True,
-                    isolation_level=None,
-                    check_same_thread=False,
-                )
+                conn = _connect_readonly(Path(self.path))
             else:
                 conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout = 5000")
@@ -604,6 +599,29 @@ def _envelope(r: tuple[Any, ...]) -> EventEnvelope:
         command_id=r[8],
         correlation=_correlation_decoder.decode(r[9]),
         payload=_payload_decoder.decode(r[10]),
+    )
+
+
+def readonly_uri(path: Path) -> str:
+    """The URI of a read-only open that creates and changes no file.
+
+    ``mode=ro`` alone still creates an empty ``-wal`` and a ``-shm`` beside a WAL
+    store. With no ``-wal`` (a clean stop removes it) the database file is the whole
+    store: ``immutable=1`` reads it with no ``-shm`` and no locks, so nothing else is
+    touched. Such a connection never sees later writes: a reader that waits for
+    them reopens when the store changes (see ``t3orch events --follow``). With a
+    ``-wal`` (a live daemon, or an unclean stop) the committed pages in it are
+    needed, and reading them needs the ``-shm`` index: SQLite opens it (creating it
+    when an unclean stop left none, rebuilding it when stale) and marks its reads in
+    it; the database file and the ``-wal`` are never written.
+    """
+    wal = Path(f"{path}-wal")
+    return f"file:{quote(str(path))}?mode=ro" + ("" if wal.exists() else "&immutable=1")
+
+
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(
+        readonly_uri(path), uri=True, isolation_level=None, check_same_thread=False
     )
 
 
