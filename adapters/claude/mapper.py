@@ -42,24 +42,26 @@ from adapters.claude.frames import (
 from adapters.claude.usage import turn_usage
 from adapters.transport import ExitStatus
 from t3orch.domain.provider import ProviderCapabilities
+from t3orch.domain.turn_items import (
+    AssistantMessage,
+    Compaction,
+    ItemContent,
+    Reasoning,
+    Subagent,
+)
 from t3orch.domain.vocab import ProviderTurnStatus, TurnItemStatus
 from t3orch.provider_events import (
-    AssistantText,
-    CompactionMark,
     Diagnostic,
     ItemCompleted,
-    ItemContent,
     ItemDelta,
     ItemStarted,
     PlanUpdated,
     ProviderEvent,
-    ReasoningText,
     RequestCancelled,
     RequestOpened,
     RequestResolved,
     RuntimeExited,
     SessionReady,
-    SubagentRun,
     ThreadRefsLearned,
     TurnCompleted,
     TurnStarted,
@@ -265,7 +267,7 @@ class ClaudeMapper:
             ]
         if frame.subtype == "compact_boundary":
             ref = frame.uuid or "compact"
-            mark = CompactionMark(title="Conversation compacted")
+            mark = Compaction(title="Conversation compacted")
             return [
                 ItemStarted(native_item_ref=ref, content=mark),
                 ItemCompleted(native_item_ref=ref, content=mark),
@@ -295,7 +297,7 @@ class ClaudeMapper:
         ingest gives the child provider thread its ``nativeThreadRef``.
         """
         tool = self._tools.get(tool_use_id) if tool_use_id else None
-        if tool is None or task_id is None or not isinstance(tool.content, SubagentRun):
+        if tool is None or task_id is None or not isinstance(tool.content, Subagent):
             return
         tool.content = msgspec.structs.replace(tool.content, child_native_thread_ref=task_id)
         if tool_use_id in self._open:
@@ -366,9 +368,9 @@ class ClaudeMapper:
             self._messages.setdefault(message_id, _MessageFold()).start(event.index, block_type)
             content: ItemContent | None = None
             if block_type == "text":
-                content = AssistantText()
+                content = AssistantMessage()
             elif block_type in ("thinking", "redacted_thinking"):
-                content = ReasoningText()
+                content = Reasoning()
             if content is None or ref in self._open or ref in self._done:
                 return []
             self._open[ref] = content
@@ -426,10 +428,10 @@ class ClaudeMapper:
         status: TurnItemStatus = "completed",
     ) -> list[ProviderEvent]:
         if block.type == "text":
-            content: ItemContent = AssistantText(text=block.text or "")
+            content: ItemContent = AssistantMessage(text=block.text or "")
             return self._text_item(f"{message_id}#{index}", content, parent, status)
         if block.type in ("thinking", "redacted_thinking"):
-            content = ReasoningText(text=block.thinking or "")
+            content = Reasoning(text=block.thinking or "")
             return self._text_item(f"{message_id}#{index}", content, parent, status)
         if block.type == "tool_use" and block.id is not None:
             return self._tool_use(block.id, block.name or "", block.input, parent)
@@ -685,10 +687,10 @@ class ClaudeMapper:
 
 
 def _empty(content: ItemContent) -> ItemContent:
-    if isinstance(content, AssistantText):
-        return AssistantText()
-    if isinstance(content, ReasoningText):
-        return ReasoningText()
+    if isinstance(content, AssistantMessage):
+        return AssistantMessage()
+    if isinstance(content, Reasoning):
+        return Reasoning()
     return content
 
 

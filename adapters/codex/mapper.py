@@ -26,26 +26,28 @@ from adapters.codex.server_requests import ATTESTATION, request_kind, request_op
 from adapters.codex.usage import TurnUsage
 from t3orch.domain.plan import PlanStep
 from t3orch.domain.provider import ProviderCapabilities
+from t3orch.domain.turn_items import (
+    AssistantMessage,
+    CommandExecution,
+    FileChange,
+    ItemContent,
+    Plan,
+    Reasoning,
+    Subagent,
+)
 from t3orch.domain.vocab import PlanStepStatus, ProviderTurnStatus
 from t3orch.provider_events import (
-    AssistantText,
-    CommandRun,
     Diagnostic,
-    FileEdit,
     ItemCompleted,
-    ItemContent,
     ItemDelta,
     ItemStarted,
-    PlanText,
     PlanUpdated,
     ProviderEvent,
-    ReasoningText,
     RequestCancelled,
     RequestResolved,
     ResumeFailed,
     SessionReady,
     SubagentEnded,
-    SubagentRun,
     ThreadRefsLearned,
     TurnCompleted,
     TurnStarted,
@@ -321,7 +323,7 @@ class CodexMapper:
 
     def _spawned(self, ref: str, content: ItemContent) -> None:
         """Remember which spawn item a child thread belongs to."""
-        if not isinstance(content, SubagentRun):
+        if not isinstance(content, Subagent):
             return
         child = content.child_native_thread_ref
         if child is None:
@@ -496,7 +498,7 @@ class CodexMapper:
         if content is None:
             return [self._unmapped_item("item/started", item, raw_id)]
         self._items[ref] = _OpenItem(turn_id=_opt_str(body.get("turnId")), content=content)
-        if isinstance(content, SubagentRun):
+        if isinstance(content, Subagent):
             self._spawn_turn.setdefault(ref, self._app_turn(body))
         self._spawned(ref, content)
         return [
@@ -521,7 +523,7 @@ class CodexMapper:
         self._items.pop(ref, None)
         self._spawned(ref, content)
         status = item_status(item)
-        child = content.child_native_thread_ref if isinstance(content, SubagentRun) else None
+        child = content.child_native_thread_ref if isinstance(content, Subagent) else None
         # Codex completes the spawn call once the agent exists, before its turn: the
         # subagent's work ends with the child's turn, not with this call.
         continues = status == "completed" and child is not None and child not in self._child_done
@@ -614,7 +616,7 @@ class CodexMapper:
         body = _dict(decode_params(params))
         ref = str(body.get("itemId", ""))
         content = item_content({"type": "fileChange", "changes": body.get("changes")})
-        assert isinstance(content, FileEdit)
+        assert isinstance(content, FileChange)
         item = self._items.get(ref)
         if item is not None:
             item.content = content
@@ -737,21 +739,19 @@ def _streamed(item: _OpenItem) -> ItemContent:
     """The content of an item we close ourselves: what was started plus what streamed."""
     content = item.content
     text = "".join(item.text)
-    if isinstance(content, AssistantText):
-        return AssistantText(text=content.text + text)
-    if isinstance(content, ReasoningText):
-        return ReasoningText(
-            text=content.text + text, summary=content.summary + "".join(item.summary)
-        )
-    if isinstance(content, CommandRun):
-        return CommandRun(
+    if isinstance(content, AssistantMessage):
+        return AssistantMessage(text=content.text + text)
+    if isinstance(content, Reasoning):
+        return Reasoning(text=content.text + text, summary=content.summary + "".join(item.summary))
+    if isinstance(content, CommandExecution):
+        return CommandExecution(
             input=content.input,
             output=content.output + text,
             exit_code=content.exit_code,
             cwd=content.cwd,
         )
-    if isinstance(content, PlanText):
-        return PlanText(markdown=content.markdown + text)
+    if isinstance(content, Plan):
+        return Plan(markdown=content.markdown + text)
     return content
 
 
