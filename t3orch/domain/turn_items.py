@@ -211,33 +211,3 @@ def unbound_fields(item: TurnItemBase) -> list[str]:
         if getattr(item, own, None) is msgspec.UNSET:
             missing.append(own)
     return missing
-
-
-#: Which variant field a streamed delta appends to.
-DELTA_FIELD: dict[str, str] = {
-    "assistant_message": "text",
-    "reasoning": "text",
-    "plan": "markdown",
-    "command_execution": "output",
-    "file_change": "diff_str",
-    "file_search": "output",
-    "web_search": "output",
-}
-
-
-def delta_target(item: TurnItemBase, field: str | None) -> str | None:
-    """The text field a delta for ``field`` extends on ``item``, if it has one."""
-    name = field or DELTA_FIELD.get(str(item.__struct_config__.tag))
-    if name is None or name not in item.__struct_fields__:
-        return None
-    current = getattr(item, name)
-    return name if current is None or isinstance(current, str) else None
-
-
-def apply_delta(item: TurnItem, text: str, field: str | None, replace: bool) -> TurnItem:
-    name = delta_target(item, field)
-    if name is None:
-        return item
-    value = text if replace else (getattr(item, name) or "") + text
-    updated: TurnItem = msgspec.structs.replace(item, **{name: value})
-    return updated

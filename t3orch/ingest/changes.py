@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from t3orch.domain.turn_items import apply_delta, unbound_fields
+from t3orch.domain.turn_items import unbound_fields
 from t3orch.events import (
     CheckpointScopeUpserted,
     CheckpointUpserted,
@@ -27,6 +27,7 @@ from t3orch.events import (
     TurnItemUpserted,
 )
 from t3orch.ids import ThreadId, TurnItemId
+from t3orch.projections.projector import apply_delta
 from t3orch.store.interface import StateView
 
 _WRAP: dict[str, Any] = {
