@@ -21,7 +21,7 @@ Refs (the ingest layer scopes them by provider thread and turn):
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, assert_never
 
 import attrs
 import msgspec
@@ -32,11 +32,14 @@ from adapters.claude.frames import (
     Block,
     ControlCancelFrame,
     ControlRequestFrame,
+    ControlResponseFrame,
     InboundFrame,
+    KeptRawFrame,
     RateLimitFrame,
     ResultFrame,
     StreamEventFrame,
     SystemFrame,
+    TranscriptMirrorFrame,
     UserFrame,
 )
 from adapters.claude.usage import turn_usage
@@ -215,34 +218,38 @@ class ClaudeMapper:
         return [msgspec.structs.replace(e, raw_event_id=raw_event_id) for e in events]
 
     def _frame(self, frame: InboundFrame | Diagnostic) -> list[ProviderEvent]:
-        if isinstance(frame, Diagnostic):
-            return [frame]
-        if isinstance(frame, SystemFrame):
-            return self._system(frame)
-        if isinstance(frame, StreamEventFrame):
-            return self._stream(frame)
-        if isinstance(frame, AssistantFrame):
-            return self._assistant(frame)
-        if isinstance(frame, UserFrame):
-            return self._user(frame)
-        if isinstance(frame, ResultFrame):
-            return self._result(frame)
-        if isinstance(frame, ControlRequestFrame):
-            return self._control_request(frame)
-        if isinstance(frame, ControlCancelFrame):
-            return self._cancel(frame)
-        if isinstance(frame, RateLimitFrame):
-            return [
-                Diagnostic(
-                    level="info",
-                    code="claude.rate_limit",
-                    message="rate limit status",
-                    detail=frame.rate_limit_info or {},
-                )
-            ]
-        # control_response (the runtime resolves it), conversation_reset,
-        # transcript_mirror: nothing canonical; the raw log keeps the bytes.
-        return []
+        match frame:
+            case Diagnostic():
+                return [frame]
+            case StreamEventFrame():
+                return self._stream(frame)
+            case AssistantFrame():
+                return self._assistant(frame)
+            case UserFrame():
+                return self._user(frame)
+            case SystemFrame():
+                return self._system(frame)
+            case ResultFrame():
+                return self._result(frame)
+            case ControlRequestFrame():
+                return self._control_request(frame)
+            case ControlCancelFrame():
+                return self._cancel(frame)
+            case RateLimitFrame(rate_limit_info=info):
+                return [
+                    Diagnostic(
+                        level="info",
+                        code="claude.rate_limit",
+                        message="rate limit status",
+                        detail=info or {},
+                    )
+                ]
+            case ControlResponseFrame() | KeptRawFrame() | TranscriptMirrorFrame():
+                # The runtime resolves a control_response; conversation_reset and
+                # transcript_mirror mean nothing canonical: the raw log keeps the bytes.
+                return []
+            case _:
+                assert_never(frame)
 
     # system ----------------------------------------------------------------------
 

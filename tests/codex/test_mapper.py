@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
 
 from adapters.codex.frames import Notification, ServerRequest, decode_frame
@@ -770,3 +771,19 @@ def test_a_failed_child_turn_fails_its_subagent() -> None:
     assert end.status == "failed"
     closed = next(e for e in events if isinstance(e, ItemCompleted))
     assert closed.native_item_ref == "cm1" and closed.status == "interrupted"
+
+
+def test_every_mapped_notification_is_dispatched_by_the_match() -> None:
+    from adapters.codex.mapper import (
+        DIAGNOSTIC_NOTIFICATIONS,
+        HANDLED_NOTIFICATIONS,
+        MAPPED_NOTIFICATIONS,
+    )
+
+    assert HANDLED_NOTIFICATIONS.isdisjoint(DIAGNOSTIC_NOTIFICATIONS)
+    for method in sorted(MAPPED_NOTIFICATIONS):
+        events = CodexMapper().notification(method, msgspec.Raw(b"{}"), None)
+        codes = [e.code for e in events if isinstance(e, Diagnostic)]
+        assert "unmapped" not in codes, method
+    (unknown,) = CodexMapper().notification("thread/brandNew", msgspec.Raw(b"{}"), None)
+    assert isinstance(unknown, Diagnostic) and unknown.code == "unmapped"
