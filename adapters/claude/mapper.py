@@ -694,11 +694,13 @@ class ClaudeMapper:
 
 
 def _empty(content: ItemContent) -> ItemContent:
-    if isinstance(content, AssistantMessage):
-        return AssistantMessage()
-    if isinstance(content, Reasoning):
-        return Reasoning()
-    return content
+    match content:
+        case AssistantMessage():
+            return AssistantMessage()
+        case Reasoning():
+            return Reasoning()
+        case _:
+            return content
 
 
 def _usage(frame: ResultFrame) -> dict[str, Any]:

@@ -83,32 +83,34 @@ def _args(tool_input: Any) -> dict[str, Any]:
 def tool_content(name: str, tool_input: Any) -> ItemContent | PlanTool:
     """What a ``tool_use`` block becomes."""
     args = _args(tool_input)
-    if name == "Bash":
-        return CommandExecution(input=_str(args.get("command")))
-    if name in SEARCH_TOOLS:
-        query = args.get("pattern") if name != "LS" else args.get("path")
-        return FileSearch(query=_str(query), path=_opt_str(args.get("path")))
-    if name in EDIT_TOOLS:
-        return _file_edit(name, args)
-    if name == "WebSearch":
-        return WebSearch(query=_str(args.get("query")))
-    if name == "WebFetch":
-        return WebSearch(query=_str(args.get("url")))
-    if name == TODO_TOOL:
-        return PlanTool("todo_list", steps=tuple(todo_steps(args)))
-    if name == PLAN_EXIT_TOOL:
-        return PlanTool("proposed_plan", markdown=_str(args.get("plan")))
-    if name in SUBAGENT_TOOLS:
-        return Subagent(
-            tool_name=name,
-            description=_str(args.get("description")),
-            prompt=_opt_str(args.get("prompt")),
-            agent_type=_opt_str(args.get("subagent_type")),
-        )
-    return DynamicTool(tool_name=name, input=tool_input)
+    match name:
+        case "Bash":
+            return CommandExecution(input=_str(args.get("command")))
+        case _ if name in SEARCH_TOOLS:
+            query = args.get("pattern") if name != "LS" else args.get("path")
+            return FileSearch(query=_str(query), path=_opt_str(args.get("path")))
+        case _ if name in EDIT_TOOLS:
+            return _file_change(name, args)
+        case "WebSearch":
+            return WebSearch(query=_str(args.get("query")))
+        case "WebFetch":
+            return WebSearch(query=_str(args.get("url")))
+        case _ if name == TODO_TOOL:
+            return PlanTool("todo_list", steps=tuple(todo_steps(args)))
+        case _ if name == PLAN_EXIT_TOOL:
+            return PlanTool("proposed_plan", markdown=_str(args.get("plan")))
+        case _ if name in SUBAGENT_TOOLS:
+            return Subagent(
+                tool_name=name,
+                description=_str(args.get("description")),
+                prompt=_opt_str(args.get("prompt")),
+                agent_type=_opt_str(args.get("subagent_type")),
+            )
+        case _:
+            return DynamicTool(tool_name=name, input=tool_input)
 
 
-def _file_edit(name: str, args: dict[str, Any]) -> FileChange:
+def _file_change(name: str, args: dict[str, Any]) -> FileChange:
     path = _str(args.get("file_path") or args.get("notebook_path"))
     if name == "Edit":
         return FileChange(
@@ -214,29 +216,37 @@ def completed_content(
     content: ItemContent, text: str, is_error: bool, tool_use_result: Any
 ) -> ItemContent:
     """The item content once its result is known."""
-    if isinstance(content, CommandExecution):
-        output = text
-        if isinstance(tool_use_result, dict) and "stdout" in tool_use_result:
-            output = _str(tool_use_result.get("stdout"))
-            stderr = _str(tool_use_result.get("stderr"))
-            if stderr:
-                output = f"{output}\n{stderr}" if output else stderr
-            if is_error and not output:
-                output = text
-        exit_code: int | None = 0
-        if is_error:
-            match = _EXIT_CODE.match(text)
-            exit_code = int(match.group(1)) if match else None
-        return CommandExecution(
-            input=content.input, output=output, exit_code=exit_code, cwd=content.cwd
-        )
-    if isinstance(content, FileSearch):
-        return FileSearch(query=content.query, path=content.path, output=text)
-    if isinstance(content, WebSearch):
-        return WebSearch(query=content.query, output=text)
-    if isinstance(content, DynamicTool):
-        output = tool_use_result if tool_use_result is not None else text
-        return DynamicTool(tool_name=content.tool_name, input=content.input, output=output)
-    if isinstance(content, Subagent):
-        return msgspec.structs.replace(content, output=text or tool_use_result)
-    return content
+    match content:
+        case CommandExecution():
+            return _command_result(content, text, is_error, tool_use_result)
+        case FileSearch():
+            return FileSearch(query=content.query, path=content.path, output=text)
+        case WebSearch():
+            return WebSearch(query=content.query, output=text)
+        case DynamicTool():
+            output = tool_use_result if tool_use_result is not None else text
+            return DynamicTool(tool_name=content.tool_name, input=content.input, output=output)
+        case Subagent():
+            return msgspec.structs.replace(content, output=text or tool_use_result)
+        case _:
+            return content
+
+
+def _command_result(
+    content: CommandExecution, text: str, is_error: bool, tool_use_result: Any
+) -> CommandExecution:
+    output = text
+    if isinstance(tool_use_result, dict) and "stdout" in tool_use_result:
+        output = _str(tool_use_result.get("stdout"))
+        stderr = _str(tool_use_result.get("stderr"))
+        if stderr:
+            output = f"{output}\n{stderr}" if output else stderr
+        if is_error and not output:
+            output = text
+    exit_code: int | None = 0
+    if is_error:
+        found = _EXIT_CODE.match(text)
+        exit_code = int(found.group(1)) if found else None
+    return CommandExecution(
+        input=content.input, output=output, exit_code=exit_code, cwd=content.cwd
+    )

@@ -87,7 +87,7 @@ def user_text(item: dict[str, Any]) -> str:
     return "\n".join(texts)
 
 
-def file_edit(changes: Any) -> FileChange:
+def file_change(changes: Any) -> FileChange:
     entries: list[FileChangeEntry] = []
     additions = deletions = 0
     if isinstance(changes, list):
@@ -123,62 +123,63 @@ def file_edit(changes: Any) -> FileChange:
 
 def item_content(item: dict[str, Any]) -> ItemContent | None:
     """The canonical content of a Codex item, or ``None`` for an unmapped item type."""
-    kind = item.get("type")
-    if kind == "agentMessage":
-        return AssistantMessage(text=_str(item.get("text")))
-    if kind == "userMessage":
-        return UserMessage(text=user_text(item))
-    if kind == "reasoning":
-        return Reasoning(text=_lines(item.get("content")), summary=_lines(item.get("summary")))
-    if kind == "commandExecution":
-        exit_code = item.get("exitCode")
-        cwd = item.get("cwd")
-        return CommandExecution(
-            input=_str(item.get("command")),
-            output=_str(item.get("aggregatedOutput")),
-            exit_code=exit_code if isinstance(exit_code, int) else None,
-            cwd=cwd if isinstance(cwd, str) else None,
-        )
-    if kind == "fileChange":
-        return file_edit(item.get("changes"))
-    if kind == "mcpToolCall":
-        server, tool = _str(item.get("server")), _str(item.get("tool"))
-        output = item.get("result") if item.get("error") is None else {"error": item["error"]}
-        return DynamicTool(
-            tool_name=f"{server}/{tool}" if server else tool,
-            input=item.get("arguments"),
-            output=output,
-        )
-    if kind == "dynamicToolCall":
-        return DynamicTool(
-            tool_name=_str(item.get("tool")) or None,
-            input=item.get("arguments"),
-            output=item.get("contentItems"),
-        )
-    if kind == "collabAgentToolCall" and item.get("tool") == "spawnAgent":
-        return spawned_agent(item)
-    if kind == "collabAgentToolCall":
-        return DynamicTool(
-            tool_name=f"collab/{_str(item.get('tool'))}",
-            input={
-                "prompt": item.get("prompt"),
-                "receiverThreadIds": item.get("receiverThreadIds"),
-            },
-            output=item.get("agentsStates"),
-        )
-    if kind == "imageView":
-        return DynamicTool(tool_name="view_image", input={"path": item.get("path")})
-    if kind == "webSearch":
-        results = item.get("results")
-        return WebSearch(
-            query=_str(item.get("query")),
-            output="" if results is None else _results_text(results),
-        )
-    if kind == "plan":
-        return Plan(markdown=_str(item.get("text")))
-    if kind == "contextCompaction":
-        return Compaction(title="Context compacted")
-    return None
+    match item.get("type"):
+        case "agentMessage":
+            return AssistantMessage(text=_str(item.get("text")))
+        case "userMessage":
+            return UserMessage(text=user_text(item))
+        case "reasoning":
+            return Reasoning(text=_lines(item.get("content")), summary=_lines(item.get("summary")))
+        case "commandExecution":
+            exit_code = item.get("exitCode")
+            cwd = item.get("cwd")
+            return CommandExecution(
+                input=_str(item.get("command")),
+                output=_str(item.get("aggregatedOutput")),
+                exit_code=exit_code if isinstance(exit_code, int) else None,
+                cwd=cwd if isinstance(cwd, str) else None,
+            )
+        case "fileChange":
+            return file_change(item.get("changes"))
+        case "mcpToolCall":
+            server, tool = _str(item.get("server")), _str(item.get("tool"))
+            output = item.get("result") if item.get("error") is None else {"error": item["error"]}
+            return DynamicTool(
+                tool_name=f"{server}/{tool}" if server else tool,
+                input=item.get("arguments"),
+                output=output,
+            )
+        case "dynamicToolCall":
+            return DynamicTool(
+                tool_name=_str(item.get("tool")) or None,
+                input=item.get("arguments"),
+                output=item.get("contentItems"),
+            )
+        case "collabAgentToolCall" if item.get("tool") == "spawnAgent":
+            return spawned_agent(item)
+        case "collabAgentToolCall":
+            return DynamicTool(
+                tool_name=f"collab/{_str(item.get('tool'))}",
+                input={
+                    "prompt": item.get("prompt"),
+                    "receiverThreadIds": item.get("receiverThreadIds"),
+                },
+                output=item.get("agentsStates"),
+            )
+        case "imageView":
+            return DynamicTool(tool_name="view_image", input={"path": item.get("path")})
+        case "webSearch":
+            results = item.get("results")
+            return WebSearch(
+                query=_str(item.get("query")),
+                output="" if results is None else _results_text(results),
+            )
+        case "plan":
+            return Plan(markdown=_str(item.get("text")))
+        case "contextCompaction":
+            return Compaction(title="Context compacted")
+        case _:
+            return None
 
 
 def spawned_agent(item: dict[str, Any]) -> Subagent:

@@ -777,20 +777,24 @@ def _streamed(item: _OpenItem) -> ItemContent:
     """The content of an item we close ourselves: what was started plus what streamed."""
     content = item.content
     text = "".join(item.text)
-    if isinstance(content, AssistantMessage):
-        return AssistantMessage(text=content.text + text)
-    if isinstance(content, Reasoning):
-        return Reasoning(text=content.text + text, summary=content.summary + "".join(item.summary))
-    if isinstance(content, CommandExecution):
-        return CommandExecution(
-            input=content.input,
-            output=content.output + text,
-            exit_code=content.exit_code,
-            cwd=content.cwd,
-        )
-    if isinstance(content, Plan):
-        return Plan(markdown=content.markdown + text)
-    return content
+    match content:
+        case AssistantMessage():
+            return AssistantMessage(text=content.text + text)
+        case Reasoning():
+            return Reasoning(
+                text=content.text + text, summary=content.summary + "".join(item.summary)
+            )
+        case CommandExecution():
+            return CommandExecution(
+                input=content.input,
+                output=content.output + text,
+                exit_code=content.exit_code,
+                cwd=content.cwd,
+            )
+        case Plan():
+            return Plan(markdown=content.markdown + text)
+        case _:
+            return content
 
 
 def resume_failure_reason(message: str) -> Any:
