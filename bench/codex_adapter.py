@@ -889,6 +889,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     say(f"python {sys.version.split()[0]}, msgspec {msgspec.__version__}, trio {trio.__version__}")
 
+    # The bench thread's cwd must exist (creating a thread refuses one that does not).
+    Path(runtime_config().cwd).mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     stream = build_stream(args.frames, args.turn_frames)
     lines = stream.lines()
