@@ -9,7 +9,7 @@ pipes. All three implement these two protocols.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -84,6 +84,26 @@ class LineBatches(Protocol):
 
     async def receive_lines(self) -> list[bytes | OversizedLine]:
         """The lines read so far, in order (at least one); ``[]`` at end of stream."""
+
+
+#: One read of a provider's stdout: its complete lines in order; ``[]`` once it ended.
+ReadLines = Callable[[], Awaitable[list[bytes | OversizedLine]]]
+
+
+def line_reads(process: ProviderProcess) -> ReadLines:
+    """How both adapters' readers read ``process``: a pipe read's lines per call.
+
+    ``receive_lines`` where the process has it (real processes do), else one line
+    per call (the replay players).
+    """
+    if isinstance(process, LineBatches):
+        return process.receive_lines
+
+    async def one_line() -> list[bytes | OversizedLine]:
+        line = await process.receive_line()
+        return [] if line is None else [line]
+
+    return one_line
 
 
 class ProcessLauncher(Protocol):

@@ -60,7 +60,6 @@ sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != _HERE]
 import supervisor.session as session_mod  # noqa: E402
 from adapters.codex.adapter import CodexAdapter  # noqa: E402
 from adapters.codex.frames import (  # noqa: E402
-    DELTA_TYPES,
     Delta,
     ItemCompletedFrame,
     ItemStartedFrame,
@@ -765,7 +764,8 @@ def _route(
     after_read: Callable[[], object] = lambda: None,
 ) -> None:
     """What ``CodexRuntime._on_read`` does with a read of deltas and notifications:
-    exact-type routing, a frame's events appended to the read's list, one delivery."""
+    one ``match`` over the frame structs, a frame's events appended to the read's list,
+    one delivery."""
     mapper = CodexMapper()
     raw_id = "raw"
     for read in reads:
@@ -774,16 +774,15 @@ def _route(
         for line, frame in zip(read, decode_frames(list(read)), strict=True):
             if raw is not None:
                 raw_id = raw.record("incoming", line)
-            if type(frame) in DELTA_TYPES:
-                hot: Delta = frame  # type: ignore[assignment]
-                params = hot.params
-                add(mapper.delta(params.item_id, params.delta, raw_id))
-            elif type(frame) is Notification:
-                out += mapper.notification(frame.method, frame.params, raw_id)
-            elif type(frame) is ItemStartedFrame:
-                out += mapper.item_started(frame.params, raw_id)
-            elif type(frame) is ItemCompletedFrame:
-                out += mapper.item_completed(frame.params, raw_id)
+            match frame:
+                case Delta(params=params):
+                    add(mapper.delta(params.item_id, params.delta, raw_id))
+                case Notification(method=method, params=params):
+                    out += mapper.notification(method, params, raw_id)
+                case ItemStartedFrame(params=item):
+                    out += mapper.item_started(item, raw_id)
+                case ItemCompletedFrame(params=item):
+                    out += mapper.item_completed(item, raw_id)
         deliver(out)
         after_read()
 
@@ -890,6 +889,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     say(f"python {sys.version.split()[0]}, msgspec {msgspec.__version__}, trio {trio.__version__}")
 
+    # The bench thread's cwd must exist (creating a thread refuses one that does not).
+    Path(runtime_config().cwd).mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     stream = build_stream(args.frames, args.turn_frames)
     lines = stream.lines()

@@ -11,7 +11,7 @@ Prints figures; it is not a timed test. Three measurements, each with its target
    characters, ~20 per second per item) through the real ``DeltaCoalescer``: per
    item an ``ItemStarted``, coalesced deltas (~110 characters, a ~280 B
    ``turn_item.delta`` event with its correlation) and an ``ItemCompleted``
-   carrying the whole ~4 KB text (half ``AssistantText``, half ``CommandRun``
+   carrying the whole ~4 KB text (half ``AssistantMessage``, half ``CommandExecution``
    output). About 86% of the stored events are deltas; the rest are item, node,
    run and session upserts. Generating and coalescing is the supervisor's work,
    so it is timed apart (printed as "generated in").
@@ -64,15 +64,17 @@ import trio
 from t3orch.commands.specs import CreateThread
 from t3orch.core import Core, open_core
 from t3orch.domain.provider import ProviderCapabilities
+from t3orch.domain.turn_items import (
+    AssistantMessage,
+    CommandExecution,
+    ItemContent,
+)
 from t3orch.ingest.binding import SessionBinding
 from t3orch.ingest.coalesce import DEFAULT_WINDOW_S, DeltaCoalescer
 from t3orch.process_tuning import tune_process
 from t3orch.projections.views import thread_detail
 from t3orch.provider_events import (
-    AssistantText,
-    CommandRun,
     ItemCompleted,
-    ItemContent,
     ItemDelta,
     ItemStarted,
     ProviderEvent,
@@ -185,7 +187,9 @@ def turn_template(seed: int) -> list[list[ProviderEvent]]:
     for n in range(ITEMS_PER_TURN):
         ref = f"item-{n}"
         command = n % 2 == 1
-        started: ItemContent = CommandRun(input="pytest -q") if command else AssistantText()
+        started: ItemContent = (
+            CommandExecution(input="pytest -q") if command else AssistantMessage()
+        )
         push(ItemStarted(native_item_ref=ref, content=started))
         parts: list[str] = []
         for _ in range(RAW_DELTAS_PER_ITEM):
@@ -194,9 +198,9 @@ def turn_template(seed: int) -> list[list[ProviderEvent]]:
             push(ItemDelta(native_item_ref=ref, text=piece), RAW_DELTA_EVERY_S)
         full = "".join(parts)
         done: ItemContent = (
-            CommandRun(input="pytest -q", output=full, exit_code=0)
+            CommandExecution(input="pytest -q", output=full, exit_code=0)
             if command
-            else AssistantText(text=full)
+            else AssistantMessage(text=full)
         )
         push(ItemCompleted(native_item_ref=ref, content=done), RAW_DELTA_EVERY_S)
     tail = coalescer.flush_all()
@@ -474,9 +478,9 @@ async def build_detail_thread(
             for n in range(in_turn):
                 text = text_of(rng, item_bytes)
                 content: ItemContent = (
-                    CommandRun(input="make test", output=text, exit_code=0)
+                    CommandExecution(input="make test", output=text, exit_code=0)
                     if n % 2
-                    else AssistantText(text=text)
+                    else AssistantMessage(text=text)
                 )
                 chunk.append(ItemCompleted(native_item_ref=f"i{turn_no}-{n}", content=content))
                 if len(chunk) == 50:

@@ -41,6 +41,7 @@ from supervisor.launcher import (
     process_start_time,
 )
 from supervisor.leftovers import process_clock, stop_turn_leftovers
+from t3orch.domain.turn_items import Subagent
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.coalesce import DeltaCoalescer
@@ -53,7 +54,6 @@ from t3orch.provider_events import (
     RequestOpened,
     RuntimeExited,
     SubagentEnded,
-    SubagentRun,
     TurnCompleted,
 )
 from t3orch.service import CoreService
@@ -122,7 +122,7 @@ def _subagent_end(event: ProviderEvent) -> tuple[str | None] | None:
     A subagent item completing (Claude's Task result; Codex's spawn call), or a
     Codex child thread ending a turn (its ``subagent_turn_completed`` diagnostic).
     """
-    if isinstance(event, ItemCompleted) and isinstance(event.content, SubagentRun):
+    if isinstance(event, ItemCompleted) and isinstance(event.content, Subagent):
         return (event.content.child_native_thread_ref,)
     if isinstance(event, Diagnostic) and event.code == "subagent_turn_completed":
         ref = event.detail.get("threadId")

@@ -3,8 +3,8 @@
 Adapters are deterministic translators from native frames to these events; they
 carry native refs only, never app ids. The core's ingest layer
 (``t3orch.ingest``) binds them to app entities, allocates or derives ids, and
-appends V2 events. ``ItemContent`` variants use the same field names as the
-``TurnItem`` variants of the same tag, so ingest can lift one into the other.
+appends V2 events. What an item is (``ItemContent``) is a variant of the one turn
+item union (``t3orch.domain.turn_items``), unbound: ingest binds that value itself.
 """
 
 from __future__ import annotations
@@ -16,98 +16,8 @@ import msgspec
 from t3orch.domain.plan import PlanStep, UserInputQuestion
 from t3orch.domain.provider import ProviderCapabilities
 from t3orch.domain.run import TokenUsage
-from t3orch.domain.turn_items import FileChangeEntry
+from t3orch.domain.turn_items import ItemContent
 from t3orch.domain.vocab import ProviderTurnStatus, RuntimeRequestKind, TurnItemStatus
-
-
-class _Content(msgspec.Struct, rename="camel", kw_only=True, tag_field="type"):
-    pass
-
-
-class UserText(_Content, tag="user_message"):
-    text: str
-
-
-class AssistantText(_Content, tag="assistant_message"):
-    text: str = ""
-
-
-class ReasoningText(_Content, tag="reasoning"):
-    text: str = ""
-    summary: str = ""
-
-
-class PlanText(_Content, tag="plan"):
-    markdown: str = ""
-
-
-class FileEdit(_Content, tag="file_change"):
-    file_name: str
-    additions: int | None = None
-    deletions: int | None = None
-    diff_str: str | None = None
-    old_str: str | None = None
-    new_str: str | None = None
-    changes: list[FileChangeEntry] = msgspec.field(default_factory=list)
-
-
-class CommandRun(_Content, tag="command_execution"):
-    input: str
-    output: str = ""
-    exit_code: int | None = None
-    cwd: str | None = None
-
-
-class FileSearchRun(_Content, tag="file_search"):
-    query: str
-    path: str | None = None
-    output: str = ""
-
-
-class WebSearchRun(_Content, tag="web_search"):
-    query: str
-    output: str = ""
-
-
-class CompactionMark(_Content, tag="compaction"):
-    title: str
-
-
-class ToolCall(_Content, tag="dynamic_tool"):
-    tool_name: str | None
-    input: Any = None
-    output: Any = None
-
-
-class SubagentRun(_Content, tag="subagent"):
-    """Work delegated to a provider's own subagent (Codex collab spawn, Claude Task/Agent).
-
-    Items the subagent produces name this item as their ``parent_native_item_ref``.
-    ``child_native_thread_ref`` is the subagent's own native thread, when the
-    provider has one (Codex: the spawned agent's thread id).
-    """
-
-    tool_name: str
-    description: str = ""
-    prompt: str | None = None
-    agent_type: str | None = None
-    child_native_thread_ref: str | None = None
-    output: Any = None
-
-
-ItemContent = (
-    UserText
-    | AssistantText
-    | ReasoningText
-    | PlanText
-    | FileEdit
-    | CommandRun
-    | FileSearchRun
-    | WebSearchRun
-    | CompactionMark
-    | ToolCall
-    | SubagentRun
-)
 
 
 class AdapterEvent(msgspec.Struct, rename="camel", kw_only=True, tag_field="type"):

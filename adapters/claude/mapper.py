@@ -21,7 +21,7 @@ Refs (the ingest layer scopes them by provider thread and turn):
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, assert_never
 
 import attrs
 import msgspec
@@ -32,34 +32,39 @@ from adapters.claude.frames import (
     Block,
     ControlCancelFrame,
     ControlRequestFrame,
+    ControlResponseFrame,
     InboundFrame,
+    KeptRawFrame,
     RateLimitFrame,
     ResultFrame,
     StreamEventFrame,
     SystemFrame,
+    TranscriptMirrorFrame,
     UserFrame,
 )
 from adapters.claude.usage import turn_usage
 from adapters.transport import ExitStatus
 from t3orch.domain.provider import ProviderCapabilities
+from t3orch.domain.turn_items import (
+    AssistantMessage,
+    Compaction,
+    ItemContent,
+    Reasoning,
+    Subagent,
+)
 from t3orch.domain.vocab import ProviderTurnStatus, TurnItemStatus
 from t3orch.provider_events import (
-    AssistantText,
-    CompactionMark,
     Diagnostic,
     ItemCompleted,
-    ItemContent,
     ItemDelta,
     ItemStarted,
     PlanUpdated,
     ProviderEvent,
-    ReasoningText,
     RequestCancelled,
     RequestOpened,
     RequestResolved,
     RuntimeExited,
     SessionReady,
-    SubagentRun,
     ThreadRefsLearned,
     TurnCompleted,
     TurnStarted,
@@ -213,34 +218,38 @@ class ClaudeMapper:
         return [msgspec.structs.replace(e, raw_event_id=raw_event_id) for e in events]
 
     def _frame(self, frame: InboundFrame | Diagnostic) -> list[ProviderEvent]:
-        if isinstance(frame, Diagnostic):
-            return [frame]
-        if isinstance(frame, SystemFrame):
-            return self._system(frame)
-        if isinstance(frame, StreamEventFrame):
-            return self._stream(frame)
-        if isinstance(frame, AssistantFrame):
-            return self._assistant(frame)
-        if isinstance(frame, UserFrame):
-            return self._user(frame)
-        if isinstance(frame, ResultFrame):
-            return self._result(frame)
-        if isinstance(frame, ControlRequestFrame):
-            return self._control_request(frame)
-        if isinstance(frame, ControlCancelFrame):
-            return self._cancel(frame)
-        if isinstance(frame, RateLimitFrame):
-            return [
-                Diagnostic(
-                    level="info",
-                    code="claude.rate_limit",
-                    message="rate limit status",
-                    detail=frame.rate_limit_info or {},
-                )
-            ]
-        # control_response (the runtime resolves it), conversation_reset,
-        # transcript_mirror: nothing canonical; the raw log keeps the bytes.
-        return []
+        match frame:
+            case Diagnostic():
+                return [frame]
+            case StreamEventFrame():
+                return self._stream(frame)
+            case AssistantFrame():
+                return self._assistant(frame)
+            case UserFrame():
+                return self._user(frame)
+            case SystemFrame():
+                return self._system(frame)
+            case ResultFrame():
+                return self._result(frame)
+            case ControlRequestFrame():
+                return self._control_request(frame)
+            case ControlCancelFrame():
+                return self._cancel(frame)
+            case RateLimitFrame(rate_limit_info=info):
+                return [
+                    Diagnostic(
+                        level="info",
+                        code="claude.rate_limit",
+                        message="rate limit status",
+                        detail=info or {},
+                    )
+                ]
+            case ControlResponseFrame() | KeptRawFrame() | TranscriptMirrorFrame():
+                # The runtime resolves a control_response; conversation_reset and
+                # transcript_mirror mean nothing canonical: the raw log keeps the bytes.
+                return []
+            case _:
+                assert_never(frame)
 
     # system ----------------------------------------------------------------------
 
@@ -265,7 +274,7 @@ class ClaudeMapper:
             ]
         if frame.subtype == "compact_boundary":
             ref = frame.uuid or "compact"
-            mark = CompactionMark(title="Conversation compacted")
+            mark = Compaction(title="Conversation compacted")
             return [
                 ItemStarted(native_item_ref=ref, content=mark),
                 ItemCompleted(native_item_ref=ref, content=mark),
@@ -295,7 +304,7 @@ class ClaudeMapper:
         ingest gives the child provider thread its ``nativeThreadRef``.
         """
         tool = self._tools.get(tool_use_id) if tool_use_id else None
-        if tool is None or task_id is None or not isinstance(tool.content, SubagentRun):
+        if tool is None or task_id is None or not isinstance(tool.content, Subagent):
             return
         tool.content = msgspec.structs.replace(tool.content, child_native_thread_ref=task_id)
         if tool_use_id in self._open:
@@ -366,9 +375,9 @@ class ClaudeMapper:
             self._messages.setdefault(message_id, _MessageFold()).start(event.index, block_type)
             content: ItemContent | None = None
             if block_type == "text":
-                content = AssistantText()
+                content = AssistantMessage()
             elif block_type in ("thinking", "redacted_thinking"):
-                content = ReasoningText()
+                content = Reasoning()
             if content is None or ref in self._open or ref in self._done:
                 return []
             self._open[ref] = content
@@ -426,10 +435,10 @@ class ClaudeMapper:
         status: TurnItemStatus = "completed",
     ) -> list[ProviderEvent]:
         if block.type == "text":
-            content: ItemContent = AssistantText(text=block.text or "")
+            content: ItemContent = AssistantMessage(text=block.text or "")
             return self._text_item(f"{message_id}#{index}", content, parent, status)
         if block.type in ("thinking", "redacted_thinking"):
-            content = ReasoningText(text=block.thinking or "")
+            content = Reasoning(text=block.thinking or "")
             return self._text_item(f"{message_id}#{index}", content, parent, status)
         if block.type == "tool_use" and block.id is not None:
             return self._tool_use(block.id, block.name or "", block.input, parent)
@@ -685,11 +694,13 @@ class ClaudeMapper:
 
 
 def _empty(content: ItemContent) -> ItemContent:
-    if isinstance(content, AssistantText):
-        return AssistantText()
-    if isinstance(content, ReasoningText):
-        return ReasoningText()
-    return content
+    match content:
+        case AssistantMessage():
+            return AssistantMessage()
+        case Reasoning():
+            return Reasoning()
+        case _:
+            return content
 
 
 def _usage(frame: ResultFrame) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """The Claude :class:`~adapters.protocol.ProviderRuntime`: one CLI process per thread.
 
 The process is spawned by :meth:`ClaudeRuntime.open_thread` (its command line
-depends on whether we resume) and read by one reader task. Every frame goes
-through the :class:`~adapters.claude.mapper.ClaudeMapper` the moment it is read,
+depends on whether we resume) and read by one reader task (``_read``: a pipe
+read at a time, as Codex's reader in its runtime). Every frame goes through one
+``match`` here and the :class:`~adapters.claude.mapper.ClaudeMapper` the moment it is read,
 and the events it returns are put on the caller's
 :class:`~adapters.event_queue.EventQueue` at once (no await in between), so
 canonical events come out in exactly the order things happened, whichever task
@@ -55,6 +56,7 @@ from adapters.transport import (
     OversizedLine,
     ProcessLauncher,
     ProviderProcess,
+    line_reads,
 )
 from t3orch.domain.provider import ProviderCapabilities
 from t3orch.provider_events import Diagnostic, ProviderEvent, ResumeFailed
@@ -327,15 +329,18 @@ class ClaudeRuntime:
     async def _read(
         self, session: _Session, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
+        """The reader: a pipe read of stdout at a time (as Codex's, ``transport.line_reads``),
+        each line translated and its events queued before the next is looked at."""
         task_status.started()
-        process = session.process
+        read = line_reads(session.process)
         try:
             while True:
                 await self._events.room()
-                line = await process.receive_line()
-                if line is None:
+                lines = await read()
+                if not lines:
                     break
-                self._on_line(session, line)
+                for line in lines:
+                    self._on_line(session, line)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # stdout went away with the process
         finally:
@@ -348,31 +353,34 @@ class ClaudeRuntime:
         recorded = line.head if isinstance(line, OversizedLine) else line
         raw_id = self._raw.record("incoming", recorded)
         decoded = decode_line(line)
-        if decoded is None:
-            return
-        if isinstance(decoded, Diagnostic):
-            refused = unanswerable_request_id(decoded)
-            if refused is not None:
-                self._nursery.start_soon(
-                    self._refuse, session, refused, f"Invalid control request: {decoded.message}"
-                )
-        if isinstance(decoded, ControlResponseFrame):
-            if not session.control.on_response(decoded):
-                self._push(
-                    [_diag("claude.unmatched_response", decoded.response.request_id, raw_id)]
-                )
-            return
-        if isinstance(decoded, ResultFrame) and not session.mapper.turn_active:
-            self._note_startup_error(session, decoded)
-        if isinstance(decoded, ControlCancelFrame):
-            session.control.cancel_incoming(decoded.request_id)
-        events = session.mapper.frame(decoded, raw_id)
-        if isinstance(decoded, ControlRequestFrame):
-            # Registered before RequestOpened is queued: a consumer that answers
-            # the moment it sees the event finds the request waiting.
-            request = session.control.open_incoming(decoded.request_id, decoded.request)
-            self._dispatch(session, request)
-        self._push(events)
+        match decoded:
+            case None:
+                return
+            case ControlResponseFrame(response=response):
+                if not session.control.on_response(decoded):
+                    self._push([_diag("claude.unmatched_response", response.request_id, raw_id)])
+                return
+            case ControlRequestFrame(request_id=request_id, request=body):
+                events = session.mapper.frame(decoded, raw_id)
+                # Registered before RequestOpened is queued: a consumer that answers
+                # the moment it sees the event finds the request waiting.
+                self._dispatch(session, session.control.open_incoming(request_id, body))
+                self._push(events)
+                return
+            case Diagnostic():
+                refused = unanswerable_request_id(decoded)
+                if refused is not None:
+                    self._nursery.start_soon(
+                        self._refuse,
+                        session,
+                        refused,
+                        f"Invalid control request: {decoded.message}",
+                    )
+            case ResultFrame() if not session.mapper.turn_active:
+                self._note_startup_error(session, decoded)
+            case ControlCancelFrame(request_id=request_id):
+                session.control.cancel_incoming(request_id)
+        self._push(session.mapper.frame(decoded, raw_id))
 
     def _note_startup_error(self, session: _Session, frame: ResultFrame) -> None:
         if not frame.is_error:

@@ -2,23 +2,23 @@
 
 Decisions:
 
-* ``Bash`` is a command (``CommandRun``); Claude reports no exit code for a
+* ``Bash`` is a command (``CommandExecution``); Claude reports no exit code for a
   success, so a successful run is exit 0 and a failed one takes the code from the
   ``Exit code N`` line the CLI puts first in the result, when there is one.
-* ``Glob``/``Grep``/``LS`` search the tree → ``FileSearchRun`` (query = the
+* ``Glob``/``Grep``/``LS`` search the tree → ``FileSearch`` (query = the
   pattern, or the directory for LS). ``Read`` reads one known file: calling it a
-  search would misstate it, so it stays a generic ``ToolCall`` (its *request*
+  search would misstate it, so it stays a generic ``DynamicTool`` (its *request*
   kind is still ``file-read``).
-* ``Edit``/``Write``/``MultiEdit``/``NotebookEdit`` → ``FileEdit``.
-* ``WebSearch``/``WebFetch`` → ``WebSearchRun`` (the query, or the URL fetched).
+* ``Edit``/``Write``/``MultiEdit``/``NotebookEdit`` → ``FileChange``.
+* ``WebSearch``/``WebFetch`` → ``WebSearch`` (the query, or the URL fetched).
 * ``TodoWrite`` and ``ExitPlanMode`` are plan artifacts, not items: they become
   ``PlanUpdated`` (``todo_list`` / ``proposed_plan``).
-* ``Task`` (``Agent`` in newer CLIs) runs a subagent → ``SubagentRun``
+* ``Task`` (``Agent`` in newer CLIs) runs a subagent → ``Subagent``
   (description, prompt, ``subagent_type``); the subagent's own frames carry
   ``parent_tool_use_id`` = this tool use, so its items are children of it. Its
   ``tool_result`` (the subagent's final report) is the item's ``output``.
 * anything else (``AskUserQuestion``, MCP tools ``mcp__server__tool``, tools
-  added later) → ``ToolCall`` with the native name and input.
+  added later) → ``DynamicTool`` with the native name and input.
 """
 
 from __future__ import annotations
@@ -30,17 +30,17 @@ import attrs
 import msgspec
 
 from t3orch.domain.plan import PlanStep, UserInputQuestion
-from t3orch.domain.turn_items import FileChangeEntry
-from t3orch.domain.vocab import PlanStepStatus, RuntimeRequestKind
-from t3orch.provider_events import (
-    CommandRun,
-    FileEdit,
-    FileSearchRun,
+from t3orch.domain.turn_items import (
+    CommandExecution,
+    DynamicTool,
+    FileChange,
+    FileChangeEntry,
+    FileSearch,
     ItemContent,
-    SubagentRun,
-    ToolCall,
-    WebSearchRun,
+    Subagent,
+    WebSearch,
 )
+from t3orch.domain.vocab import PlanStepStatus, RuntimeRequestKind
 
 SEARCH_TOOLS = frozenset({"Glob", "Grep", "LS"})
 READ_TOOLS = frozenset({"Read", "Glob", "Grep", "LS"})
@@ -83,55 +83,57 @@ def _args(tool_input: Any) -> dict[str, Any]:
 def tool_content(name: str, tool_input: Any) -> ItemContent | PlanTool:
     """What a ``tool_use`` block becomes."""
     args = _args(tool_input)
-    if name == "Bash":
-        return CommandRun(input=_str(args.get("command")))
-    if name in SEARCH_TOOLS:
-        query = args.get("pattern") if name != "LS" else args.get("path")
-        return FileSearchRun(query=_str(query), path=_opt_str(args.get("path")))
-    if name in EDIT_TOOLS:
-        return _file_edit(name, args)
-    if name == "WebSearch":
-        return WebSearchRun(query=_str(args.get("query")))
-    if name == "WebFetch":
-        return WebSearchRun(query=_str(args.get("url")))
-    if name == TODO_TOOL:
-        return PlanTool("todo_list", steps=tuple(todo_steps(args)))
-    if name == PLAN_EXIT_TOOL:
-        return PlanTool("proposed_plan", markdown=_str(args.get("plan")))
-    if name in SUBAGENT_TOOLS:
-        return SubagentRun(
-            tool_name=name,
-            description=_str(args.get("description")),
-            prompt=_opt_str(args.get("prompt")),
-            agent_type=_opt_str(args.get("subagent_type")),
-        )
-    return ToolCall(tool_name=name, input=tool_input)
+    match name:
+        case "Bash":
+            return CommandExecution(input=_str(args.get("command")))
+        case _ if name in SEARCH_TOOLS:
+            query = args.get("pattern") if name != "LS" else args.get("path")
+            return FileSearch(query=_str(query), path=_opt_str(args.get("path")))
+        case _ if name in EDIT_TOOLS:
+            return _file_change(name, args)
+        case "WebSearch":
+            return WebSearch(query=_str(args.get("query")))
+        case "WebFetch":
+            return WebSearch(query=_str(args.get("url")))
+        case _ if name == TODO_TOOL:
+            return PlanTool("todo_list", steps=tuple(todo_steps(args)))
+        case _ if name == PLAN_EXIT_TOOL:
+            return PlanTool("proposed_plan", markdown=_str(args.get("plan")))
+        case _ if name in SUBAGENT_TOOLS:
+            return Subagent(
+                tool_name=name,
+                description=_str(args.get("description")),
+                prompt=_opt_str(args.get("prompt")),
+                agent_type=_opt_str(args.get("subagent_type")),
+            )
+        case _:
+            return DynamicTool(tool_name=name, input=tool_input)
 
 
-def _file_edit(name: str, args: dict[str, Any]) -> FileEdit:
+def _file_change(name: str, args: dict[str, Any]) -> FileChange:
     path = _str(args.get("file_path") or args.get("notebook_path"))
     if name == "Edit":
-        return FileEdit(
+        return FileChange(
             file_name=path,
             old_str=_opt_str(args.get("old_string")),
             new_str=_opt_str(args.get("new_string")),
             changes=[FileChangeEntry(path=path, kind="update")],
         )
     if name == "Write":
-        return FileEdit(
+        return FileChange(
             file_name=path,
             new_str=_opt_str(args.get("content")),
             changes=[FileChangeEntry(path=path, kind="write")],
         )
     if name == "NotebookEdit":
         kind = _str(args.get("edit_mode")) or "replace"
-        return FileEdit(
+        return FileChange(
             file_name=path,
             new_str=_opt_str(args.get("new_source")),
             changes=[FileChangeEntry(path=path, kind=kind)],
         )
     # MultiEdit: several edits of one file.
-    return FileEdit(file_name=path, changes=[FileChangeEntry(path=path, kind="update")])
+    return FileChange(file_name=path, changes=[FileChangeEntry(path=path, kind="update")])
 
 
 def todo_steps(args: dict[str, Any]) -> list[PlanStep]:
@@ -214,27 +216,37 @@ def completed_content(
     content: ItemContent, text: str, is_error: bool, tool_use_result: Any
 ) -> ItemContent:
     """The item content once its result is known."""
-    if isinstance(content, CommandRun):
-        output = text
-        if isinstance(tool_use_result, dict) and "stdout" in tool_use_result:
-            output = _str(tool_use_result.get("stdout"))
-            stderr = _str(tool_use_result.get("stderr"))
-            if stderr:
-                output = f"{output}\n{stderr}" if output else stderr
-            if is_error and not output:
-                output = text
-        exit_code: int | None = 0
-        if is_error:
-            match = _EXIT_CODE.match(text)
-            exit_code = int(match.group(1)) if match else None
-        return CommandRun(input=content.input, output=output, exit_code=exit_code, cwd=content.cwd)
-    if isinstance(content, FileSearchRun):
-        return FileSearchRun(query=content.query, path=content.path, output=text)
-    if isinstance(content, WebSearchRun):
-        return WebSearchRun(query=content.query, output=text)
-    if isinstance(content, ToolCall):
-        output = tool_use_result if tool_use_result is not None else text
-        return ToolCall(tool_name=content.tool_name, input=content.input, output=output)
-    if isinstance(content, SubagentRun):
-        return msgspec.structs.replace(content, output=text or tool_use_result)
-    return content
+    match content:
+        case CommandExecution():
+            return _command_result(content, text, is_error, tool_use_result)
+        case FileSearch():
+            return FileSearch(query=content.query, path=content.path, output=text)
+        case WebSearch():
+            return WebSearch(query=content.query, output=text)
+        case DynamicTool():
+            output = tool_use_result if tool_use_result is not None else text
+            return DynamicTool(tool_name=content.tool_name, input=content.input, output=output)
+        case Subagent():
+            return msgspec.structs.replace(content, output=text or tool_use_result)
+        case _:
+            return content
+
+
+def _command_result(
+    content: CommandExecution, text: str, is_error: bool, tool_use_result: Any
+) -> CommandExecution:
+    output = text
+    if isinstance(tool_use_result, dict) and "stdout" in tool_use_result:
+        output = _str(tool_use_result.get("stdout"))
+        stderr = _str(tool_use_result.get("stderr"))
+        if stderr:
+            output = f"{output}\n{stderr}" if output else stderr
+        if is_error and not output:
+            output = text
+    exit_code: int | None = 0
+    if is_error:
+        found = _EXIT_CODE.match(text)
+        exit_code = int(found.group(1)) if found else None
+    return CommandExecution(
+        input=content.input, output=output, exit_code=exit_code, cwd=content.cwd
+    )

@@ -2,23 +2,22 @@
 
 Outgoing requests are built by jsonrpcclient (Codex tolerates its ``"jsonrpc"``
 field) with our own id counter; replies are parsed back through it into
-``Ok``/``Error``. Incoming lines are decoded by :func:`decode_frames` a read at a
-time and handed, in stdout order, to one ``on_read`` callback, which records
-them as raw frames and translates them (the runtime). For a response it takes
-the call it answers (:meth:`CodexClient.answered`) and settles it
-(:meth:`CodexClient.settle`) once the events the reply implies (the thread ref
-of ``thread/start``) are queued, so they keep their place among the
-notifications around it: the waiter runs only when the reader yields.
+``Ok``/``Error``. The client does not read: the runtime's reader
+(:meth:`CodexRuntime.run <adapters.codex.runtime.CodexRuntime.run>`) decodes
+stdout a read at a time, and for a response takes the call it answers
+(:meth:`CodexClient.answered`) and settles it (:meth:`CodexClient.settle`) once
+the events the reply implies (the thread ref of ``thread/start``) are queued, so
+they keep their place among the notifications around it: the waiter runs only
+when the reader yields. When stdout ends the reader calls :meth:`CodexClient.closed`.
 
 Outgoing raw frames go to the :class:`RawFrameSink` here; incoming ones in the
-callback, whose raw event id travels with the frame's events.
+reader, whose raw event id travels with the frame's events.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -26,10 +25,10 @@ import jsonrpcclient
 import msgspec
 import trio
 
-from adapters.codex.frames import Frame, Malformed, Response, decode_frames, decode_params
+from adapters.codex.frames import Malformed, Response, decode_params
 from adapters.errors import ProviderGone, ProviderProtocolError, ProviderTimeout
 from adapters.protocol import RawFrameSink
-from adapters.transport import LineBatches, OversizedLine, ProviderProcess
+from adapters.transport import ProviderProcess
 
 
 @attrs.define
@@ -44,24 +43,16 @@ class Call:
     error: ProviderProtocolError | ProviderGone | None = None
 
 
-#: ``on_read(lines, frames)``: one read of stdout, its lines and their frames in order.
-#: One coroutine per read, not per frame: a call per frame would cost more than
-#: decoding the frame (see :meth:`CodexRuntime._on_read`).
-ReadCallback = Callable[[list[bytes | OversizedLine], list[Frame]], Awaitable[None]]
-
-
 class CodexClient:
     def __init__(
         self,
         process: ProviderProcess,
         raw: RawFrameSink,
-        on_read: ReadCallback,
         *,
         request_timeout_s: float = 30.0,
     ) -> None:
         self._process = process
         self._raw = raw
-        self._on_read = on_read
         self._timeout = request_timeout_s
         self._ids = itertools.count(1)
         self._pending: dict[int, Call] = {}
@@ -71,24 +62,6 @@ class CodexClient:
     @property
     def gone(self) -> bool:
         return self._gone is not None
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Read stdout until it ends; then every waiting request fails with ProviderGone."""
-        task_status.started()
-        process = self._process
-        receive_lines = (
-            process.receive_lines if isinstance(process, LineBatches) else self._receive_one
-        )
-        on_read = self._on_read
-        try:
-            while lines := await receive_lines():
-                await on_read(lines, decode_frames(lines))
-        finally:
-            self._fail_pending("the codex process closed its stdout")
-
-    async def _receive_one(self) -> list[bytes | OversizedLine]:
-        line = await self._process.receive_line()
-        return [] if line is None else [line]
 
     def answered(self, frame: Response) -> Call | None:
         """The pending request ``frame`` answers (no longer pending), if any."""
@@ -112,6 +85,10 @@ class CodexClient:
             assert isinstance(parsed, jsonrpcclient.Error)
             call.error = ProviderProtocolError(call.method, parsed.code, parsed.message)
         call.done.set()
+
+    def closed(self) -> None:
+        """Stdout has ended: every waiting request, and every later one, fails with ProviderGone."""
+        self._fail_pending("the codex process closed its stdout")
 
     def _fail_pending(self, why: str) -> None:
         self._gone = why
@@ -163,4 +140,4 @@ class CodexClient:
         return await self.send({"id": request_id, "error": {"code": code, "message": message}})
 
 
-__all__ = ["Call", "CodexClient", "Malformed", "ReadCallback"]
+__all__ = ["Call", "CodexClient", "Malformed"]

@@ -156,13 +156,6 @@ _hot = msgspec.json.Decoder(
     | ItemCompletedFrame
 )
 
-#: The classes of the fast-path deltas, for a ``type(frame) in DELTA_TYPES`` test:
-#: ``isinstance`` against a msgspec Struct class goes through its metaclass's
-#: ``__instancecheck__``, about three times the cost of this lookup per frame.
-DELTA_TYPES: frozenset[type[Delta]] = frozenset(
-    (AgentMessageDelta, CommandOutputDelta, ReasoningTextDelta, PlanDelta)
-)
-
 
 def decode_frame(line: bytes | OversizedLine) -> Frame:
     """Classify one stdout line; never raises."""

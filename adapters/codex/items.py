@@ -11,21 +11,21 @@ from typing import Any
 
 import msgspec
 
-from t3orch.domain.turn_items import FileChangeEntry
-from t3orch.domain.vocab import TurnItemStatus
-from t3orch.provider_events import (
-    AssistantText,
-    CommandRun,
-    CompactionMark,
-    FileEdit,
+from t3orch.domain.turn_items import (
+    AssistantMessage,
+    CommandExecution,
+    Compaction,
+    DynamicTool,
+    FileChange,
+    FileChangeEntry,
     ItemContent,
-    PlanText,
-    ReasoningText,
-    SubagentRun,
-    ToolCall,
-    UserText,
-    WebSearchRun,
+    Plan,
+    Reasoning,
+    Subagent,
+    UserMessage,
+    WebSearch,
 )
+from t3orch.domain.vocab import TurnItemStatus
 
 #: Item types that have a canonical content (everything else is a diagnostic).
 MAPPED_ITEM_TYPES = frozenset(
@@ -87,7 +87,7 @@ def user_text(item: dict[str, Any]) -> str:
     return "\n".join(texts)
 
 
-def file_edit(changes: Any) -> FileEdit:
+def file_change(changes: Any) -> FileChange:
     entries: list[FileChangeEntry] = []
     additions = deletions = 0
     if isinstance(changes, list):
@@ -112,7 +112,7 @@ def file_edit(changes: Any) -> FileEdit:
                     elif line.startswith("-") and not line.startswith("---"):
                         deletions += 1
     diffs = [entry.diff for entry in entries if entry.diff]
-    return FileEdit(
+    return FileChange(
         file_name=entries[0].path if entries else "",
         additions=additions if entries else None,
         deletions=deletions if entries else None,
@@ -123,65 +123,66 @@ def file_edit(changes: Any) -> FileEdit:
 
 def item_content(item: dict[str, Any]) -> ItemContent | None:
     """The canonical content of a Codex item, or ``None`` for an unmapped item type."""
-    kind = item.get("type")
-    if kind == "agentMessage":
-        return AssistantText(text=_str(item.get("text")))
-    if kind == "userMessage":
-        return UserText(text=user_text(item))
-    if kind == "reasoning":
-        return ReasoningText(text=_lines(item.get("content")), summary=_lines(item.get("summary")))
-    if kind == "commandExecution":
-        exit_code = item.get("exitCode")
-        cwd = item.get("cwd")
-        return CommandRun(
-            input=_str(item.get("command")),
-            output=_str(item.get("aggregatedOutput")),
-            exit_code=exit_code if isinstance(exit_code, int) else None,
-            cwd=cwd if isinstance(cwd, str) else None,
-        )
-    if kind == "fileChange":
-        return file_edit(item.get("changes"))
-    if kind == "mcpToolCall":
-        server, tool = _str(item.get("server")), _str(item.get("tool"))
-        output = item.get("result") if item.get("error") is None else {"error": item["error"]}
-        return ToolCall(
-            tool_name=f"{server}/{tool}" if server else tool,
-            input=item.get("arguments"),
-            output=output,
-        )
-    if kind == "dynamicToolCall":
-        return ToolCall(
-            tool_name=_str(item.get("tool")) or None,
-            input=item.get("arguments"),
-            output=item.get("contentItems"),
-        )
-    if kind == "collabAgentToolCall" and item.get("tool") == "spawnAgent":
-        return spawned_agent(item)
-    if kind == "collabAgentToolCall":
-        return ToolCall(
-            tool_name=f"collab/{_str(item.get('tool'))}",
-            input={
-                "prompt": item.get("prompt"),
-                "receiverThreadIds": item.get("receiverThreadIds"),
-            },
-            output=item.get("agentsStates"),
-        )
-    if kind == "imageView":
-        return ToolCall(tool_name="view_image", input={"path": item.get("path")})
-    if kind == "webSearch":
-        results = item.get("results")
-        return WebSearchRun(
-            query=_str(item.get("query")),
-            output="" if results is None else _results_text(results),
-        )
-    if kind == "plan":
-        return PlanText(markdown=_str(item.get("text")))
-    if kind == "contextCompaction":
-        return CompactionMark(title="Context compacted")
-    return None
+    match item.get("type"):
+        case "agentMessage":
+            return AssistantMessage(text=_str(item.get("text")))
+        case "userMessage":
+            return UserMessage(text=user_text(item))
+        case "reasoning":
+            return Reasoning(text=_lines(item.get("content")), summary=_lines(item.get("summary")))
+        case "commandExecution":
+            exit_code = item.get("exitCode")
+            cwd = item.get("cwd")
+            return CommandExecution(
+                input=_str(item.get("command")),
+                output=_str(item.get("aggregatedOutput")),
+                exit_code=exit_code if isinstance(exit_code, int) else None,
+                cwd=cwd if isinstance(cwd, str) else None,
+            )
+        case "fileChange":
+            return file_change(item.get("changes"))
+        case "mcpToolCall":
+            server, tool = _str(item.get("server")), _str(item.get("tool"))
+            output = item.get("result") if item.get("error") is None else {"error": item["error"]}
+            return DynamicTool(
+                tool_name=f"{server}/{tool}" if server else tool,
+                input=item.get("arguments"),
+                output=output,
+            )
+        case "dynamicToolCall":
+            return DynamicTool(
+                tool_name=_str(item.get("tool")) or None,
+                input=item.get("arguments"),
+                output=item.get("contentItems"),
+            )
+        case "collabAgentToolCall" if item.get("tool") == "spawnAgent":
+            return spawned_agent(item)
+        case "collabAgentToolCall":
+            return DynamicTool(
+                tool_name=f"collab/{_str(item.get('tool'))}",
+                input={
+                    "prompt": item.get("prompt"),
+                    "receiverThreadIds": item.get("receiverThreadIds"),
+                },
+                output=item.get("agentsStates"),
+            )
+        case "imageView":
+            return DynamicTool(tool_name="view_image", input={"path": item.get("path")})
+        case "webSearch":
+            results = item.get("results")
+            return WebSearch(
+                query=_str(item.get("query")),
+                output="" if results is None else _results_text(results),
+            )
+        case "plan":
+            return Plan(markdown=_str(item.get("text")))
+        case "contextCompaction":
+            return Compaction(title="Context compacted")
+        case _:
+            return None
 
 
-def spawned_agent(item: dict[str, Any]) -> SubagentRun:
+def spawned_agent(item: dict[str, Any]) -> Subagent:
     """A collab ``spawnAgent`` call: the new agent's thread is the first receiver.
 
     The other collab tools (``wait``, ``sendInput``, ``closeAgent``, ...) stay
@@ -191,7 +192,7 @@ def spawned_agent(item: dict[str, Any]) -> SubagentRun:
     child = receivers[0] if isinstance(receivers, list) and receivers else None
     prompt = item.get("prompt")
     model = item.get("model")
-    return SubagentRun(
+    return Subagent(
         tool_name="collab/spawnAgent",
         description=_str(prompt).split("\n", 1)[0][:200],
         prompt=prompt if isinstance(prompt, str) else None,

@@ -6,15 +6,16 @@ closing a turn needs: the items still open (with the text streamed into them,
 so an interrupted message keeps what was said), the server requests still
 waiting, and the latest token usage of each turn.
 
-Every handled method appears in :data:`NOTIFICATION_HANDLERS` (its keys are what
-:mod:`adapters.codex.coverage` counts as *mapped*); anything else becomes a
+Notifications are dispatched by one ``match`` on their method
+(:meth:`CodexMapper.notification`); every method it handles is in
+:data:`MAPPED_NOTIFICATIONS` (what :mod:`adapters.codex.coverage` counts as
+*mapped*, held to the ``match`` by a test); anything else becomes a
 ``Diagnostic`` with code ``unmapped``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -26,26 +27,28 @@ from adapters.codex.server_requests import ATTESTATION, request_kind, request_op
 from adapters.codex.usage import TurnUsage
 from t3orch.domain.plan import PlanStep
 from t3orch.domain.provider import ProviderCapabilities
+from t3orch.domain.turn_items import (
+    AssistantMessage,
+    CommandExecution,
+    FileChange,
+    ItemContent,
+    Plan,
+    Reasoning,
+    Subagent,
+)
 from t3orch.domain.vocab import PlanStepStatus, ProviderTurnStatus
 from t3orch.provider_events import (
-    AssistantText,
-    CommandRun,
     Diagnostic,
-    FileEdit,
     ItemCompleted,
-    ItemContent,
     ItemDelta,
     ItemStarted,
-    PlanText,
     PlanUpdated,
     ProviderEvent,
-    ReasoningText,
     RequestCancelled,
     RequestResolved,
     ResumeFailed,
     SessionReady,
     SubagentEnded,
-    SubagentRun,
     ThreadRefsLearned,
     TurnCompleted,
     TurnStarted,
@@ -155,9 +158,6 @@ class CodexMapper:
         self._deferred: dict[str, str] = {}
         #: Child threads that ended a turn.
         self._child_done: set[str] = set()
-        self._handlers: dict[str, Callable[[msgspec.Raw, str | None], list[ProviderEvent]]] = {
-            method: getattr(self, name) for method, name in NOTIFICATION_HANDLERS.items()
-        }
 
     # --- queries used by the runtime ------------------------------------------
 
@@ -182,21 +182,61 @@ class CodexMapper:
     def notification(
         self, method: str, params: msgspec.Raw, raw_id: str | None
     ) -> list[ProviderEvent]:
-        handler = self._handlers.get(method)
-        if handler is not None:
-            return handler(params, raw_id)
-        diag = DIAGNOSTIC_NOTIFICATIONS.get(method)
-        if diag is not None:
-            return [self._diagnostic(method, params, raw_id, *diag)]
-        return [
-            Diagnostic(
-                raw_event_id=raw_id,
-                level="info",
-                code="unmapped",
-                message=f"unmapped codex notification {method}",
-                detail={"method": method},
-            )
-        ]
+        # The streamed methods come first; the typed fast path (frames.Delta,
+        # ItemFrame) takes most of them before they get here.
+        match method:
+            case (
+                "item/agentMessage/delta"
+                | "item/commandExecution/outputDelta"
+                | "item/reasoning/textDelta"
+                | "item/plan/delta"
+                # Deprecated (no longer emitted): legacy apply_patch output as plain text.
+                | "item/fileChange/outputDelta"
+            ):
+                return self._on_text_delta(params, raw_id)
+            case "item/started":
+                return self._on_item_started(params, raw_id)
+            case "item/completed":
+                return self._on_item_completed(params, raw_id)
+            case "item/reasoning/summaryTextDelta":
+                return self._on_summary_delta(params, raw_id)
+            case "item/reasoning/summaryPartAdded":
+                return self._on_summary_part(params, raw_id)
+            case "item/commandExecution/terminalInteraction":
+                return self._on_terminal_input(params, raw_id)
+            case "item/fileChange/patchUpdated":
+                return self._on_patch_updated(params, raw_id)
+            case "item/mcpToolCall/progress":
+                return self._on_progress(params, raw_id)
+            case "thread/started":
+                return self._on_thread_started(params, raw_id)
+            case "turn/started":
+                return self._on_turn_started(params, raw_id)
+            case "turn/completed":
+                return self._on_turn_completed(params, raw_id)
+            case "turn/plan/updated":
+                return self._on_plan_updated(params, raw_id)
+            case "serverRequest/resolved":
+                return self._on_request_resolved(params, raw_id)
+            case "thread/tokenUsage/updated":
+                return self._on_token_usage(params, raw_id)
+            case "account/rateLimits/updated":
+                return self._on_rate_limits(params, raw_id)
+            case "error":
+                return self._on_error(params, raw_id)
+            case _ if method in DIAGNOSTIC_NOTIFICATIONS:
+                level, code = DIAGNOSTIC_NOTIFICATIONS[method]
+                return [self._diagnostic(method, params, raw_id, level, code)]
+            case _:
+                return [
+                    Diagnostic(
+                        raw_event_id=raw_id,
+                        level="info",
+                        code="unmapped",
+                        message=f"unmapped codex notification {method}",
+                        detail={"method": method},
+                    )
+                ]
 
     def server_request(
         self, request_id: int | str, method: str, params: msgspec.Raw, raw_id: str | None
@@ -321,7 +361,7 @@ class CodexMapper:
 
     def _spawned(self, ref: str, content: ItemContent) -> None:
         """Remember which spawn item a child thread belongs to."""
-        if not isinstance(content, SubagentRun):
+        if not isinstance(content, Subagent):
             return
         child = content.child_native_thread_ref
         if child is None:
@@ -496,7 +536,7 @@ class CodexMapper:
         if content is None:
             return [self._unmapped_item("item/started", item, raw_id)]
         self._items[ref] = _OpenItem(turn_id=_opt_str(body.get("turnId")), content=content)
-        if isinstance(content, SubagentRun):
+        if isinstance(content, Subagent):
             self._spawn_turn.setdefault(ref, self._app_turn(body))
         self._spawned(ref, content)
         return [
@@ -521,7 +561,7 @@ class CodexMapper:
         self._items.pop(ref, None)
         self._spawned(ref, content)
         status = item_status(item)
-        child = content.child_native_thread_ref if isinstance(content, SubagentRun) else None
+        child = content.child_native_thread_ref if isinstance(content, Subagent) else None
         # Codex completes the spawn call once the agent exists, before its turn: the
         # subagent's work ends with the child's turn, not with this call.
         continues = status == "completed" and child is not None and child not in self._child_done
@@ -614,7 +654,7 @@ class CodexMapper:
         body = _dict(decode_params(params))
         ref = str(body.get("itemId", ""))
         content = item_content({"type": "fileChange", "changes": body.get("changes")})
-        assert isinstance(content, FileEdit)
+        assert isinstance(content, FileChange)
         item = self._items.get(ref)
         if item is not None:
             item.content = content
@@ -737,22 +777,24 @@ def _streamed(item: _OpenItem) -> ItemContent:
     """The content of an item we close ourselves: what was started plus what streamed."""
     content = item.content
     text = "".join(item.text)
-    if isinstance(content, AssistantText):
-        return AssistantText(text=content.text + text)
-    if isinstance(content, ReasoningText):
-        return ReasoningText(
-            text=content.text + text, summary=content.summary + "".join(item.summary)
-        )
-    if isinstance(content, CommandRun):
-        return CommandRun(
-            input=content.input,
-            output=content.output + text,
-            exit_code=content.exit_code,
-            cwd=content.cwd,
-        )
-    if isinstance(content, PlanText):
-        return PlanText(markdown=content.markdown + text)
-    return content
+    match content:
+        case AssistantMessage():
+            return AssistantMessage(text=content.text + text)
+        case Reasoning():
+            return Reasoning(
+                text=content.text + text, summary=content.summary + "".join(item.summary)
+            )
+        case CommandExecution():
+            return CommandExecution(
+                input=content.input,
+                output=content.output + text,
+                exit_code=content.exit_code,
+                cwd=content.cwd,
+            )
+        case Plan():
+            return Plan(markdown=content.markdown + text)
+        case _:
+            return content
 
 
 def resume_failure_reason(message: str) -> Any:
@@ -776,33 +818,34 @@ def resume_failure_reason(message: str) -> Any:
     return "error"
 
 
-#: Mapped notifications: method -> handler name on CodexMapper.
-NOTIFICATION_HANDLERS: dict[str, str] = {
-    "thread/started": "_on_thread_started",
-    "turn/started": "_on_turn_started",
-    "turn/completed": "_on_turn_completed",
-    "turn/plan/updated": "_on_plan_updated",
-    "item/started": "_on_item_started",
-    "item/completed": "_on_item_completed",
-    "item/agentMessage/delta": "_on_text_delta",
-    "item/plan/delta": "_on_text_delta",
-    "item/reasoning/textDelta": "_on_text_delta",
-    "item/reasoning/summaryTextDelta": "_on_summary_delta",
-    "item/reasoning/summaryPartAdded": "_on_summary_part",
-    "item/commandExecution/outputDelta": "_on_text_delta",
-    "item/commandExecution/terminalInteraction": "_on_terminal_input",
-    # Deprecated (no longer emitted): legacy apply_patch output as plain text.
-    "item/fileChange/outputDelta": "_on_text_delta",
-    "item/fileChange/patchUpdated": "_on_patch_updated",
-    "item/mcpToolCall/progress": "_on_progress",
-    "serverRequest/resolved": "_on_request_resolved",
-    "thread/tokenUsage/updated": "_on_token_usage",
-    "account/rateLimits/updated": "_on_rate_limits",
-    "error": "_on_error",
-}
+#: The methods ``CodexMapper.notification`` maps (its ``match``), diagnostics aside.
+HANDLED_NOTIFICATIONS = frozenset(
+    {
+        "thread/started",
+        "turn/started",
+        "turn/completed",
+        "turn/plan/updated",
+        "item/started",
+        "item/completed",
+        "item/agentMessage/delta",
+        "item/plan/delta",
+        "item/reasoning/textDelta",
+        "item/reasoning/summaryTextDelta",
+        "item/reasoning/summaryPartAdded",
+        "item/commandExecution/outputDelta",
+        "item/commandExecution/terminalInteraction",
+        "item/fileChange/outputDelta",
+        "item/fileChange/patchUpdated",
+        "item/mcpToolCall/progress",
+        "serverRequest/resolved",
+        "thread/tokenUsage/updated",
+        "account/rateLimits/updated",
+        "error",
+    }
+)
 
 #: Everything the mapper turns into events (diagnostic ones included).
-MAPPED_NOTIFICATIONS = frozenset(NOTIFICATION_HANDLERS) | frozenset(DIAGNOSTIC_NOTIFICATIONS)
+MAPPED_NOTIFICATIONS = HANDLED_NOTIFICATIONS | frozenset(DIAGNOSTIC_NOTIFICATIONS)
 __all__ = [
     "CODEX_CAPABILITIES",
     "MAPPED_ITEM_TYPES",

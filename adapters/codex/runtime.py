@@ -1,10 +1,12 @@
 """The Codex :class:`~adapters.protocol.ProviderRuntime`: one ``codex app-server`` process.
 
 It hosts one *current* native thread (started, resumed or forked into); turns
-run on it. Inbound frames are translated by :class:`CodexMapper` inside the
-reader task, a read of stdout at a time, and their events queued before the
-reader next yields, so canonical events leave in exactly the order the frames
-came and reach a waiting consumer without waiting for later frames.
+run on it. Its reader (:meth:`CodexRuntime.run`, as Claude's in its runtime)
+reads stdout a pipe read at a time (``transport.line_reads``), decodes the read,
+and translates each frame with :class:`CodexMapper`, one ``match`` over the
+frame structs; a read's events are queued before the reader next yields, so
+canonical events leave in exactly the order the frames came and reach a waiting
+consumer without waiting for later frames.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import trio
 
 from adapters.codex.client import CodexClient
 from adapters.codex.frames import (
-    DELTA_TYPES,
     Delta,
     Frame,
     ItemCompletedFrame,
@@ -26,6 +27,7 @@ from adapters.codex.frames import (
     Notification,
     Response,
     ServerRequest,
+    decode_frames,
 )
 from adapters.codex.frames import decode_params as _decode
 from adapters.codex.mapper import CODEX_CAPABILITIES, CodexMapper, resume_failure_reason
@@ -33,7 +35,13 @@ from adapters.codex.server_requests import METHOD_NOT_FOUND, AnswerRefused, answ
 from adapters.errors import AdapterError, ProviderProtocolError, ResumeError, StaleRequest
 from adapters.event_queue import EventQueue
 from adapters.protocol import RawFrameSink, RequestAnswer, ResumeRefs, RuntimeConfig
-from adapters.transport import DEFAULT_MAX_LINE_BYTES, ExitStatus, OversizedLine, ProviderProcess
+from adapters.transport import (
+    DEFAULT_MAX_LINE_BYTES,
+    ExitStatus,
+    OversizedLine,
+    ProviderProcess,
+    line_reads,
+)
 from t3orch.domain.provider import ProviderCapabilities
 from t3orch.provider_events import Diagnostic, ProviderEvent, RuntimeExited
 
@@ -80,9 +88,7 @@ class CodexRuntime:
         self._options = options or CodexOptions()
         self.mapper = CodexMapper(model=config.model)
         self._delta = self.mapper.delta
-        self.client = CodexClient(
-            process, raw, self._on_read, request_timeout_s=config.request_timeout_s
-        )
+        self.client = CodexClient(process, raw, request_timeout_s=config.request_timeout_s)
         self._thread: str | None = None
         self._turn: str | None = None
         self.exit_status: ExitStatus | None = None
@@ -252,7 +258,12 @@ class CodexRuntime:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Read and translate frames until stdout ends, then report the exit."""
         task_status.started()
-        await self.client.run()
+        read = line_reads(self._process)
+        try:
+            while lines := await read():
+                await self._on_read(lines, decode_frames(lines))
+        finally:
+            self.client.closed()
         status: ExitStatus | None = None
         with trio.move_on_after(self._options.eof_exit_grace_s):
             status = await self._process.wait()
@@ -309,33 +320,30 @@ class CodexRuntime:
                 else:
                     assert isinstance(line, OversizedLine)
                     raw_id = record("incoming", line.head)
-                if type(frame) in DELTA_TYPES:
-                    hot: Delta = frame  # type: ignore[assignment]  # narrowed by the test above
-                    params = hot.params
-                    add(delta(params.item_id, params.delta, raw_id))
-                elif type(frame) is Notification:
-                    events += mapper.notification(frame.method, frame.params, raw_id)
-                elif type(frame) is ItemStartedFrame:
-                    events += mapper.item_started(frame.params, raw_id)
-                elif type(frame) is ItemCompletedFrame:
-                    events += mapper.item_completed(frame.params, raw_id)
-                elif type(frame) is Response:
-                    self._on_response(frame, raw_id, events)
-                elif type(frame) is ServerRequest:
-                    opened = mapper.server_request(frame.id, frame.method, frame.params, raw_id)
-                    refused = refusal(frame.method)
-                    if refused is not None:
-                        # Answered before the next line is read: Codex holds the
-                        # turn until it hears back.
-                        self._put_all(events)
-                        events.clear()
-                        await self.client.reply_error(frame.id, *refused)
-                    events += opened
-                else:
-                    assert isinstance(frame, Malformed)
-                    events += mapper.bad_line(
-                        frame.code, frame.reason, frame.head, frame.length, raw_id
-                    )
+                # Cases are tried in order: the streamed deltas (most frames) first.
+                match frame:
+                    case Delta(params=params):
+                        add(delta(params.item_id, params.delta, raw_id))
+                    case Notification(method=method, params=params):
+                        events += mapper.notification(method, params, raw_id)
+                    case ItemStartedFrame(params=item):
+                        events += mapper.item_started(item, raw_id)
+                    case ItemCompletedFrame(params=item):
+                        events += mapper.item_completed(item, raw_id)
+                    case Response():
+                        self._on_response(frame, raw_id, events)
+                    case ServerRequest(id=request_id, method=method, params=params):
+                        opened = mapper.server_request(request_id, method, params, raw_id)
+                        refused = refusal(method)
+                        if refused is not None:
+                            # Answered before the next line is read: Codex holds the
+                            # turn until it hears back.
+                            self._put_all(events)
+                            events.clear()
+                            await self.client.reply_error(request_id, *refused)
+                        events += opened
+                    case Malformed(code=code, reason=reason, head=head, length=length):
+                        events += mapper.bad_line(code, reason, head, length, raw_id)
         finally:
             full = self._put_all(events)
         if full:

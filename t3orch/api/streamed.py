@@ -21,9 +21,10 @@ from collections.abc import Sequence
 
 import attrs
 
-from t3orch.domain.turn_items import TurnItem, apply_delta, delta_target
+from t3orch.domain.turn_items import TurnItem
 from t3orch.domain.vocab import TURN_ITEM_TERMINAL
 from t3orch.events import EventEnvelope, TurnItemDelta, TurnItemUpserted
+from t3orch.projections.projector import apply_delta, delta_target
 
 #: Shorter values are sent anyway: leaving them out saves less than it complicates.
 MIN_ELIDED_CHARS = 256

@@ -20,8 +20,8 @@ import msgspec
 import trio
 
 from t3orch.api.transport import ConnectionGone, LineChannel
-from t3orch.domain.turn_items import DELTA_FIELD
 from t3orch.domain.vocab import RUN_TERMINAL
+from t3orch.projections.projector import DELTA_FIELD
 
 #: Frames from the daemon are ours to trust in size (snapshots can be large).
 MAX_INCOMING = 256 * 1024 * 1024

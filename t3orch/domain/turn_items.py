@@ -1,4 +1,14 @@
-"""Turn items: the ordered, render-ready projection records of a thread (seed §Turn Item)."""
+"""Turn items: the ordered, render-ready projection records of a thread (seed §Turn Item).
+
+One union serves the whole path: an adapter describes what a provider item *is*
+with a variant of it (``CommandExecution(input=...)``, its ``ItemContent``), ingest
+binds that same value to the app graph (its ids, refs, status and times), and
+the projector, the read models and the API carry the bound item. An adapter's
+value is *unbound*: the refs every variant keeps are ``UNSET`` and left out of its
+JSON, so it is its content (and ``hidden``, false unless ingest says otherwise); a
+bound item has every ref, and its stored JSON is the same as before the two unions
+were one.
+"""
 
 from __future__ import annotations
 
@@ -22,30 +32,41 @@ from t3orch.ids import (
     TurnItemId,
 )
 
+#: The value of a ref an adapter's item does not have yet (``msgspec.UNSET``: left out
+#: of its JSON). Typed as the field's type: nothing past ingest ever sees it, and
+#: ``Changes.put`` refuses an item that still has one.
+_UNBOUND: Any = msgspec.UNSET
+
 
 class TurnItemBase(msgspec.Struct, rename="camel", kw_only=True, tag_field="type"):
-    """Refs every variant keeps, so a view can jump back into the graph and the raw logs."""
+    """Refs every variant keeps, so a view can jump back into the graph and the raw logs.
 
-    id: TurnItemId
-    thread_id: ThreadId
-    run_id: RunId | None
-    node_id: NodeId | None
-    provider_turn_id: ProviderTurnId | None
-    native_item_ref: ProviderRef | None
-    status: TurnItemStatus
-    created_at: str
-    updated_at: str
+    Unset in an adapter's (unbound) item; set by ingest, or by the command
+    that makes an orchestration item (approval, checkpoint, handoff, fork).
+    """
+
+    id: TurnItemId = _UNBOUND
+    thread_id: ThreadId = _UNBOUND
+    run_id: RunId | None = _UNBOUND
+    node_id: NodeId | None = _UNBOUND
+    provider_turn_id: ProviderTurnId | None = _UNBOUND
+    native_item_ref: ProviderRef | None = _UNBOUND
+    status: TurnItemStatus = _UNBOUND
+    created_at: str = _UNBOUND
+    updated_at: str = _UNBOUND
     #: Hidden from the default thread view (subagent/child work) but kept in the graph.
     hidden: bool = False
 
 
 class UserMessage(TurnItemBase, tag="user_message"):
-    message_id: MessageId
-    text: str
+    #: Set by ingest (derived from the item id), like the refs.
+    message_id: MessageId = _UNBOUND
+    # A default, as the id before it has one: the fields' order is the stored JSON's.
+    text: str = ""
 
 
 class AssistantMessage(TurnItemBase, tag="assistant_message"):
-    message_id: MessageId
+    message_id: MessageId = _UNBOUND
     text: str = ""
 
 
@@ -55,7 +76,7 @@ class Reasoning(TurnItemBase, tag="reasoning"):
 
 
 class Plan(TurnItemBase, tag="plan"):
-    plan_id: PlanId
+    plan_id: PlanId = _UNBOUND
     markdown: str = ""
 
 
@@ -130,7 +151,12 @@ class DynamicTool(TurnItemBase, tag="dynamic_tool"):
 
 
 class Subagent(TurnItemBase, tag="subagent"):
-    """A provider subagent run; its own items are hidden children of its node."""
+    """Work delegated to a provider's own subagent (Codex collab spawn, Claude Task/Agent).
+
+    Its own items are hidden children of its node: an adapter names this item as
+    their ``parent_native_item_ref``. ``child_native_thread_ref`` is the subagent's
+    own native thread, when the provider has one (Codex: the spawned agent's thread id).
+    """
 
     tool_name: str
     description: str = ""
@@ -158,31 +184,30 @@ TurnItem = (
     | Subagent
 )
 
-#: Which variant field a streamed delta appends to.
-DELTA_FIELD: dict[str, str] = {
-    "assistant_message": "text",
-    "reasoning": "text",
-    "plan": "markdown",
-    "command_execution": "output",
-    "file_change": "diff_str",
-    "file_search": "output",
-    "web_search": "output",
-}
+#: What an adapter says a provider item is (``ItemStarted``/``ItemCompleted.content``):
+#: the variants a provider item can be, unbound. The others are made by the core.
+ItemContent = (
+    UserMessage
+    | AssistantMessage
+    | Reasoning
+    | Plan
+    | FileChange
+    | CommandExecution
+    | FileSearch
+    | WebSearch
+    | Compaction
+    | DynamicTool
+    | Subagent
+)
+
+#: The refs ingest sets; an item with one of them unset is not bound.
+BOUND_FIELDS = tuple(f for f in TurnItemBase.__struct_fields__ if f != "hidden")
 
 
-def delta_target(item: TurnItemBase, field: str | None) -> str | None:
-    """The text field a delta for ``field`` extends on ``item``, if it has one."""
-    name = field or DELTA_FIELD.get(str(item.__struct_config__.tag))
-    if name is None or name not in item.__struct_fields__:
-        return None
-    current = getattr(item, name)
-    return name if current is None or isinstance(current, str) else None
-
-
-def apply_delta(item: TurnItem, text: str, field: str | None, replace: bool) -> TurnItem:
-    name = delta_target(item, field)
-    if name is None:
-        return item
-    value = text if replace else (getattr(item, name) or "") + text
-    updated: TurnItem = msgspec.structs.replace(item, **{name: value})
-    return updated
+def unbound_fields(item: TurnItemBase) -> list[str]:
+    """The refs ``item`` lacks (``[]`` for a bound item)."""
+    missing = [f for f in BOUND_FIELDS if getattr(item, f) is msgspec.UNSET]
+    for own in ("message_id", "plan_id"):
+        if getattr(item, own, None) is msgspec.UNSET:
+            missing.append(own)
+    return missing

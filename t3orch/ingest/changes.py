@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from t3orch.domain.turn_items import apply_delta
+from t3orch.domain.turn_items import unbound_fields
 from t3orch.events import (
     CheckpointScopeUpserted,
     CheckpointUpserted,
@@ -27,6 +27,7 @@ from t3orch.events import (
     TurnItemUpserted,
 )
 from t3orch.ids import ThreadId, TurnItemId
+from t3orch.projections.projector import apply_delta
 from t3orch.store.interface import StateView
 
 _WRAP: dict[str, Any] = {
@@ -139,6 +140,9 @@ class Changes:
 
     def put(self, kind: str, value: Any) -> None:
         """Record an upsert unless the value is unchanged (no-op events are noise)."""
+        if kind == "turn_item" and (missing := unbound_fields(value)):
+            # An adapter's item leaves its refs unset: only a bound one is an entity.
+            raise ValueError(f"turn item {value.id!r} is not bound: no {', '.join(missing)}")
         if not self._new_status(kind, value) and self.get(kind, value.id) == value:
             return
         self._overlay[(kind, value.id)] = value

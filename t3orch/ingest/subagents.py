@@ -1,6 +1,6 @@
 """Subagents: a provider's delegated work as a nested part of the run's graph.
 
-A ``SubagentRun`` item becomes an ``ExecutionNode`` of kind ``subagent`` (it never
+A ``Subagent`` item becomes an ``ExecutionNode`` of kind ``subagent`` (it never
 counts for the run), a child ``ProviderThread`` owned by that node (``ownerNodeId``;
 ``appThreadId`` is the app thread, so the thread's execution graph lists it) and
 a child ``CheckpointScope`` (kind ``subagent``, ``advancesAppRunCount`` false,
@@ -30,6 +30,7 @@ from t3orch.domain.checkpoint import CheckpointScope
 from t3orch.domain.context import ContextSourcePoint, ContextTransfer
 from t3orch.domain.node import ExecutionNode
 from t3orch.domain.provider import ProviderThread
+from t3orch.domain.turn_items import Subagent
 from t3orch.ids import (
     CheckpointScopeId,
     ContextTransferId,
@@ -41,7 +42,6 @@ from t3orch.ids import (
 )
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.changes import Changes
-from t3orch.provider_events import SubagentRun
 
 _MAX_DEPTH = 64
 
@@ -94,7 +94,7 @@ def open_subagent(
     t: TurnBinding,
     node_id: NodeId,
     item_id: TurnItemId,
-    content: SubagentRun,
+    content: Subagent,
     owner: ExecutionNode | None,
 ) -> tuple[ProviderThreadId, CheckpointScopeId]:
     """The child provider thread and checkpoint scope of a new subagent node."""
@@ -206,7 +206,7 @@ def _transfer(
 
 
 def settle_subagent(
-    ch: Changes, node: ExecutionNode, content: SubagentRun | None = None, *, ended: bool = True
+    ch: Changes, node: ExecutionNode, content: Subagent | None = None, *, ended: bool = True
 ) -> None:
     """A subagent node ended: its provider thread goes idle (and learns its native ref).
 

@@ -12,13 +12,22 @@ from t3orch.domain.base import ProviderRef
 from t3orch.domain.node import ExecutionNode
 from t3orch.domain.plan import PlanArtifact
 from t3orch.domain.request import LiveCapability, RuntimeRequest
-from t3orch.domain.turn_items import ApprovalRequest, Plan, TurnItem
+from t3orch.domain.turn_items import (
+    ApprovalRequest,
+    AssistantMessage,
+    ItemContent,
+    Plan,
+    Subagent,
+    TurnItem,
+    UserMessage,
+)
 from t3orch.domain.vocab import (
     ATTEMPT_TERMINAL,
     NODE_TERMINAL,
     RUN_TERMINAL,
     TURN_TERMINAL,
     NodeKind,
+    TurnItemStatus,
 )
 from t3orch.events import Correlation, ProviderDiagnostic, ProviderUsage
 from t3orch.ids import MessageId, NodeId, PlanId, RuntimeRequestId, TurnItemId, derived_id
@@ -34,7 +43,6 @@ from t3orch.ingest.subagents import (
 from t3orch.provider_events import (
     Diagnostic,
     ItemCompleted,
-    ItemContent,
     ItemDelta,
     ItemStarted,
     PlanUpdated,
@@ -46,7 +54,6 @@ from t3orch.provider_events import (
     RuntimeExited,
     SessionReady,
     SubagentEnded,
-    SubagentRun,
     ThreadRefsLearned,
     TurnCompleted,
     TurnStarted,
@@ -62,12 +69,6 @@ _NODE_KIND: dict[str, NodeKind] = {
     "compaction": "system",
     "subagent": "subagent",
 }
-
-
-class _ItemBox(msgspec.Struct):
-    # msgspec caches how to convert a struct's fields, not a bare union: converting
-    # to TurnItem itself rebuilt the union's plan per call (~18 us against ~1 us).
-    item: TurnItem
 
 
 #: Delta channel → (item field, replaces rather than extends). Unknown channels
@@ -409,39 +410,39 @@ def _session_status(ch: Changes, b: SessionBinding, status: str) -> None:
         )
 
 
-def _make_item(
+def _bind_item(
     ch: Changes,
     b: SessionBinding,
     t: TurnBinding,
     ref: str,
     content: ItemContent,
-    status: str,
+    status: TurnItemStatus,
     hidden: bool = False,
-) -> TurnItem:
+) -> ItemContent:
+    """The adapter's item bound to the app graph: the same variant, with its refs set."""
     item_id, node_id = item_ids(t, ref)
-    data = msgspec.to_builtins(content)
-    if data.get("type") in ("user_message", "assistant_message"):
-        data["messageId"] = derived_id(MessageId, item_id)
-    if data.get("type") == "plan":
-        data["planId"] = derived_id(PlanId, item_id)
-    # The provider's echo of our input: the app's own user_message item is canonical.
-    hidden = hidden or data.get("type") == "user_message"
-    data.update(
-        {
-            "id": item_id,
-            "threadId": b.thread_id,
-            "runId": t.run_id,
-            "nodeId": node_id,
-            "providerTurnId": t.provider_turn_id,
-            "nativeItemRef": {"value": ref, "strength": "scoped"},
-            "status": status,
-            "createdAt": ch.now(),
-            "updatedAt": ch.now(),
-            "hidden": hidden,
-        }
+    own: dict[str, MessageId | PlanId] = {}
+    tp = type(content)
+    if tp is UserMessage or tp is AssistantMessage:
+        own["message_id"] = derived_id(MessageId, item_id)
+    elif tp is Plan:
+        own["plan_id"] = derived_id(PlanId, item_id)
+    now = ch.now()
+    return msgspec.structs.replace(
+        content,
+        id=item_id,
+        thread_id=b.thread_id,
+        run_id=t.run_id,
+        node_id=node_id,
+        provider_turn_id=t.provider_turn_id,
+        native_item_ref=ProviderRef(value=ref, strength="scoped"),
+        status=status,
+        created_at=now,
+        updated_at=now,
+        # The provider's echo of our input: the app's own user_message item is canonical.
+        hidden=hidden or tp is UserMessage,
+        **own,
     )
-    item: TurnItem = msgspec.convert({"item": data}, _ItemBox).item
-    return item
 
 
 def _item_started(ch: Changes, b: SessionBinding, ev: ItemStarted) -> None:
@@ -458,7 +459,7 @@ def _item_started(ch: Changes, b: SessionBinding, ev: ItemStarted) -> None:
     if ch.get("node", node_id) is None:
         provider_thread_id = owner.provider_thread_id if owner else b.provider_thread_id
         scope_id = None
-        if isinstance(ev.content, SubagentRun):
+        if isinstance(ev.content, Subagent):
             provider_thread_id, scope_id = open_subagent(
                 ch, b, t, node_id, item_id, ev.content, owner
             )
@@ -487,7 +488,7 @@ def _item_started(ch: Changes, b: SessionBinding, ev: ItemStarted) -> None:
     if ch.get("turn_item", item_id) is None:
         ch.put(
             "turn_item",
-            _make_item(
+            _bind_item(
                 ch, b, t, ev.native_item_ref, ev.content, "running", hidden=owner is not None
             ),
         )
@@ -521,7 +522,7 @@ def _item_completed(ch: Changes, b: SessionBinding, ev: ItemCompleted) -> None:
     if ch.get("node", node_id) is None:
         _item_started(ch, b, ItemStarted(native_item_ref=ev.native_item_ref, content=ev.content))
     existing = ch.get_unfolded("turn_item", item_id)
-    done = _make_item(ch, b, t, ev.native_item_ref, ev.content, ev.status)
+    done = _bind_item(ch, b, t, ev.native_item_ref, ev.content, ev.status)
     if existing is not None:
         if _lacks_text(existing, done):
             # Only then is the text that streamed needed (folded from the log): a
@@ -550,13 +551,13 @@ def _item_completed(ch: Changes, b: SessionBinding, ev: ItemCompleted) -> None:
             return
         ch.put("node", msgspec.structs.replace(node, status=node_status, completed_at=ch.now()))
         # A subagent ending ends only itself: never its parent, never the run.
-        settle_subagent(ch, node, ev.content if isinstance(ev.content, SubagentRun) else None)
+        settle_subagent(ch, node, ev.content if isinstance(ev.content, Subagent) else None)
         if node.kind == "subagent" and node_status == "completed":
             record_result(ch, b, t, node, item_id)
 
 
-def _subagent_content(ev: ItemCompleted) -> SubagentRun | None:
-    return ev.content if isinstance(ev.content, SubagentRun) else None
+def _subagent_content(ev: ItemCompleted) -> Subagent | None:
+    return ev.content if isinstance(ev.content, Subagent) else None
 
 
 def _subagent_ended(ch: Changes, b: SessionBinding, ev: SubagentEnded) -> None:

@@ -4,16 +4,22 @@ The projector is the single definition of what each event means for the read
 models: the store runs it inside the append transaction, and ``t3orch check``
 runs it again over the whole log in memory to prove the stored rows equal a
 rebuild. It must therefore be a pure function of (rows, event).
+
+What a streamed ``turn_item.delta`` does to its item is defined here too
+(``apply_delta``, ``fold_item``): the store folds an item's pending text with it
+on read, ingest folds its own decision's deltas with it, and the API's tracker of
+streamed fields follows it, so all of them agree with the projection.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
+import attrs
 import msgspec
 
 from t3orch.domain.message import ConversationMessage
-from t3orch.domain.turn_items import AssistantMessage, TurnItem, UserMessage
+from t3orch.domain.turn_items import AssistantMessage, TurnItem, TurnItemBase, UserMessage
 from t3orch.domain.vocab import MessageRole
 from t3orch.events import (
     CheckpointScopeUpserted,
@@ -40,6 +46,65 @@ from t3orch.events import (
 from t3orch.store.kinds import Chunk, Row
 
 _encode = msgspec.json.encode
+
+#: Which variant field a streamed delta appends to (its ``field`` when it names none).
+DELTA_FIELD: dict[str, str] = {
+    "assistant_message": "text",
+    "reasoning": "text",
+    "plan": "markdown",
+    "command_execution": "output",
+    "file_change": "diff_str",
+    "file_search": "output",
+    "web_search": "output",
+}
+
+
+def delta_target(item: TurnItemBase, field: str | None) -> str | None:
+    """The text field a delta for ``field`` extends on ``item``, if it has one."""
+    name = field or DELTA_FIELD.get(str(item.__struct_config__.tag))
+    if name is None or name not in item.__struct_fields__:
+        return None
+    current = getattr(item, name)
+    return name if current is None or isinstance(current, str) else None
+
+
+def apply_delta(item: TurnItem, text: str, field: str | None, replace: bool) -> TurnItem:
+    """``item`` with one streamed delta applied (fields it lacks keep the text in the log)."""
+    name = delta_target(item, field)
+    if name is None:
+        return item
+    value = text if replace else (getattr(item, name) or "") + text
+    updated: TurnItem = msgspec.structs.replace(item, **{name: value})
+    return updated
+
+
+def fold_item(item: TurnItem, chunks: list[Chunk]) -> TurnItem:
+    """``item`` with its pending streamed text applied: ``apply_delta`` of each chunk."""
+    # Concatenate per field first: one struct copy, not one per chunk.
+    parts: dict[str, list[str]] = {}
+    for c in chunks:
+        name = delta_target(item, c.field)
+        if name is None:
+            continue
+        if c.replace or name not in parts:
+            parts[name] = [c.text] if c.replace else [getattr(item, name) or "", c.text]
+        else:
+            parts[name].append(c.text)
+    if parts:
+        folded: TurnItem = msgspec.structs.replace(
+            item, **{k: "".join(v) for k, v in parts.items()}
+        )
+        return folded
+    return item
+
+
+def fold_chunks(row: Row, chunks: list[Chunk]) -> Row:
+    """A stored turn item row with its pending streamed text applied."""
+    if not chunks:
+        return row
+    item = fold_item(row.decode(), chunks)
+    folded: Row = attrs.evolve(row, body=_encode(item))
+    return folded
 
 
 class RowSink(Protocol):
@@ -138,7 +203,7 @@ def apply(env: EventEnvelope, sink: RowSink) -> None:
     match env.payload:
         case TurnItemDelta(item_id=item_id, text=text, field=field, replace=replace):
             # Appended, not folded: readers fold pending chunks into the item (see
-            # store.kinds.fold_chunks); the item's next upsert carries the text.
+            # fold_item); the item's next upsert carries the text.
             sink.append_chunk(Chunk(seq, item_id, field, replace, text))
         case TurnItemUpserted(item=i):
             # Ingest builds every upsert from the folded item: its chunks are in it.

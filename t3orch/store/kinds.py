@@ -86,31 +86,3 @@ class Chunk(msgspec.Struct, frozen=True, gc=False):
     field: str | None
     replace: bool
     text: str
-
-
-def fold_item(item: Any, chunks: list[Chunk]) -> Any:
-    """The turn item with its pending streamed text applied."""
-    from t3orch.domain.turn_items import delta_target
-
-    # Concatenate per field first: one struct copy, not one per chunk.
-    parts: dict[str, list[str]] = {}
-    for c in chunks:
-        name = delta_target(item, c.field)
-        if name is None:
-            continue
-        if c.replace or name not in parts:
-            parts[name] = [c.text] if c.replace else [getattr(item, name) or "", c.text]
-        else:
-            parts[name].append(c.text)
-    if parts:
-        item = msgspec.structs.replace(item, **{k: "".join(v) for k, v in parts.items()})
-    return item
-
-
-def fold_chunks(row: Row, chunks: list[Chunk]) -> Row:
-    """The row with its pending streamed text applied."""
-    if not chunks:
-        return row
-    item = fold_item(row.decode(), chunks)
-    folded: Row = attrs.evolve(row, body=msgspec.json.encode(item))
-    return folded

@@ -12,8 +12,8 @@ import pytest
 import trio
 
 from t3orch.cli.main import main
+from t3orch.domain.turn_items import AssistantMessage
 from t3orch.provider_events import (
-    AssistantText,
     ItemCompleted,
     ItemDelta,
     ItemStarted,
@@ -67,7 +67,7 @@ async def _play(api: Api, thread_id: str, run_id: str, status: str, text: str) -
         b,
         [
             TurnStarted(native_turn_ref="t"),
-            ItemStarted(native_item_ref="m", content=AssistantText()),
+            ItemStarted(native_item_ref="m", content=AssistantMessage()),
         ],
     )
     for i in range(0, len(text), 4):
@@ -76,7 +76,7 @@ async def _play(api: Api, thread_id: str, run_id: str, status: str, text: str) -
     await svc.ingest(
         b,
         [
-            ItemCompleted(native_item_ref="m", content=AssistantText(text=text)),
+            ItemCompleted(native_item_ref="m", content=AssistantMessage(text=text)),
             TurnCompleted(native_turn_ref="t", status=status),  # type: ignore[arg-type]
         ],
     )

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 import trio
 
-from t3orch.provider_events import AssistantText, ItemDelta, ItemStarted, TurnStarted
+from t3orch.domain.turn_items import AssistantMessage
+from t3orch.provider_events import (
+    ItemDelta,
+    ItemStarted,
+    TurnStarted,
+)
 from tests.api.support import TIMEOUT, running_api, unix_client, ws_client
 from tests.api.writes import new_thread
 from tests.store.support import started_turn
@@ -42,7 +47,7 @@ async def test_a_slow_subscriber_gets_resync_and_the_others_do_not(slow_transpor
                 for i in range(40):
                     # A new item per batch keeps each item's text (rewritten per delta) small.
                     ref = f"m{i}"
-                    start = ItemStarted(native_item_ref=ref, content=AssistantText())
+                    start = ItemStarted(native_item_ref=ref, content=AssistantMessage())
                     deltas = [ItemDelta(native_item_ref=ref, text=chunk) for _ in range(49)]
                     last = await core.service.ingest(b, [start, *deltas])
                     while not received or received[-1] != last:

@@ -8,8 +8,8 @@ from typing import Any
 import trio
 import trio_websocket
 
+from t3orch.domain.turn_items import AssistantMessage
 from t3orch.provider_events import (
-    AssistantText,
     ItemCompleted,
     ItemDelta,
     ItemStarted,
@@ -105,7 +105,7 @@ async def test_a_subscriber_that_joins_mid_item_rebuilds_the_same_text() -> None
             b,
             [
                 TurnStarted(native_turn_ref="t1"),
-                ItemStarted(native_item_ref="m1", content=AssistantText()),
+                ItemStarted(native_item_ref="m1", content=AssistantMessage()),
                 ItemDelta(native_item_ref="m1", text=LONG[:150]),
             ],
         )
@@ -117,7 +117,7 @@ async def test_a_subscriber_that_joins_mid_item_rebuilds_the_same_text() -> None
             await core.service.ingest(
                 b,
                 [
-                    ItemCompleted(native_item_ref="m1", content=AssistantText(text=LONG)),
+                    ItemCompleted(native_item_ref="m1", content=AssistantMessage(text=LONG)),
                     TurnCompleted(native_turn_ref="t1", status="completed"),
                 ],
             )

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from t3orch.core import Core
+from t3orch.domain.turn_items import (
+    AssistantMessage,
+    CommandExecution,
+)
 from t3orch.provider_events import (
-    AssistantText,
-    CommandRun,
     ItemCompleted,
     ItemDelta,
     ItemStarted,
@@ -31,7 +33,7 @@ async def streamed_turn(
         b,
         [
             TurnStarted(native_turn_ref="t1"),
-            ItemStarted(native_item_ref="m1", content=AssistantText()),
+            ItemStarted(native_item_ref="m1", content=AssistantMessage()),
         ],
     )
     for i in range(0, len(text), step):
@@ -40,7 +42,8 @@ async def streamed_turn(
         b,
         [
             ItemCompleted(
-                native_item_ref="m1", content=AssistantText(text=text if final is None else final)
+                native_item_ref="m1",
+                content=AssistantMessage(text=text if final is None else final),
             ),
             TurnCompleted(native_turn_ref="t1", status="completed"),
         ],
@@ -55,7 +58,7 @@ async def open_request(core: Core, thread_id: str) -> dict[str, Any]:
         b,
         [
             TurnStarted(native_turn_ref="t1"),
-            ItemStarted(native_item_ref="c1", content=CommandRun(input="touch x")),
+            ItemStarted(native_item_ref="c1", content=CommandExecution(input="touch x")),
             RequestOpened(
                 native_request_ref="0",
                 kind="command",

@@ -105,15 +105,34 @@ class FakeProcess:
         )
 
 
+class BatchingFakeProcess(FakeProcess):
+    """Hands out every line emitted so far in one read, as a real pipe read does."""
+
+    async def receive_line(self) -> bytes | OversizedLine | None:
+        raise AssertionError("the reader reads a pipe read at a time (receive_lines)")
+
+    async def receive_lines(self) -> list[bytes | OversizedLine]:
+        try:
+            lines = [await self._out_receive.receive()]
+        except trio.EndOfChannel:
+            return []
+        while True:
+            try:
+                lines.append(self._out_receive.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return lines
+
+
 class FakeLauncher:
-    def __init__(self) -> None:
+    def __init__(self, factory: type[FakeProcess] = FakeProcess) -> None:
         self.specs: list[LaunchSpec] = []
         self.processes: list[FakeProcess] = []
         self._launched = trio.Event()
+        self._factory = factory
 
     async def launch(self, spec: LaunchSpec) -> FakeProcess:
         await trio.lowlevel.checkpoint()
-        process = FakeProcess()
+        process = self._factory()
         self.specs.append(spec)
         self.processes.append(process)
         self._launched.set()

@@ -8,29 +8,31 @@ import pytest
 
 from adapters.claude.mapper import ClaudeMapper
 from adapters.transport import ExitStatus
+from t3orch.domain.turn_items import (
+    AssistantMessage,
+    CommandExecution,
+    DynamicTool,
+    FileChange,
+    FileSearch,
+    Reasoning,
+    Subagent,
+    WebSearch,
+)
 from t3orch.provider_events import (
-    AssistantText,
-    CommandRun,
     Diagnostic,
-    FileEdit,
-    FileSearchRun,
     ItemCompleted,
     ItemDelta,
     ItemStarted,
     PlanUpdated,
-    ReasoningText,
     RequestCancelled,
     RequestOpened,
     RequestResolved,
     RuntimeExited,
     SessionReady,
-    SubagentRun,
     ThreadRefsLearned,
-    ToolCall,
     TurnCompleted,
     TurnStarted,
     UsageUpdated,
-    WebSearchRun,
 )
 
 from .support import (
@@ -114,9 +116,9 @@ def test_text_and_tool_use_of_one_message_arrive_as_separate_frames_and_fold() -
     assert [e.native_item_ref for e in events if isinstance(e, ItemStarted)] == ["m1#0", "toolu_1"]
     completed = events[3]
     assert isinstance(completed, ItemCompleted)
-    assert completed.content == AssistantText(text="Running it.")
+    assert completed.content == AssistantMessage(text="Running it.")
     tool = events[4]
-    assert isinstance(tool, ItemStarted) and tool.content == CommandRun(input="touch x")
+    assert isinstance(tool, ItemStarted) and tool.content == CommandExecution(input="touch x")
     assert mapper.head == "a2"
 
 
@@ -130,9 +132,9 @@ def test_split_frames_without_partial_messages_use_frame_order() -> None:
     )
     completed = [e for e in events if isinstance(e, ItemCompleted)]
     assert [(c.native_item_ref, c.content) for c in completed] == [
-        ("m1#0", AssistantText(text="first")),
-        ("m1#1", ReasoningText(text="hmm")),
-        ("m1#2", AssistantText(text="second")),
+        ("m1#0", AssistantMessage(text="first")),
+        ("m1#1", Reasoning(text="hmm")),
+        ("m1#2", AssistantMessage(text="second")),
     ]
     # Each item is started before it completes.
     assert types(events) == ["item.started", "item.completed"] * 3
@@ -176,13 +178,13 @@ def test_tool_result_completes_the_tool_item_with_output_and_exit_status() -> No
     )
     assert isinstance(ok[0], ItemCompleted)
     assert ok[0].status == "completed"
-    assert ok[0].content == CommandRun(input="false", output="hi", exit_code=0)
+    assert ok[0].content == CommandExecution(input="false", output="hi", exit_code=0)
 
     feed(mapper, assistant("m2", tool_use("t2", "Bash", {"command": "exit 3"}), "a2"))
     failed = feed(mapper, tool_result("t2", "Exit code 3\nboom", is_error=True))
     assert isinstance(failed[0], ItemCompleted)
     assert failed[0].status == "failed"
-    assert isinstance(failed[0].content, CommandRun) and failed[0].content.exit_code == 3
+    assert isinstance(failed[0].content, CommandExecution) and failed[0].content.exit_code == 3
 
 
 def test_tool_result_for_an_unknown_tool_is_a_warning() -> None:
@@ -194,18 +196,22 @@ def test_tool_result_for_an_unknown_tool_is_a_warning() -> None:
 @pytest.mark.parametrize(
     ("name", "tool_input", "content"),
     [
-        ("Glob", {"pattern": "**/*.py", "path": "src"}, FileSearchRun(query="**/*.py", path="src")),
-        ("Grep", {"pattern": "TODO"}, FileSearchRun(query="TODO")),
-        ("LS", {"path": "/tmp"}, FileSearchRun(query="/tmp", path="/tmp")),
-        ("Read", {"file_path": "a.py"}, ToolCall(tool_name="Read", input={"file_path": "a.py"})),
-        ("WebSearch", {"query": "trio"}, WebSearchRun(query="trio")),
-        ("WebFetch", {"url": "http://x"}, WebSearchRun(query="http://x")),
-        ("mcp__t3__echo", {"text": "x"}, ToolCall(tool_name="mcp__t3__echo", input={"text": "x"})),
-        ("Task", {"prompt": "p"}, SubagentRun(tool_name="Task", prompt="p")),
+        ("Glob", {"pattern": "**/*.py", "path": "src"}, FileSearch(query="**/*.py", path="src")),
+        ("Grep", {"pattern": "TODO"}, FileSearch(query="TODO")),
+        ("LS", {"path": "/tmp"}, FileSearch(query="/tmp", path="/tmp")),
+        ("Read", {"file_path": "a.py"}, DynamicTool(tool_name="Read", input={"file_path": "a.py"})),
+        ("WebSearch", {"query": "trio"}, WebSearch(query="trio")),
+        ("WebFetch", {"url": "http://x"}, WebSearch(query="http://x")),
+        (
+            "mcp__t3__echo",
+            {"text": "x"},
+            DynamicTool(tool_name="mcp__t3__echo", input={"text": "x"}),
+        ),
+        ("Task", {"prompt": "p"}, Subagent(tool_name="Task", prompt="p")),
         (
             "Agent",
             {"description": "d", "prompt": "p", "subagent_type": "Explore"},
-            SubagentRun(tool_name="Agent", description="d", prompt="p", agent_type="Explore"),
+            Subagent(tool_name="Agent", description="d", prompt="p", agent_type="Explore"),
         ),
     ],
 )
@@ -228,7 +234,7 @@ def test_edit_tools_are_file_changes(name: str) -> None:
     )
     assert isinstance(events[0], ItemStarted)
     content = events[0].content
-    assert isinstance(content, FileEdit) and content.file_name == "a.py"
+    assert isinstance(content, FileChange) and content.file_name == "a.py"
     assert [c.path for c in content.changes] == ["a.py"]
 
 
@@ -428,7 +434,7 @@ def test_a_reply_cut_off_by_an_interrupt_ends_interrupted() -> None:
     )
     (item,) = [e for e in events if isinstance(e, ItemCompleted)]
     assert (item.native_item_ref, item.status) == ("m1#0", "interrupted")
-    assert isinstance(item.content, AssistantText) and item.content.text == "chunk 0 "
+    assert isinstance(item.content, AssistantMessage) and item.content.text == "chunk 0 "
     assert isinstance(events[-1], TurnCompleted) and events[-1].status == "interrupted"
 
 
@@ -610,7 +616,7 @@ def test_task_tool_is_a_subagent_and_its_frames_are_its_children() -> None:
     assert spawn == [
         ItemStarted(
             native_item_ref="task1",
-            content=SubagentRun(tool_name="Task", description="look", prompt="find x"),
+            content=Subagent(tool_name="Task", description="look", prompt="find x"),
         )
     ]
     child = feed(
@@ -627,7 +633,7 @@ def test_task_tool_is_a_subagent_and_its_frames_are_its_children() -> None:
     assert done == [
         ItemCompleted(
             native_item_ref="task1",
-            content=SubagentRun(
+            content=Subagent(
                 tool_name="Task", description="look", prompt="find x", output="x is in y.py"
             ),
         )
@@ -656,7 +662,7 @@ def test_task_started_names_the_subagents_child_thread() -> None:
     assert isinstance(note, Diagnostic) and note.code == "claude.system"
     assert note.detail == {"subtype": "task_started", "task_id": "abc123", "tool_use_id": "ag1"}
     [done] = feed(mapper, tool_result("ag1", "report"))
-    assert isinstance(done, ItemCompleted) and isinstance(done.content, SubagentRun)
+    assert isinstance(done, ItemCompleted) and isinstance(done.content, Subagent)
     assert done.content.child_native_thread_ref == "abc123"
     # A subagent the turn's end closes carries it too; an unknown tool use changes nothing.
     feed(mapper, assistant("m2", tool_use("ag2", "Agent", {"prompt": "q"}), "a2"))

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from adapters.replay import replay_events
+from t3orch.domain.turn_items import (
+    CommandExecution,
+    DynamicTool,
+)
 from t3orch.provider_events import (
-    CommandRun,
     Diagnostic,
     ItemCompleted,
     ItemDelta,
@@ -22,7 +25,6 @@ from t3orch.provider_events import (
     ResumeFailed,
     RuntimeExited,
     ThreadRefsLearned,
-    ToolCall,
     TurnCompleted,
     TurnStarted,
 )
@@ -138,9 +140,11 @@ async def test_bash_allowed() -> None:
         "exit:0",
     ]
     command = next(
-        e for e in events if isinstance(e, ItemCompleted) and isinstance(e.content, CommandRun)
+        e
+        for e in events
+        if isinstance(e, ItemCompleted) and isinstance(e.content, CommandExecution)
     )
-    assert command.content == CommandRun(input="touch x && echo hi", output="hi", exit_code=0)
+    assert command.content == CommandExecution(input="touch x && echo hi", output="hi", exit_code=0)
     request = next(e for e in events if isinstance(e, RequestOpened))
     assert request.native_item_ref == command.native_item_ref
 
@@ -239,7 +243,7 @@ async def test_mcp_tool_is_a_dynamic_tool_with_its_output() -> None:
     events = await replay("mcp_tool")
     assert "request:dynamic_tool_call" in shape(events)
     tool = next(
-        e for e in events if isinstance(e, ItemCompleted) and isinstance(e.content, ToolCall)
+        e for e in events if isinstance(e, ItemCompleted) and isinstance(e.content, DynamicTool)
     )
     assert tool.content.tool_name == "mcp__t3__echo"
     assert tool.content.output == [{"type": "text", "text": "echo: from the fake model"}]

@@ -27,7 +27,7 @@ from t3orch.provider_events import (
     TurnStarted,
 )
 
-from .fake_process import FakeLauncher, FakeProcess
+from .fake_process import BatchingFakeProcess, FakeLauncher, FakeProcess
 from .support import Events, can_use_tool, init
 
 CONFIG = RuntimeConfig(
@@ -37,9 +37,11 @@ CONFIG = RuntimeConfig(
 
 @asynccontextmanager
 async def running(
-    options: ClaudeOptions | None = None, queue: EventQueue | None = None
+    options: ClaudeOptions | None = None,
+    queue: EventQueue | None = None,
+    launcher: FakeLauncher | None = None,
 ) -> AsyncIterator[tuple[ClaudeRuntime, FakeLauncher, Events]]:
-    launcher = FakeLauncher()
+    launcher = launcher or FakeLauncher()
     events = Events(queue)
     adapter = ClaudeAdapter(options or ClaudeOptions(session_id_factory=lambda: "new-session"))
     async with adapter.open_runtime(CONFIG, launcher, events.queue, NullRawSink()) as runtime:
@@ -474,3 +476,29 @@ async def test_a_full_queue_stops_the_reader_until_its_events_are_taken() -> Non
             await trio.testing.wait_all_tasks_blocked()
         heads = [e.detail["head"] for e in events.seen if isinstance(e, Diagnostic)]
         assert heads == [f"line {n}" for n in range(8)]
+
+
+async def test_the_reader_takes_a_pipe_read_at_a_time_as_codexs_does() -> None:
+    # Both adapters read through transport.line_reads: a process that hands out a
+    # read's lines at once is read that way (its receive_line would fail the test).
+    launcher = FakeLauncher(BatchingFakeProcess)
+    async with running(queue=EventQueue(high_water=3), launcher=launcher) as (
+        runtime,
+        launcher,
+        events,
+    ):
+        _, process = await open_new(runtime, launcher)
+        await trio.testing.wait_all_tasks_blocked()
+        events.drain()
+        for n in range(8):
+            process.emit(b"line %d" % n)  # not JSON: one diagnostic each
+        await trio.testing.wait_all_tasks_blocked()
+        # A full queue stops the reader after the read that filled it, not mid-read.
+        assert (len(events.queue), process.unread) == (8, 0)
+        events.drain()
+        process.emit(b"line 8")
+        await trio.testing.wait_all_tasks_blocked()
+        events.drain()
+        assert [e.detail["head"] for e in events.seen if isinstance(e, Diagnostic)] == [
+            f"line {n}" for n in range(9)
+        ]

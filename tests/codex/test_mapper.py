@@ -5,36 +5,39 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
 
 from adapters.codex.frames import Notification, ServerRequest, decode_frame
 from adapters.codex.mapper import CodexMapper, resume_failure_reason
 from t3orch.domain.run import TokenUsage
+from t3orch.domain.turn_items import (
+    AssistantMessage,
+    CommandExecution,
+    Compaction,
+    DynamicTool,
+    FileChange,
+    Plan,
+    Reasoning,
+    Subagent,
+    UserMessage,
+    WebSearch,
+)
 from t3orch.provider_events import (
-    AssistantText,
-    CommandRun,
-    CompactionMark,
     Diagnostic,
-    FileEdit,
     ItemCompleted,
     ItemDelta,
     ItemStarted,
-    PlanText,
     PlanUpdated,
     ProviderEvent,
-    ReasoningText,
     RequestCancelled,
     RequestOpened,
     RequestResolved,
     SubagentEnded,
-    SubagentRun,
     ThreadRefsLearned,
-    ToolCall,
     TurnCompleted,
     TurnStarted,
     UsageUpdated,
-    UserText,
-    WebSearchRun,
 )
 
 T, TURN = "th1", "tu1"
@@ -94,11 +97,11 @@ def test_streamed_message_then_completion() -> None:
     )
     assert events == [
         TurnStarted(raw_event_id="r0", native_turn_ref=TURN),
-        ItemStarted(raw_event_id="r1", native_item_ref="msg_1", content=AssistantText(text="")),
+        ItemStarted(raw_event_id="r1", native_item_ref="msg_1", content=AssistantMessage(text="")),
         ItemDelta(raw_event_id="r2", native_item_ref="msg_1", text="ack"),
         ItemDelta(raw_event_id="r3", native_item_ref="msg_1", text=": hi"),
         ItemCompleted(
-            raw_event_id="r4", native_item_ref="msg_1", content=AssistantText(text="ack: hi")
+            raw_event_id="r4", native_item_ref="msg_1", content=AssistantMessage(text="ack: hi")
         ),
         TurnCompleted(raw_event_id="r5", native_turn_ref=TURN, status="completed"),
     ]
@@ -125,7 +128,7 @@ def test_agent_message_moderation_of_either_version_is_tolerated(
     events = feed(CodexMapper(), turn_started(), started({**item, "text": ""}), completed(item))
     assert not [e for e in events if isinstance(e, Diagnostic)]
     assert events[-1] == ItemCompleted(
-        raw_event_id="r2", native_item_ref="msg_1", content=AssistantText(text="ack: hi")
+        raw_event_id="r2", native_item_ref="msg_1", content=AssistantMessage(text="ack: hi")
     )
 
 
@@ -149,7 +152,7 @@ def test_interrupted_turn_closes_open_items_before_it_ends() -> None:
     assert closing == ItemCompleted(
         raw_event_id="r4",
         native_item_ref="msg_1",
-        content=AssistantText(text="slow 0 slow 1"),
+        content=AssistantMessage(text="slow 0 slow 1"),
         status="interrupted",
     )
     assert isinstance(end, TurnCompleted) and end.status == "interrupted"
@@ -343,11 +346,11 @@ def test_item_contents() -> None:
     items = [
         (
             {"type": "userMessage", "id": "u", "content": [{"type": "text", "text": "hi"}]},
-            UserText(text="hi"),
+            UserMessage(text="hi"),
         ),
         (
             {"type": "reasoning", "id": "r", "summary": ["s1", "s2"], "content": ["t"]},
-            ReasoningText(text="t", summary="s1\ns2"),
+            Reasoning(text="t", summary="s1\ns2"),
         ),
         (
             {
@@ -360,11 +363,11 @@ def test_item_contents() -> None:
                 "aggregatedOutput": "out",
                 "commandActions": [],
             },
-            CommandRun(input="ls", output="out", exit_code=2, cwd="/w"),
+            CommandExecution(input="ls", output="out", exit_code=2, cwd="/w"),
         ),
-        ({"type": "plan", "id": "p", "text": "# Plan"}, PlanText(markdown="# Plan")),
-        ({"type": "contextCompaction", "id": "k"}, CompactionMark(title="Context compacted")),
-        ({"type": "webSearch", "id": "w", "query": "trio"}, WebSearchRun(query="trio")),
+        ({"type": "plan", "id": "p", "text": "# Plan"}, Plan(markdown="# Plan")),
+        ({"type": "contextCompaction", "id": "k"}, Compaction(title="Context compacted")),
+        ({"type": "webSearch", "id": "w", "query": "trio"}, WebSearch(query="trio")),
         (
             {
                 "type": "mcpToolCall",
@@ -375,7 +378,7 @@ def test_item_contents() -> None:
                 "status": "completed",
                 "result": {"ok": True},
             },
-            ToolCall(tool_name="srv/look", input={"q": 1}, output={"ok": True}),
+            DynamicTool(tool_name="srv/look", input={"q": 1}, output={"ok": True}),
         ),
         (
             {
@@ -386,7 +389,7 @@ def test_item_contents() -> None:
                 "status": "failed",
                 "contentItems": None,
             },
-            ToolCall(tool_name="dyn", input=[1], output=None),
+            DynamicTool(tool_name="dyn", input=[1], output=None),
         ),
     ]
     for item, content in items:
@@ -397,7 +400,7 @@ def test_item_contents() -> None:
         completed({"type": "fileChange", "id": "f", "status": "declined", "changes": [change]}),
     )
     assert isinstance(event, ItemCompleted) and event.status == "declined"
-    assert isinstance(event.content, FileEdit)
+    assert isinstance(event.content, FileChange)
     assert (event.content.file_name, event.content.additions, event.content.deletions) == (
         "/w/a.txt",
         2,
@@ -440,8 +443,8 @@ def test_command_output_and_reasoning_channels() -> None:
         ("line\n", None),
     ]
     closed = {e.native_item_ref: e.content for e in events if isinstance(e, ItemCompleted)}
-    assert closed["r"] == ReasoningText(text="raw", summary="think\n\nmore")
-    assert closed["c"] == CommandRun(input="ls", output="line\n", cwd="/")
+    assert closed["r"] == Reasoning(text="raw", summary="think\n\nmore")
+    assert closed["c"] == CommandExecution(input="ls", output="line\n", cwd="/")
 
 
 def test_plan_update_is_a_todo_list() -> None:
@@ -619,7 +622,7 @@ def test_collab_spawn_is_a_subagent_and_the_child_threads_items_are_its_children
     )
     spawn = events[1]
     assert isinstance(spawn, ItemStarted)
-    assert spawn.content == SubagentRun(
+    assert spawn.content == Subagent(
         tool_name="collab/spawnAgent",
         description="look for x",
         prompt="look for x\nin src",
@@ -636,15 +639,15 @@ def test_collab_spawn_is_a_subagent_and_the_child_threads_items_are_its_children
     )
     assert child_item.parent_native_item_ref == "c-spawnAgent"
     closed = next(e for e in events if isinstance(e, ItemCompleted) and e.native_item_ref == "cm1")
-    assert closed.status == "interrupted" and closed.content == AssistantText(text="hi")
+    assert closed.status == "interrupted" and closed.content == AssistantMessage(text="hi")
     done = next(
         e for e in events if isinstance(e, ItemCompleted) and e.native_item_ref == "c-spawnAgent"
     )
-    assert isinstance(done.content, SubagentRun)
+    assert isinstance(done.content, Subagent)
     assert done.content.child_native_thread_ref == child
     # Other collab tools stay tool calls of the parent thread.
     wait = events[-1]
-    assert isinstance(wait, ItemStarted) and isinstance(wait.content, ToolCall)
+    assert isinstance(wait, ItemStarted) and isinstance(wait.content, DynamicTool)
     assert wait.parent_native_item_ref is None
 
 
@@ -662,7 +665,7 @@ def test_collab_spawn_naming_its_child_before_the_child_thread_starts() -> None:
         ),
     )
     first = events[1]
-    assert isinstance(first, ItemStarted) and isinstance(first.content, SubagentRun)
+    assert isinstance(first, ItemStarted) and isinstance(first.content, Subagent)
     assert first.content.child_native_thread_ref == "th-c"
     assert isinstance(events[2], ItemStarted)
     assert events[2].parent_native_item_ref == "c-spawnAgent"
@@ -768,3 +771,19 @@ def test_a_failed_child_turn_fails_its_subagent() -> None:
     assert end.status == "failed"
     closed = next(e for e in events if isinstance(e, ItemCompleted))
     assert closed.native_item_ref == "cm1" and closed.status == "interrupted"
+
+
+def test_every_mapped_notification_is_dispatched_by_the_match() -> None:
+    from adapters.codex.mapper import (
+        DIAGNOSTIC_NOTIFICATIONS,
+        HANDLED_NOTIFICATIONS,
+        MAPPED_NOTIFICATIONS,
+    )
+
+    assert HANDLED_NOTIFICATIONS.isdisjoint(DIAGNOSTIC_NOTIFICATIONS)
+    for method in sorted(MAPPED_NOTIFICATIONS):
+        events = CodexMapper().notification(method, msgspec.Raw(b"{}"), None)
+        codes = [e.code for e in events if isinstance(e, Diagnostic)]
+        assert "unmapped" not in codes, method
+    (unknown,) = CodexMapper().notification("thread/brandNew", msgspec.Raw(b"{}"), None)
+    assert isinstance(unknown, Diagnostic) and unknown.code == "unmapped"

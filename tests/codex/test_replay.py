@@ -12,11 +12,13 @@ import trio
 
 from adapters.replay import replay_events
 from adapters.transcript import load_transcript
+from t3orch.domain.turn_items import (
+    AssistantMessage,
+    CommandExecution,
+    FileChange,
+)
 from t3orch.provider_events import (
-    AssistantText,
-    CommandRun,
     Diagnostic,
-    FileEdit,
     ItemCompleted,
     ItemDelta,
     ItemStarted,
@@ -45,7 +47,7 @@ def assistant_texts(events: list[ProviderEvent]) -> list[str]:
     return [
         e.content.text
         for e in of(events, ItemCompleted)
-        if isinstance(e.content, AssistantText) and e.status == "completed"
+        if isinstance(e.content, AssistantMessage) and e.status == "completed"
     ]
 
 
@@ -59,13 +61,13 @@ def check_plain_turn(events: list[ProviderEvent]) -> None:
     assert "".join(e.text for e in of(events, ItemDelta)) == "ack: hello"
 
 
-def _approval(events: list[ProviderEvent], decision: str) -> CommandRun:
+def _approval(events: list[ProviderEvent], decision: str) -> CommandExecution:
     (opened,) = of(events, RequestOpened)
     assert opened.kind == "command" and opened.native_item_ref == "call_1"
     assert "touch" in opened.summary
     (resolved,) = of(events, RequestResolved)
     assert (resolved.native_request_ref, resolved.decision) == (opened.native_request_ref, decision)
-    (run,) = [e for e in of(events, ItemCompleted) if isinstance(e.content, CommandRun)]
+    (run,) = [e for e in of(events, ItemCompleted) if isinstance(e.content, CommandExecution)]
     return run
 
 
@@ -93,7 +95,7 @@ def check_file_change_approval(events: list[ProviderEvent]) -> None:
     (opened,) = of(events, RequestOpened)
     assert opened.kind == "file-change"
     assert of(events, RequestResolved)[0].decision == "accept"
-    (edit,) = [e for e in of(events, ItemCompleted) if isinstance(e.content, FileEdit)]
+    (edit,) = [e for e in of(events, ItemCompleted) if isinstance(e.content, FileChange)]
     assert edit.status == "completed" and edit.content.file_name.endswith("notes.txt")
     assert edit.content.changes[0].kind == "add"
     assert turn_statuses(events) == ["completed"]
@@ -103,7 +105,7 @@ def check_interrupt(events: list[ProviderEvent]) -> None:
     assert turn_statuses(events) == ["interrupted"]
     streamed = "".join(e.text for e in of(events, ItemDelta))
     closed = [e for e in of(events, ItemCompleted) if e.status == "interrupted"]
-    assert len(closed) == 1 and closed[0].content == AssistantText(text=streamed)
+    assert len(closed) == 1 and closed[0].content == AssistantMessage(text=streamed)
     assert len(of(events, ItemDelta)) >= 3
     # The adapter's closing comes before the authoritative end of the turn.
     assert events.index(closed[0]) < events.index(of(events, TurnCompleted)[0])

@@ -475,3 +475,25 @@ async def test_fork_runs_in_the_runtimes_cwd() -> None:
         assert request["params"]["cwd"] == "/work"
         assert request["params"]["lastTurnId"] == "turn3"
         process.emit({"id": request["id"], "result": {"thread": {"id": "th2"}}})
+
+
+async def test_the_runtime_reads_stdout_itself_as_claudes_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The read loop is the runtime's (no call from the client back into it), and
+    # it reads through the same transport.line_reads as Claude's runtime.
+    import adapters.codex.runtime as codex_runtime
+    from adapters import transport
+    from adapters.codex.client import CodexClient
+
+    read: list[object] = []
+
+    def recording(process: Any) -> transport.ReadLines:
+        read.append(process)
+        return transport.line_reads(process)
+
+    monkeypatch.setattr(codex_runtime, "line_reads", recording)
+    async with scripted_runtime() as (_, process, events):
+        await events.until(SessionReady)
+    assert read == [process]
+    assert not hasattr(CodexClient, "run")

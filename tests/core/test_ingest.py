@@ -11,12 +11,14 @@ import trio.testing
 
 from t3orch.core import open_core
 from t3orch.domain.request import LiveCapability, NotResumableCapability
+from t3orch.domain.turn_items import (
+    AssistantMessage,
+    CommandExecution,
+)
 from t3orch.ingest.coalesce import DeltaCoalescer
 from t3orch.projections.check import compare, rebuild
 from t3orch.projections.views import pending_requests, thread_detail
 from t3orch.provider_events import (
-    AssistantText,
-    CommandRun,
     ItemCompleted,
     ItemDelta,
     ItemStarted,
@@ -77,7 +79,7 @@ async def test_interrupted_turn_closes_items_left_streaming(tmp_path: Path) -> N
             b,
             [
                 TurnStarted(native_turn_ref="t1"),
-                ItemStarted(native_item_ref="m1", content=AssistantText()),
+                ItemStarted(native_item_ref="m1", content=AssistantMessage()),
                 ItemDelta(native_item_ref="m1", text="partial"),
                 TurnCompleted(native_turn_ref="t1", status="interrupted"),
             ],
@@ -95,7 +97,7 @@ async def _open_request(core, tid: str):  # type: ignore[no-untyped-def]
         b,
         [
             TurnStarted(native_turn_ref="t1"),
-            ItemStarted(native_item_ref="c1", content=CommandRun(input="touch x")),
+            ItemStarted(native_item_ref="c1", content=CommandExecution(input="touch x")),
             RequestOpened(
                 native_request_ref="0",
                 kind="command",
@@ -199,13 +201,13 @@ async def test_coalescing_bounds_stored_deltas(tmp_path: Path) -> None:
         coalescer = DeltaCoalescer()
         events: list[tuple[float, ProviderEvent]] = [
             (0.0, TurnStarted(native_turn_ref="t")),
-            (0.0, ItemStarted(native_item_ref="m", content=AssistantText())),
+            (0.0, ItemStarted(native_item_ref="m", content=AssistantMessage())),
         ]
         chunks = [text[i : i + 3] for i in range(0, len(text), 3)]
         step = 20.0 / len(chunks)
         events += [(i * step, ItemDelta(native_item_ref="m", text=c)) for i, c in enumerate(chunks)]
         events += [
-            (20.0, ItemCompleted(native_item_ref="m", content=AssistantText(text=text))),
+            (20.0, ItemCompleted(native_item_ref="m", content=AssistantMessage(text=text))),
             (20.0, TurnCompleted(native_turn_ref="t", status="completed")),
         ]
         for at, event in events:
@@ -222,7 +224,10 @@ async def test_coalescing_bounds_stored_deltas(tmp_path: Path) -> None:
 
 async def test_delta_channels_go_to_their_fields(tmp_path: Path) -> None:
     """Reasoning summaries do not mix into the text; a patch snapshot replaces the diff."""
-    from t3orch.provider_events import FileEdit, ReasoningText
+    from t3orch.domain.turn_items import (
+        FileChange,
+        Reasoning,
+    )
 
     async with open_core(tmp_path / "e.db") as core:
         tid = await new_thread(core.service)
@@ -230,12 +235,12 @@ async def test_delta_channels_go_to_their_fields(tmp_path: Path) -> None:
         coalescer = DeltaCoalescer()
         events: list[ProviderEvent] = [
             TurnStarted(native_turn_ref="t"),
-            ItemStarted(native_item_ref="r", content=ReasoningText()),
+            ItemStarted(native_item_ref="r", content=Reasoning()),
             ItemDelta(native_item_ref="r", text="think "),
             ItemDelta(native_item_ref="r", text="sum ", channel="summary"),
             ItemDelta(native_item_ref="r", text="more"),
             ItemDelta(native_item_ref="r", text="mary", channel="summary"),
-            ItemStarted(native_item_ref="f", content=FileEdit(file_name="a.txt")),
+            ItemStarted(native_item_ref="f", content=FileChange(file_name="a.txt")),
             ItemDelta(native_item_ref="f", text="diff v1", channel="patch"),
             ItemDelta(native_item_ref="f", text="diff v2", channel="patch"),
         ]

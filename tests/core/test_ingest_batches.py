@@ -11,13 +11,13 @@ import msgspec
 import trio.testing
 
 from t3orch.core import Core, open_core
+from t3orch.domain.turn_items import AssistantMessage
 from t3orch.ids import CommandId
 from t3orch.ingest.binding import SessionBinding
 from t3orch.ingest.translate import IngestBatch
 from t3orch.projections.check import compare, rebuild
 from t3orch.projections.views import thread_detail
 from t3orch.provider_events import (
-    AssistantText,
     ItemCompleted,
     ItemDelta,
     ItemStarted,
@@ -40,7 +40,7 @@ async def _streaming(core: Core) -> tuple[str, SessionBinding]:
         b,
         [
             TurnStarted(native_turn_ref="t"),
-            ItemStarted(native_item_ref="m", content=AssistantText()),
+            ItemStarted(native_item_ref="m", content=AssistantMessage()),
         ],
     )
     return tid, b
@@ -153,34 +153,38 @@ async def test_completions_carrying_their_text_after_stored_deltas(tmp_path: Pat
         tid, b = await _streaming(core)
         await svc.ingest(b, _delta("ab"))
         await svc.ingest(b, _delta("c"))
-        await svc.ingest(b, [ItemCompleted(native_item_ref="m", content=AssistantText(text="abc"))])
+        await svc.ingest(
+            b, [ItemCompleted(native_item_ref="m", content=AssistantMessage(text="abc"))]
+        )
         reply = _reply(core, tid)
         assert (reply["status"], reply["text"]) == ("completed", "abc")
         # Completed again, with its status unchanged: compared with the whole item.
-        await svc.ingest(b, [ItemCompleted(native_item_ref="m", content=AssistantText(text="abc"))])
+        await svc.ingest(
+            b, [ItemCompleted(native_item_ref="m", content=AssistantMessage(text="abc"))]
+        )
         reply = _reply(core, tid)
         assert (reply["status"], reply["text"]) == ("completed", "abc")
 
         await svc.ingest(
             b,
             [
-                ItemStarted(native_item_ref="n", content=AssistantText()),
+                ItemStarted(native_item_ref="n", content=AssistantMessage()),
                 ItemDelta(native_item_ref="n", text="draft"),
             ],
         )
         await svc.ingest(
-            b, [ItemCompleted(native_item_ref="n", content=AssistantText(text="final"))]
+            b, [ItemCompleted(native_item_ref="n", content=AssistantMessage(text="final"))]
         )
         assert _reply(core, tid)["text"] == "final"
 
         await svc.ingest(
             b,
             [
-                ItemStarted(native_item_ref="o", content=AssistantText()),
+                ItemStarted(native_item_ref="o", content=AssistantMessage()),
                 ItemDelta(native_item_ref="o", text="kept"),
             ],
         )
-        await svc.ingest(b, [ItemCompleted(native_item_ref="o", content=AssistantText())])
+        await svc.ingest(b, [ItemCompleted(native_item_ref="o", content=AssistantMessage())])
         reply = _reply(core, tid)
         assert (reply["status"], reply["text"]) == ("completed", "kept")
         with core.reader.snapshot():
@@ -200,10 +204,10 @@ async def test_completions_in_the_decision_that_streamed_the_text(tmp_path: Path
             b,
             [
                 ItemDelta(native_item_ref="m", text="x"),
-                ItemCompleted(native_item_ref="m", content=AssistantText(text="xy")),
-                ItemStarted(native_item_ref="n", content=AssistantText()),
+                ItemCompleted(native_item_ref="m", content=AssistantMessage(text="xy")),
+                ItemStarted(native_item_ref="n", content=AssistantMessage()),
                 ItemDelta(native_item_ref="n", text="streamed"),
-                ItemCompleted(native_item_ref="n", content=AssistantText()),
+                ItemCompleted(native_item_ref="n", content=AssistantMessage()),
             ],
         )
         with core.reader.snapshot():

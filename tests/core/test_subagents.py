@@ -9,24 +9,26 @@ import attrs
 import msgspec
 
 from t3orch.core import open_core
+from t3orch.domain.turn_items import (
+    AssistantMessage,
+    CommandExecution,
+    Subagent,
+)
 from t3orch.projections.check import compare, rebuild
 from t3orch.projections.views import execution_graph, thread_detail
 from t3orch.provider_events import (
-    AssistantText,
-    CommandRun,
     ItemCompleted,
     ItemDelta,
     ItemStarted,
     ProviderEvent,
     RuntimeExited,
     SubagentEnded,
-    SubagentRun,
     TurnCompleted,
     TurnStarted,
 )
 from tests.store.support import new_thread, started_turn
 
-SPAWN = SubagentRun(tool_name="Task", description="look around", prompt="find x")
+SPAWN = Subagent(tool_name="Task", description="look around", prompt="find x")
 
 
 def _detail(core: Any, tid: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Any]]:
@@ -54,18 +56,24 @@ def _subagent_work(child_text: str = "child says hi") -> list[ProviderEvent]:
     return [
         TurnStarted(native_turn_ref="t1"),
         ItemStarted(native_item_ref="task1", content=SPAWN),
-        ItemStarted(native_item_ref="cm1", content=AssistantText(), parent_native_item_ref="task1"),
+        ItemStarted(
+            native_item_ref="cm1", content=AssistantMessage(), parent_native_item_ref="task1"
+        ),
         ItemDelta(native_item_ref="cm1", text=child_text),
-        ItemCompleted(native_item_ref="cm1", content=AssistantText(text=child_text)),
+        ItemCompleted(native_item_ref="cm1", content=AssistantMessage(text=child_text)),
         ItemStarted(
             native_item_ref="cc1",
-            content=CommandRun(input="grep -r x"),
+            content=CommandExecution(input="grep -r x"),
             parent_native_item_ref="task1",
         ),
         # A grandchild: under the subagent's command, still the subagent's work.
-        ItemStarted(native_item_ref="gc1", content=AssistantText(), parent_native_item_ref="cc1"),
-        ItemCompleted(native_item_ref="gc1", content=AssistantText(text="deep")),
-        ItemCompleted(native_item_ref="cc1", content=CommandRun(input="grep -r x", exit_code=0)),
+        ItemStarted(
+            native_item_ref="gc1", content=AssistantMessage(), parent_native_item_ref="cc1"
+        ),
+        ItemCompleted(native_item_ref="gc1", content=AssistantMessage(text="deep")),
+        ItemCompleted(
+            native_item_ref="cc1", content=CommandExecution(input="grep -r x", exit_code=0)
+        ),
     ]
 
 
@@ -80,7 +88,7 @@ async def test_subagent_graph_shape_and_hidden_children(tmp_path: Path) -> None:
                 *_subagent_work(),
                 ItemCompleted(
                     native_item_ref="task1",
-                    content=SubagentRun(
+                    content=Subagent(
                         tool_name="Task",
                         description="look around",
                         prompt="find x",
@@ -88,8 +96,8 @@ async def test_subagent_graph_shape_and_hidden_children(tmp_path: Path) -> None:
                         output="x is in y.py",
                     ),
                 ),
-                ItemStarted(native_item_ref="m1", content=AssistantText()),
-                ItemCompleted(native_item_ref="m1", content=AssistantText(text="parent answer")),
+                ItemStarted(native_item_ref="m1", content=AssistantMessage()),
+                ItemCompleted(native_item_ref="m1", content=AssistantMessage(text="parent answer")),
                 TurnCompleted(native_turn_ref="t1", status="completed"),
             ],
         )
@@ -169,8 +177,8 @@ async def test_child_failing_first_never_ends_its_parent(tmp_path: Path) -> None
         await core.service.ingest(
             b,
             [
-                ItemStarted(native_item_ref="m1", content=AssistantText()),
-                ItemCompleted(native_item_ref="m1", content=AssistantText(text="done anyway")),
+                ItemStarted(native_item_ref="m1", content=AssistantMessage()),
+                ItemCompleted(native_item_ref="m1", content=AssistantMessage(text="done anyway")),
                 TurnCompleted(native_turn_ref="t1", status="completed"),
             ],
         )
@@ -193,7 +201,9 @@ async def test_parent_turn_ending_first_interrupts_the_open_subagent(tmp_path: P
                 TurnStarted(native_turn_ref="t1"),
                 ItemStarted(native_item_ref="task1", content=SPAWN),
                 ItemStarted(
-                    native_item_ref="cm1", content=AssistantText(), parent_native_item_ref="task1"
+                    native_item_ref="cm1",
+                    content=AssistantMessage(),
+                    parent_native_item_ref="task1",
                 ),
                 ItemDelta(native_item_ref="cm1", text="half a thought"),
                 TurnCompleted(native_turn_ref="t1", status="completed"),
@@ -259,7 +269,7 @@ async def test_child_scope_nests_under_the_root_scope_without_advancing_the_coun
 
 
 #: A Codex spawn call returning before its child works (``receiverThreadIds`` set).
-SPAWNED = SubagentRun(
+SPAWNED = Subagent(
     tool_name="collab/spawnAgent",
     prompt="find x",
     child_native_thread_ref="native-child",
@@ -273,10 +283,10 @@ def _spawn_returns_then_child_starts() -> list[ProviderEvent]:
         ItemStarted(native_item_ref="spawn1", content=SPAWN),
         ItemCompleted(native_item_ref="spawn1", content=SPAWNED, child_continues=True),
         ItemStarted(
-            native_item_ref="cm1", content=AssistantText(), parent_native_item_ref="spawn1"
+            native_item_ref="cm1", content=AssistantMessage(), parent_native_item_ref="spawn1"
         ),
-        ItemStarted(native_item_ref="m1", content=AssistantText()),
-        ItemCompleted(native_item_ref="m1", content=AssistantText(text="parent answer")),
+        ItemStarted(native_item_ref="m1", content=AssistantMessage()),
+        ItemCompleted(native_item_ref="m1", content=AssistantMessage(text="parent answer")),
     ]
 
 
@@ -327,13 +337,13 @@ async def test_a_child_the_provider_keeps_running_outlives_its_parents_turn(
             late,
             [
                 ItemDelta(native_item_ref="cm1", text="found it"),
-                ItemCompleted(native_item_ref="cm1", content=AssistantText(text="found it")),
+                ItemCompleted(native_item_ref="cm1", content=AssistantMessage(text="found it")),
                 ItemStarted(
                     native_item_ref="cc1",
-                    content=CommandRun(input="grep -r x"),
+                    content=CommandExecution(input="grep -r x"),
                     parent_native_item_ref="spawn1",
                 ),
-                ItemCompleted(native_item_ref="cc1", content=CommandRun(input="grep -r x")),
+                ItemCompleted(native_item_ref="cc1", content=CommandExecution(input="grep -r x")),
                 SubagentEnded(
                     native_item_ref="spawn1",
                     status="completed",

@@ -7,8 +7,13 @@ from pathlib import Path
 import msgspec
 
 from t3orch.core import open_core
+from t3orch.domain.turn_items import AssistantMessage
 from t3orch.projections.views import thread_detail
-from t3orch.provider_events import AssistantText, ItemCompleted, ProviderEvent, TurnStarted
+from t3orch.provider_events import (
+    ItemCompleted,
+    ProviderEvent,
+    TurnStarted,
+)
 from tests.store.support import new_thread, started_turn
 
 
@@ -18,7 +23,7 @@ async def test_detail_pages_back_through_every_item(tmp_path: Path) -> None:
         b = await started_turn(core.service, tid)
         events: list[ProviderEvent] = [TurnStarted(native_turn_ref="t")]
         events += [
-            ItemCompleted(native_item_ref=f"m{i}", content=AssistantText(text=f"item {i}"))
+            ItemCompleted(native_item_ref=f"m{i}", content=AssistantMessage(text=f"item {i}"))
             for i in range(450)
         ]
         await core.service.ingest(b, events)

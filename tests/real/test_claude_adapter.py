@@ -29,10 +29,12 @@ from fixtures.fakes.claude_env import (
     find_claude_binary,
 )
 from fixtures.fakes.messages_api import FakeMessagesServer, user_texts
+from t3orch.domain.turn_items import (
+    AssistantMessage,
+    CommandExecution,
+)
 from t3orch.domain.vocab import RuntimeMode
 from t3orch.provider_events import (
-    AssistantText,
-    CommandRun,
     ItemCompleted,
     ItemDelta,
     RequestOpened,
@@ -144,7 +146,7 @@ async def test_approved_command_really_runs(fake: FakeMessagesServer, dirs: Clau
         request, item, done = await _command_turn(runtime, events, RequestAnswer("accept"))
         assert (dirs.cwd / "made_by_claude").exists()
         assert item.status == "completed"
-        assert item.content == CommandRun(
+        assert item.content == CommandExecution(
             input="touch made_by_claude && echo hi", output="hi", exit_code=0
         )
         resolved = await events.until(RequestResolved)
@@ -162,7 +164,7 @@ async def test_declined_command_does_not_run(fake: FakeMessagesServer, dirs: Cla
         )
         assert not (dirs.cwd / "made_by_claude").exists()
         assert item.status == "declined"
-        assert isinstance(item.content, CommandRun) and "not today" in item.content.output
+        assert isinstance(item.content, CommandExecution) and "not today" in item.content.output
         assert done.status == "completed"  # the model answered the refusal
 
 
@@ -180,7 +182,7 @@ async def test_interrupt_mid_stream(fake: FakeMessagesServer, dirs: ClaudeDirs) 
             for e in events.seen
             if isinstance(e, ItemCompleted) and e.native_item_ref == delta.native_item_ref
         ]
-        assert cut.status == "interrupted" and isinstance(cut.content, AssistantText)
+        assert cut.status == "interrupted" and isinstance(cut.content, AssistantMessage)
         assert cut.content.text.startswith(delta.text)
         # The process takes the next turn.
         await runtime.start_turn("after the interrupt")
@@ -270,7 +272,7 @@ async def test_full_access_runs_commands_without_asking(
         run = next(
             e
             for e in events.seen
-            if isinstance(e, ItemCompleted) and isinstance(e.content, CommandRun)
+            if isinstance(e, ItemCompleted) and isinstance(e.content, CommandExecution)
         )
         assert run.status == "completed"
 

@@ -22,9 +22,11 @@ from adapters.protocol import RequestAnswer, ResumeRefs, RuntimeConfig
 from adapters.transport import LaunchSpec
 from fixtures.fakes.codex_home import make_codex_home, make_work_dir, resolve_codex_binary
 from fixtures.fakes.responses_api import FakeResponsesServer, user_texts
+from t3orch.domain.turn_items import (
+    AssistantMessage,
+    CommandExecution,
+)
 from t3orch.provider_events import (
-    AssistantText,
-    CommandRun,
     ItemCompleted,
     ItemDelta,
     ProviderEvent,
@@ -134,7 +136,7 @@ def texts_of(events: list[ProviderEvent]) -> list[str]:
     return [
         e.content.text
         for e in events
-        if isinstance(e, ItemCompleted) and isinstance(e.content, AssistantText)
+        if isinstance(e, ItemCompleted) and isinstance(e.content, AssistantMessage)
     ]
 
 
@@ -179,7 +181,9 @@ async def _escalated(
 async def test_approved_command_really_runs(rig: Rig) -> None:
     done, turn = await _escalated(rig, "accept", "approved.txt")
     assert done.status == "completed"
-    (run,) = [e for e in turn if isinstance(e, ItemCompleted) and isinstance(e.content, CommandRun)]
+    (run,) = [
+        e for e in turn if isinstance(e, ItemCompleted) and isinstance(e.content, CommandExecution)
+    ]
     assert run.status == "completed" and run.content.exit_code == 0
     assert "ran-approved.txt" in run.content.output
     assert (rig.work / "approved.txt").exists()
@@ -200,7 +204,9 @@ async def test_every_offered_decision_is_one_codex_takes(rig: Rig) -> None:
 async def test_accept_and_remember_sends_the_amendment_and_the_command_runs(rig: Rig) -> None:
     done, turn = await _escalated(rig, "acceptForSession", "remembered.txt")
     assert done.status == "completed"
-    (run,) = [e for e in turn if isinstance(e, ItemCompleted) and isinstance(e.content, CommandRun)]
+    (run,) = [
+        e for e in turn if isinstance(e, ItemCompleted) and isinstance(e.content, CommandExecution)
+    ]
     assert run.status == "completed" and run.content.exit_code == 0
     assert (rig.work / "remembered.txt").exists()
     sent = [
@@ -224,7 +230,9 @@ async def test_accept_and_remember_sends_the_amendment_and_the_command_runs(rig:
 async def test_declined_command_does_not_run(rig: Rig) -> None:
     done, turn = await _escalated(rig, "decline", "declined.txt")
     assert done.status == "completed"
-    (run,) = [e for e in turn if isinstance(e, ItemCompleted) and isinstance(e.content, CommandRun)]
+    (run,) = [
+        e for e in turn if isinstance(e, ItemCompleted) and isinstance(e.content, CommandExecution)
+    ]
     assert run.status == "declined"
     assert not (rig.work / "declined.txt").exists()
 
@@ -242,7 +250,7 @@ async def test_interrupt_closes_the_streaming_item(rig: Rig) -> None:
         assert done.status == "interrupted"
         turn = events.since(begin)
         closed = [e for e in turn if isinstance(e, ItemCompleted) and e.status == "interrupted"]
-        assert len(closed) == 1 and isinstance(closed[0].content, AssistantText)
+        assert len(closed) == 1 and isinstance(closed[0].content, AssistantMessage)
         assert closed[0].content.text.startswith("slow 0 slow 1 ")
         assert turn.index(closed[0]) < turn.index(done)
         assert runtime.active_turn_ref is None

@@ -26,9 +26,11 @@ from typing import Protocol
 import attrs
 
 from adapters.protocol import ProviderRuntime, RequestAnswer, ResumeRefs
+from t3orch.domain.turn_items import (
+    AssistantMessage,
+    CommandExecution,
+)
 from t3orch.provider_events import (
-    AssistantText,
-    CommandRun,
     ItemCompleted,
     ItemDelta,
     ProviderEvent,
@@ -74,7 +76,7 @@ def shape(events: Sequence[ProviderEvent]) -> list[str]:
             out.append(f"request:{event.kind}")
         elif isinstance(event, RequestResolved):
             out.append(f"resolved:{event.decision}")
-        elif isinstance(event, ItemCompleted) and isinstance(event.content, CommandRun):
+        elif isinstance(event, ItemCompleted) and isinstance(event.content, CommandExecution):
             out.append(f"command:{event.status}")
         elif isinstance(event, RuntimeExited) and event.signal == signal.SIGKILL:
             out.append("exit:killed")
@@ -85,7 +87,7 @@ def assistant_texts(events: Sequence[ProviderEvent]) -> list[str]:
     return [
         e.content.text
         for e in events
-        if isinstance(e, ItemCompleted) and isinstance(e.content, AssistantText)
+        if isinstance(e, ItemCompleted) and isinstance(e.content, AssistantMessage)
     ]
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from t3orch.commands.specs import CreateThread
 from t3orch.domain.provider import ProviderCapabilities
+from t3orch.domain.turn_items import AssistantMessage
 from t3orch.ingest.binding import SessionBinding
 from t3orch.provider_events import (
-    AssistantText,
     ItemCompleted,
     ItemDelta,
     ItemStarted,
@@ -39,8 +39,8 @@ def reply_events(turn_ref: str, text: str, chunks: int = 5) -> list[ProviderEven
         SessionReady(provider_version="t", capabilities=ProviderCapabilities()),
         ThreadRefsLearned(native_thread_ref="native-1"),
         TurnStarted(native_turn_ref=turn_ref),
-        ItemStarted(native_item_ref="m1", content=AssistantText()),
+        ItemStarted(native_item_ref="m1", content=AssistantMessage()),
         *[ItemDelta(native_item_ref="m1", text=p) for p in parts],
-        ItemCompleted(native_item_ref="m1", content=AssistantText(text=text)),
+        ItemCompleted(native_item_ref="m1", content=AssistantMessage(text=text)),
         TurnCompleted(native_turn_ref=turn_ref, status="completed"),
     ]

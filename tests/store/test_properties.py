@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from t3orch.core import open_core
+from t3orch.domain.turn_items import CommandExecution
 from t3orch.ingest.binding import SessionBinding
 from t3orch.projections.check import compare, compare_chunks, rebuild
 from t3orch.provider_events import (
-    CommandRun,
     ItemStarted,
     RequestOpened,
     RuntimeExited,
@@ -66,7 +66,7 @@ async def _run(ops: list[tuple[str, int]], db: Path) -> None:
                         b,
                         [
                             ItemStarted(
-                                native_item_ref=f"c{counter}", content=CommandRun(input="ls")
+                                native_item_ref=f"c{counter}", content=CommandExecution(input="ls")
                             ),
                             RequestOpened(
                                 native_request_ref=str(counter),

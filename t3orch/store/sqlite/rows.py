@@ -10,7 +10,8 @@ import msgspec
 
 from t3orch.domain.vocab import TURN_ITEM_TERMINAL
 from t3orch.events import TurnItemDelta
-from t3orch.store.kinds import Chunk, Row, fold_chunks
+from t3orch.projections.projector import fold_chunks
+from t3orch.store.kinds import Chunk, Row
 
 ROW_COLUMNS = "kind, id, thread_id, position, status, body, updated_seq"
 TERMINAL_ITEM = frozenset(TURN_ITEM_TERMINAL)

@@ -20,8 +20,9 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from t3orch.projections.projector import fold_item
 from t3orch.store.interface import CommandReceipt, Outcome
-from t3orch.store.kinds import Chunk, Row, fold_item
+from t3orch.store.kinds import Chunk, Row
 from t3orch.store.sqlite.keyfilter import KeyFilter
 from t3orch.store.sqlite.rows import (
     TERMINAL_ITEM,
