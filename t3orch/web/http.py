@@ -99,8 +99,8 @@ class PageServer:
             code = parse_qs(url.query).get("code", [""])[0]
             cookie = self.web.redeem(code)
             if cookie is None:
-                body = self.files.get("expired.html", b"login code expired or already used\n")
-                return 403, _TYPES[".html"], body, []
+                expired = self.files.get("expired.html", b"login code expired or already used\n")
+                return 403, _TYPES[".html"], expired, []
             return 303, text, b"", ["Location: /", f"Set-Cookie: {self.web.set_cookie(cookie)}"]
         name = "index.html" if url.path in ("/", "/index.html") else url.path.removeprefix("/")
         body = self.files.get(name) if "/" not in name else None
