@@ -533,9 +533,15 @@ class ThreadView {
   }
   container(item) {
     if (item.hidden) {
-      // A subagent's own items: nested under the subagent item of its run, if shown.
+      // Hidden from the thread view: a subagent's own work (another node than the
+      // run's root) is nested under the run's subagent item; the rest (a provider's
+      // echo of the user's message, say) is not shown.
+      const run = item.runId && this.runs.get(item.runId);
       const parent = [...this.items.values()].find((i) => i.type === "subagent" && i.runId === item.runId);
-      if (parent && this.itemEls.has(parent.id)) return this.itemEls.get(parent.id).children;
+      if (run && parent && item.nodeId !== run.rootNodeId && this.itemEls.has(parent.id)) {
+        return this.itemEls.get(parent.id).children;
+      }
+      return null;
     }
     const run = item.runId && this.runs.get(item.runId);
     if (run) return (this.runEls.get(run.id) || this.runSection(run)).items;
@@ -547,9 +553,11 @@ class ThreadView {
     if (!item) return;
     let rec = this.itemEls.get(item.id);
     if (!rec) {
+      const box = this.container(item);
+      if (!box) return;
       rec = { el: h("div", { class: `item ${item.type}`, "data-item": item.id }), children: h("div", { class: "children" }) };
       this.itemEls.set(item.id, rec);
-      this.container(item).append(rec.el);
+      box.append(rec.el);
     }
     rec.el.replaceChildren(...this.itemBody(item));
     if (item.type === "subagent") rec.el.append(rec.children);
