@@ -166,7 +166,7 @@ def test_real_codex_approve_by_click_second_tab_and_daemon_restart(short_tmp: Pa
                 wait_for(lambda: by_css(driver, ".run .badge.completed"), what="run 1 done")
                 send(driver, "ESCALATE RUN_SHELL: echo web-approved-output")
                 first = driver.current_window_handle
-                card = wait_for(
+                wait_for(
                     lambda: by_css(driver, ".item.approval_request button[data-decision=accept]"),
                     within=60,
                     what="the approval request",
@@ -185,7 +185,7 @@ def test_real_codex_approve_by_click_second_tab_and_daemon_restart(short_tmp: Pa
                     what="the request in the second tab",
                 )
                 driver.switch_to.window(first)
-                card[0].click()
+                by_css(driver, ".item.approval_request button[data-decision=accept]")[0].click()
                 wait_for(
                     lambda: any(
                         "web-approved-output" in str(e.text)

@@ -44,6 +44,7 @@ function tokens(u) {
 }
 function describeRequest(req) {
   const d = req.detail || {};
+  if (d.summary) return String(d.summary);
   if (d.command) return Array.isArray(d.command) ? d.command.join(" ") : String(d.command);
   if (d.paths) return [].concat(d.paths).join("\n");
   if (d.path) return String(d.path);
