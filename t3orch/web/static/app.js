@@ -166,7 +166,7 @@ class Feed {
       this.seq = p.sequence;
       this.h.event(p.event, p);
       this.h.changed();
-      window.__t3lastEvent = { sequence: p.sequence, at: performance.now() };
+      if (window.__t3shown) shownPending.push(p.sequence);
     } else if (method === "resync") {
       // Too slow for the stream: start over from a fresh snapshot.
       this.api.bySub.delete(this.sub);
@@ -191,8 +191,19 @@ let scheduled = false;
 function changed() {
   if (scheduled) return;
   scheduled = true;
-  requestAnimationFrame(() => { scheduled = false; render(); renderPending(); });
+  requestAnimationFrame(() => {
+    scheduled = false;
+    render();
+    renderPending();
+    // For bench/web.py: when each applied event reached the screen (wall clock, ms).
+    if (window.__t3shown && shownPending.length) {
+      const at = performance.timeOrigin + performance.now();
+      for (const seq of shownPending) window.__t3shown.push([seq, at]);
+    }
+    shownPending = [];
+  });
 }
+let shownPending = [];
 
 const shell = new Feed(api, "threadShell", null, {
   snapshot(data) {
@@ -374,7 +385,10 @@ function renderList(main) {
     })));
   const box = document.getElementById("thread-table");
   box.replaceChildren(rows.length ? table : h("p", { class: "muted" }, "No threads yet."));
-  if (shell.seq !== null) document.body.dataset.threadsShown = String(rows.length);
+  if (shell.seq !== null) {
+    document.body.dataset.threadsShown = String(rows.length);
+    if (!performance.getEntriesByName("threads-shown").length) performance.mark("threads-shown");
+  }
 }
 
 // -- sessions -------------------------------------------------------------------------
