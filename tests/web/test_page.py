@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import http.server
+import json
 import shutil
 import tempfile
 import threading
@@ -23,7 +24,7 @@ import pytest
 from fixtures.fakes.codex_home import make_work_dir
 from t3orch.cli.environment import config_toml, provider_environment
 from t3orch.config import discover_codex
-from tests.daemon.support import rpc
+from tests.daemon.support import REPO, rpc
 from tests.web.browser import (
     artifacts_dir,
     chromium,
@@ -97,12 +98,16 @@ def assert_screen_matches_store(driver: Any, state_dir: Path, thread_id: str) ->
     """Every item the store holds is on screen exactly once, with the stored text."""
     detail = rpc(state_dir, "view.read", {"topic": "threadDetail", "threadId": thread_id})["data"]
     stored = {i["id"]: i for i in detail["visibleTurnItems"]}
-    shown = [str(e.get_attribute("data-item")) for e in by_css(driver, "#runs .item")]
+    every = {i["id"]: i for i in detail["turnItems"]} | stored
+    shown = driver.execute_script(
+        "return [...document.querySelectorAll('#runs .item')]"
+        ".filter((e) => !e.parentElement.closest('.children')).map((e) => e.dataset.item)"
+    )
     dupes = [i for i, n in collections.Counter(shown).items() if n > 1]
     assert not dupes, f"items shown twice: {dupes}"
     assert set(shown) == set(stored), set(shown) ^ set(stored)
     for el in by_css(driver, ".item.assistant_message"):
-        item = stored[str(el.get_attribute("data-item"))]
+        item = every[str(el.get_attribute("data-item"))]
         text = str(el.find_element("css selector", ".text").text)
         assert text == item["text"].strip(), (text, item["text"])
 
@@ -145,6 +150,42 @@ def test_log_in_create_a_standin_thread_and_see_the_streamed_reply(short_tmp: Pa
 
 @pytest.mark.real_codex
 @pytest.mark.skipif(discover_codex() is None, reason="codex not installed: scripts/install-codex")
+def test_a_subagents_work_is_nested_under_it(short_tmp: Path) -> None:
+    port = free_port()
+    config = short_tmp / "t3orch.toml"
+    transcript = REPO / "fixtures" / "standin" / "codex_subagent.ndjson"
+    config.write_text(
+        f"[daemon]\napi_port = {port}\n"
+        f"[providers.standin]\ntranscript = {json.dumps(str(transcript))}\n"
+    )
+    work = short_tmp / "work"
+    work.mkdir()
+    state = short_tmp / "state"
+    with daemon(state, config), chromium() as driver:
+        log_in(driver, state, port)
+        thread_id = create_thread(driver, "standin", work, "web subagent")
+        send(driver, "hello")
+        nested = wait_for(
+            lambda: by_css(driver, ".item.subagent .children .item.assistant_message .text"),
+            what="the subagent's reply nested under it",
+        )
+        assert nested[0].text == "tests pass"
+        assert "run the tests" in by_css(driver, ".item.subagent")[0].text
+        wait_for(lambda: by_css(driver, ".run .badge.completed"), what="the run completed")
+        # The provider's hidden echo of the message is not shown; the reply is.
+        assert texts(driver, "user_message") == ["hello"]
+        assert "ack: hello" in texts(driver, "assistant_message")
+        assert_screen_matches_store(driver, state, thread_id)
+        # The same after a reload (from the snapshot, not the live stream).
+        driver.refresh()
+        wait_for(
+            lambda: by_css(driver, ".item.subagent .children .item.assistant_message"),
+            what="nested after a reload",
+        )
+        assert_screen_matches_store(driver, state, thread_id)
+        assert console_errors(driver) == []
+
+
 def test_real_codex_approve_by_click_second_tab_and_daemon_restart(short_tmp: Path) -> None:
     port = free_port()
     work = make_work_dir(short_tmp / "work")

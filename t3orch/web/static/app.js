@@ -418,6 +418,7 @@ class ThreadView {
     this.items = new Map(); // id -> item (hidden ones too: subagent children)
     this.order = []; // item ids, in order
     this.requests = new Map();
+    this.nodes = new Map(); // node id -> parent node id
     this.error = null;
     this.built = false;
     this.feed = new Feed(api, "threadDetail", threadId, {
@@ -429,12 +430,26 @@ class ThreadView {
     api.add(this.feed);
   }
   close() { api.remove(this.feed); }
+  async readGraph() {
+    // Which node each node hangs under: a subagent's own items are nested under it.
+    try {
+      const g = await api.call("view.read", { topic: "executionGraph", threadId: this.id });
+      for (const n of g.data.nodes) this.nodes.set(n.id, n.parentNodeId);
+      this.dirtyAll = true;
+      changed();
+    } catch (err) { /* the items stay unnested until the next snapshot */ }
+  }
   snapshot(d) {
     this.thread = d.thread;
     this.runs = new Map(d.runs.map((r) => [r.id, r]));
     this.items = new Map();
     this.order = [];
-    for (const i of d.turnItems) { this.items.set(i.id, i); this.order.push(i.id); }
+    // What a user sees (a fork's inherited items included, rolled-back runs left out),
+    // plus the hidden items a subagent item shows nested under it.
+    for (const i of [...d.visibleTurnItems, ...d.turnItems.filter((t) => t.hidden)]) {
+      if (!this.items.has(i.id)) { this.items.set(i.id, i); this.order.push(i.id); }
+    }
+    this.readGraph();
     this.requests = new Map(d.pendingRequests.map((r) => [r.id, r]));
     this.usage = d.usage;
     this.olderBefore = d.olderBeforePosition;
@@ -445,6 +460,13 @@ class ThreadView {
     switch (ev.type) {
       case "thread.upserted": this.thread = pl.thread; this.dirtyHead = true; break;
       case "run.upserted": this.runs.set(pl.run.id, pl.run); this.dirtyRuns = true; break;
+      case "node.upserted": {
+        if (!this.nodes.has(pl.node.id)) {
+          this.nodes.set(pl.node.id, pl.node.parentNodeId);
+          for (const [id, i] of this.items) if (i.hidden && !this.itemEls?.has(id)) this.touch(id);
+        }
+        break;
+      }
       case "runtime_request.upserted": {
         this.requests.set(pl.request.id, pl.request);
         if (pl.request.status === "pending") state.pending.set(pl.request.id, pl.request);
@@ -548,13 +570,16 @@ class ThreadView {
   }
   container(item) {
     if (item.hidden) {
-      // Hidden from the thread view: a subagent's own work (another node than the
-      // run's root) is nested under the run's subagent item; the rest (a provider's
-      // echo of the user's message, say) is not shown.
-      const run = item.runId && this.runs.get(item.runId);
-      const parent = [...this.items.values()].find((i) => i.type === "subagent" && i.runId === item.runId);
-      if (run && parent && item.nodeId !== run.rootNodeId && this.itemEls.has(parent.id)) {
-        return this.itemEls.get(parent.id).children;
+      // Hidden from the thread view: a subagent's own work is nested under the
+      // subagent item whose node it hangs under; the rest (a provider's echo of the
+      // user's message, say) is not shown.
+      const bySubagentNode = new Map();
+      for (const i of this.items.values()) if (i.type === "subagent" && i.nodeId) bySubagentNode.set(i.nodeId, i.id);
+      let node = this.nodes.get(item.nodeId);
+      for (let depth = 0; node && depth < 64; depth++) {
+        const parent = bySubagentNode.get(node);
+        if (parent && this.itemEls.has(parent)) return this.itemEls.get(parent).children;
+        node = this.nodes.get(node);
       }
       return null;
     }
@@ -575,7 +600,11 @@ class ThreadView {
       box.append(rec.el);
     }
     rec.el.replaceChildren(...this.itemBody(item));
-    if (item.type === "subagent") rec.el.append(rec.children);
+    if (item.type === "subagent") {
+      rec.el.append(rec.children);
+      // Its own items that came before it could be placed.
+      for (const [id, i] of this.items) if (i.hidden && !this.itemEls.has(id)) this.placeItem(i);
+    }
   }
   itemBody(i) {
     const who = (label) => h("div", { class: "who" }, label, i.status && i.status !== "completed" ? ` · ${i.status}` : "");
