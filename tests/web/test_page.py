@@ -137,7 +137,8 @@ def test_log_in_create_a_standin_thread_and_see_the_streamed_reply(short_tmp: Pa
         assert "standin" in row[0].text and "completed" in row[0].text
         driver.save_screenshot(str(shots / "thread-list.png"))
         driver.get(f"http://127.0.0.1:{port}/#/sessions")
-        wait_for(lambda: by_css(driver, "#sessions tr[data-session]"), what="sessions")
+        session = wait_for(lambda: by_css(driver, "#sessions tr[data-session]"), what="sessions")
+        assert "standin" in session[0].text
         # Phone width: nothing wider than the screen.
         driver.set_window_size(390, 844)
         driver.get(f"http://127.0.0.1:{port}/#/thread/{thread_id}")
@@ -150,6 +151,71 @@ def test_log_in_create_a_standin_thread_and_see_the_streamed_reply(short_tmp: Pa
 
 @pytest.mark.real_codex
 @pytest.mark.skipif(discover_codex() is None, reason="codex not installed: scripts/install-codex")
+def test_fork_and_switch_provider_buttons(short_tmp: Path) -> None:
+    port = free_port()
+    config = short_tmp / "t3orch.toml"
+    config.write_text(f"[daemon]\napi_port = {port}\n")
+    work = short_tmp / "work"
+    work.mkdir()
+    state = short_tmp / "state"
+    with daemon(state, config), chromium() as driver:
+        log_in(driver, state, port)
+        source = create_thread(driver, "standin", work, "web source")
+        send(driver, "hello")
+        wait_for(lambda: by_css(driver, ".run .badge.completed"), what="the run completed")
+        by_css(driver, "#fork")[0].click()
+        wait_for(lambda: source not in driver.current_url, what="the fork's view")
+        fork = str(driver.current_url.rsplit("/", 1)[1])
+        # The fork shows what it inherited, then the marker naming its source.
+        wait_for(lambda: by_css(driver, ".item.fork"), what="the fork marker")
+        assert texts(driver, "user_message") == ["hello"]
+        assert source in by_css(driver, ".item.fork")[0].text
+        assert_screen_matches_store(driver, state, fork)
+        # Switch the fork's later runs to another provider: the store says so.
+        from selenium.webdriver.support.ui import Select
+
+        Select(by_css(driver, "#switch-provider")[0]).select_by_value("codex")
+        by_css(driver, "#switch")[0].click()
+        wait_for(
+            lambda: "Later runs use codex" in driver.find_element("css selector", ".composer").text,
+            what="the switch confirmed",
+        )
+        shell = rpc(state, "view.read", {"topic": "threadShell"})["data"]["threads"]
+        (entry,) = [e for e in shell if e["thread"]["id"] == fork]
+        assert entry["thread"]["defaultProvider"] == "codex"
+        assert console_errors(driver) == []
+
+
+def test_a_failed_run_says_why(short_tmp: Path) -> None:
+    port = free_port()
+    script = short_tmp / "fake-codex"
+    script.write_text('#!/bin/sh\necho "fatal: no API key configured" >&2\nexit 1\n')
+    script.chmod(0o755)
+    config = short_tmp / "t3orch.toml"
+    config.write_text(
+        f"[daemon]\napi_port = {port}\n[providers.codex]\ncommand = [{json.dumps(str(script))}]\n"
+    )
+    work = short_tmp / "work"
+    work.mkdir()
+    state = short_tmp / "state"
+    with daemon(state, config), chromium() as driver:
+        log_in(driver, state, port)
+        create_thread(driver, "codex", work, "web failing")
+        send(driver, "hello")
+        why = wait_for(
+            lambda: [e for e in by_css(driver, ".run .why") if e.is_displayed()],
+            within=30,
+            what="why the run failed",
+        )
+        assert "fatal: no API key configured" in why[0].text
+        assert "exited with code 1" in why[0].text
+        assert by_css(driver, ".run .badge.failed")
+        driver.get(f"http://127.0.0.1:{port}/#/sessions")
+        row = wait_for(lambda: by_css(driver, "#sessions tr[data-session]"), what="the session")
+        assert "error" in row[0].text and "fatal: no API key configured" in row[0].text
+        assert console_errors(driver) == []
+
+
 def test_a_subagents_work_is_nested_under_it(short_tmp: Path) -> None:
     port = free_port()
     config = short_tmp / "t3orch.toml"
