@@ -216,6 +216,54 @@ def test_a_failed_run_says_why(short_tmp: Path) -> None:
         assert console_errors(driver) == []
 
 
+def test_a_long_thread_opens_with_its_newest_items_and_pages_in_older_ones(
+    short_tmp: Path,
+) -> None:
+    import trio
+
+    from bench.store import build_detail_thread
+    from t3orch.state import prepare_state_dir
+
+    port = free_port()
+    config = short_tmp / "t3orch.toml"
+    config.write_text(f"[daemon]\napi_port = {port}\n")
+    state = short_tmp / "state"
+    db = prepare_state_dir(state, create=True)
+    thread_id, _ = trio.run(build_detail_thread, db, 450, 100, 50, "NORMAL")
+    with daemon(state, config), chromium() as driver:
+        log_in(driver, state, port)
+        driver.get(f"http://127.0.0.1:{port}/#/thread/{thread_id}")
+
+        def shown() -> int:
+            return len(by_css(driver, "#runs .item"))
+
+        wait_for(lambda: shown() == 200, what="the newest 200 items")
+        by_css(driver, "#older")[0].click()
+        wait_for(lambda: shown() == 400, what="200 older ones")
+        by_css(driver, "#older")[0].click()
+        wait_for(lambda: shown() == 450, what="the rest")
+        assert not by_css(driver, "#older")[0].is_displayed()
+        assert_screen_matches_store_all(driver, state, thread_id)
+        assert console_errors(driver) == []
+
+
+def assert_screen_matches_store_all(driver: Any, state_dir: Path, thread_id: str) -> None:
+    """Every item of the thread on screen once, in the store's order."""
+    ids: list[str] = []
+    before = None
+    while True:
+        params: dict[str, Any] = {"topic": "threadDetail", "threadId": thread_id}
+        if before is not None:
+            params["beforePosition"] = before
+        data = rpc(state_dir, "view.read", params)["data"]
+        ids = [i["id"] for i in data["visibleTurnItems"]] + ids
+        before = data["olderBeforePosition"]
+        if before is None:
+            break
+    shown = [str(e.get_attribute("data-item")) for e in by_css(driver, "#runs .item")]
+    assert shown == ids
+
+
 def test_a_subagents_work_is_nested_under_it(short_tmp: Path) -> None:
     port = free_port()
     config = short_tmp / "t3orch.toml"

@@ -404,7 +404,23 @@ function renderSessions(main) {
       h("td", { class: "hide-narrow mono" }, s.cwd),
       h("td", {}, s.lastError ? h("pre", { class: "why" }, s.lastError) : "", s.exitDescription ? h("div", { class: "muted" }, s.exitDescription) : "",
         ...(s.diagnostics || []).map((d) => h("div", { class: "muted" }, `${d.code || d.kind || "diagnostic"}: ${d.message || ""}`))),
-      h("td", { class: "hide-narrow muted" }, s.usage ? JSON.stringify(s.usage.usage || s.usage.total || s.usage).slice(0, 120) : ""))))) : h("p", { class: "muted" }, "No provider sessions."));
+      h("td", { class: "hide-narrow muted" }, usageSummary(s.usage && s.usage.usage)))))) : h("p", { class: "muted" }, "No provider sessions."));
+}
+
+// A provider's own usage report (its words): the totals worth a glance.
+function usageSummary(u) {
+  if (!u) return "";
+  const found = {};
+  const walk = (o, depth) => {
+    if (!o || typeof o !== "object" || depth > 4) return;
+    for (const [k, v] of Object.entries(o)) {
+      if (typeof v === "number" && /^(total_?tokens|totalTokens|input_?tokens|inputTokens|output_?tokens|outputTokens|total_cost_usd|costUsd)$/.test(k) && !(k in found)) found[k] = v;
+      else walk(v, depth + 1);
+    }
+  };
+  walk(u, 0);
+  const parts = Object.entries(found).map(([k, v]) => `${k} ${v}`);
+  return parts.length ? parts.join(", ") : "reported";
 }
 
 // -- one thread -----------------------------------------------------------------------
@@ -453,6 +469,7 @@ class ThreadView {
     this.requests = new Map(d.pendingRequests.map((r) => [r.id, r]));
     this.usage = d.usage;
     this.olderBefore = d.olderBeforePosition;
+    this.total = d.totalTurnItems;
     this.dirtyAll = true;
   }
   event(ev, p) {
@@ -515,6 +532,8 @@ class ThreadView {
     for (const id of this.touched || []) this.placeItem(this.items.get(id));
     this.touched = new Set();
     this.renderComposer();
+    this.olderBtn.hidden = this.olderBefore == null;
+    this.olderBtn.textContent = `Show older items (${this.total - this.order.length} more)`;
     document.body.dataset.items = String(this.main.querySelectorAll(".item").length);
   }
   build() {
@@ -527,7 +546,8 @@ class ThreadView {
     this.steerBtn = h("button", { id: "steer", onclick: () => this.send("steer") }, "Steer");
     this.interruptBtn = h("button", { id: "interrupt", class: "danger", onclick: () => this.interrupt() }, "Interrupt");
     this.composer = h("div", { class: "composer" }, this.text, h("div", { class: "row" }, this.sendBtn, this.steerBtn, this.interruptBtn, this.msg));
-    this.main.replaceChildren(this.head, this.runsBox, this.composer);
+    this.olderBtn = h("button", { id: "older", onclick: () => this.older() }, "Show older items");
+    this.main.replaceChildren(this.head, this.olderBtn, this.runsBox, this.composer);
     this.built = true;
     this.dirtyAll = true;
   }
@@ -635,6 +655,20 @@ class ThreadView {
       case "compaction": return [who("compaction"), h("div", { class: "muted" }, i.title)];
       default: return [who(i.type.replace(/_/g, " ")), h("pre", {}, JSON.stringify(i.output ?? i.input ?? "", null, 1))];
     }
+  }
+  async older() {
+    // The snapshot holds the newest items; older ones are paged in ahead of them.
+    const page = await this.act(() => api.call("view.read", {
+      topic: "threadDetail", threadId: this.id, beforePosition: this.olderBefore, limit: 200 }));
+    if (!page) return;
+    const d = page.data;
+    const fresh = [...d.visibleTurnItems, ...d.turnItems.filter((t) => t.hidden)].filter((i) => !this.items.has(i.id));
+    for (const i of fresh) this.items.set(i.id, i);
+    this.order = [...fresh.map((i) => i.id), ...this.order];
+    for (const r of d.runs) if (!this.runs.has(r.id)) this.runs.set(r.id, r);
+    this.olderBefore = d.olderBeforePosition;
+    this.dirtyAll = true;
+    changed();
   }
   renderComposer() {
     const run = this.active();
