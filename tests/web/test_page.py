@@ -135,6 +135,10 @@ def test_log_in_create_a_standin_thread_and_see_the_streamed_reply(short_tmp: Pa
         driver.get(f"http://127.0.0.1:{port}/#/")
         row = wait_for(lambda: by_css(driver, f"tr[data-thread='{thread_id}']"), what="list row")
         assert "standin" in row[0].text and "completed" in row[0].text
+        wait_for(
+            lambda: "tokens" in by_css(driver, f"tr[data-thread='{thread_id}']")[0].text,
+            what="the thread's usage",
+        )
         driver.save_screenshot(str(shots / "thread-list.png"))
         driver.get(f"http://127.0.0.1:{port}/#/sessions")
         session = wait_for(lambda: by_css(driver, "#sessions tr[data-session]"), what="sessions")
@@ -362,6 +366,7 @@ def test_real_codex_approve_by_click_second_tab_and_daemon_restart(short_tmp: Pa
                 wait_for(
                     lambda: len(by_css(driver, ".run .badge.completed")) == 2, what="run 2 done"
                 )
+                driver.set_window_size(1100, 1350)
                 driver.save_screenshot(str(artifacts_dir() / "thread-view-codex.png"))
                 assert console_errors(driver) == []
                 driver.close()

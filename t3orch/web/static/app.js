@@ -222,10 +222,28 @@ const shell = new Feed(api, "threadShell", null, {
         cur.runCount = Math.max(cur.runCount, p.run.ordinal);
         cur.latestRunStatus = p.run.status;
       }
+      // A run's end changes its thread's usage, which the stream does not carry
+      // (threadShell entries hold sums): re-read the sums, at most once a second.
+      if (p.run.completedAt) refreshUsage();
     }
   },
   changed,
 });
+let usageTimer = null;
+function refreshUsage() {
+  if (usageTimer) return;
+  usageTimer = setTimeout(async () => {
+    usageTimer = null;
+    try {
+      const res = await api.call("view.read", { topic: "threadShell" });
+      for (const e of res.data.threads) {
+        const cur = state.threads.get(e.thread.id);
+        if (cur) cur.usage = e.usage;
+      }
+      changed();
+    } catch (err) { /* the next run's end tries again */ }
+  }, 1000);
+}
 const pendingFeed = new Feed(api, "pendingRequests", null, {
   snapshot(data) { state.pending.clear(); for (const r of data.requests) state.pending.set(r.id, r); },
   event(ev) {
