@@ -13,6 +13,7 @@ import collections
 import http.server
 import json
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -106,6 +107,9 @@ def assert_screen_matches_store(driver: Any, state_dir: Path, thread_id: str) ->
     dupes = [i for i, n in collections.Counter(shown).items() if n > 1]
     assert not dupes, f"items shown twice: {dupes}"
     assert set(shown) == set(stored), set(shown) ^ set(stored)
+    # Nothing rendered from a missing value.
+    words = str(driver.find_element("css selector", "main").text).split()
+    assert not {"null", "undefined", "NaN", "[object"} & set(words), words
     for el in by_css(driver, ".item.assistant_message"):
         item = every[str(el.get_attribute("data-item"))]
         text = str(el.find_element("css selector", ".text").text)
@@ -172,6 +176,7 @@ def test_fork_and_switch_provider_buttons(short_tmp: Path) -> None:
         fork = str(driver.current_url.rsplit("/", 1)[1])
         # The fork shows what it inherited, then the marker naming its source.
         wait_for(lambda: by_css(driver, ".item.fork"), what="the fork marker")
+        assert_screen_matches_store(driver, state, fork)
         assert texts(driver, "user_message") == ["hello"]
         assert source in by_css(driver, ".item.fork")[0].text
         assert_screen_matches_store(driver, state, fork)
@@ -187,6 +192,44 @@ def test_fork_and_switch_provider_buttons(short_tmp: Path) -> None:
         shell = rpc(state, "view.read", {"topic": "threadShell"})["data"]["threads"]
         (entry,) = [e for e in shell if e["thread"]["id"] == fork]
         assert entry["thread"]["defaultProvider"] == "codex"
+        assert console_errors(driver) == []
+
+
+def test_steer_and_interrupt_a_working_run(short_tmp: Path) -> None:
+    port = free_port()
+    # A stand-in that plays its turn 10 times slower than recorded: time to press buttons.
+    slow = [sys.executable, "-m", "adapters.standin", "--speed", "0.1"]
+    config = short_tmp / "t3orch.toml"
+    config.write_text(
+        f"[daemon]\napi_port = {port}\n[providers.standin]\ncommand = {json.dumps(slow)}\n"
+    )
+    work = short_tmp / "work"
+    work.mkdir()
+    state = short_tmp / "state"
+    with daemon(state, config), chromium() as driver:
+        log_in(driver, state, port)
+        thread_id = create_thread(driver, "standin", work, "web slow")
+        send(driver, "hello")
+        steer = wait_for(
+            lambda: [b for b in by_css(driver, "#steer") if b.is_displayed()],
+            within=30,
+            what="a working run's steer button",
+        )
+        by_css(driver, "#composer-text")[0].send_keys("and also this")
+        steer[0].click()
+        wait_for(
+            lambda: "and also this" in texts(driver, "user_message"), what="the steering message"
+        )
+        wait_for(
+            lambda: [b for b in by_css(driver, "#interrupt") if b.is_displayed()],
+            what="the interrupt button",
+        )
+        by_css(driver, "#interrupt")[0].click()
+        wait_for(lambda: by_css(driver, ".run .badge.interrupted"), within=30, what="interrupted")
+        wait_for(lambda: not by_css(driver, "#interrupt")[0].is_displayed(), what="idle")
+        runs = rpc(state, "view.read", {"topic": "threadDetail", "threadId": thread_id})
+        assert [r["status"] for r in runs["data"]["runs"]] == ["interrupted"]
+        assert_screen_matches_store(driver, state, thread_id)
         assert console_errors(driver) == []
 
 

@@ -8,7 +8,8 @@ const DELTA_FIELD = {
   assistant_message: "text", reasoning: "text", plan: "markdown",
   command_execution: "output", file_change: "diffStr", file_search: "output", web_search: "output",
 };
-const RUN_ACTIVE = new Set(["queued", "starting", "working", "waiting", "interrupting"]);
+// A run with a turn in the provider: it can be steered and interrupted.
+const RUN_ACTIVE = new Set(["running", "waiting"]);
 const PROVIDERS = ["codex", "claude", "standin"];
 const DECISION_LABEL = {
   accept: "Approve", acceptForSession: "Approve for session", decline: "Decline", cancel: "Cancel turn",
@@ -29,6 +30,10 @@ function h(tag, attrs, ...children) {
     el.append(c instanceof Node ? c : String(c));
   }
   return el;
+}
+// replaceChildren would render a null child as the text "null".
+function fill(el, ...children) {
+  el.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
 }
 const camel = (s) => s.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
 function commandId(kind) {
@@ -320,7 +325,7 @@ function renderPending() {
   const box = document.getElementById("pending");
   const reqs = [...state.pending.values()];
   const onThread = route().thread;
-  box.replaceChildren(...(reqs.length
+  fill(box, ...(reqs.length
     ? [h("strong", {}, `${reqs.length} waiting for you`),
        ...reqs.filter((r) => r.threadId !== onThread).map((r) => requestCard(r, { withThread: true }))]
     : []));
@@ -340,7 +345,7 @@ function navigate() {
   if (threadView) { threadView.close(); threadView = null; }
   const r = route();
   const main = document.getElementById("main");
-  main.replaceChildren();
+  fill(main, );
   if (r.thread) {
     threadView = new ThreadView(r.thread, main);
     render = () => threadView && threadView.render();
@@ -381,7 +386,7 @@ function createForm() {
 function renderList(main) {
   if (!listForm || !main.contains(listForm)) {
     listForm = createForm();
-    main.replaceChildren(h("h1", {}, "Threads"), listForm, h("div", { id: "thread-table" }));
+    fill(main, h("h1", {}, "Threads"), listForm, h("div", { id: "thread-table" }));
   }
   const counts = new Map();
   for (const r of state.pending.values()) counts.set(r.threadId, (counts.get(r.threadId) || 0) + 1);
@@ -402,7 +407,7 @@ function renderList(main) {
         h("td", { class: "hide-narrow muted" }, e.usage ? `${e.usage.totalTokens} tokens` : ""));
     })));
   const box = document.getElementById("thread-table");
-  box.replaceChildren(rows.length ? table : h("p", { class: "muted" }, "No threads yet."));
+  fill(box, rows.length ? table : h("p", { class: "muted" }, "No threads yet."));
   if (shell.seq !== null) {
     document.body.dataset.threadsShown = String(rows.length);
     if (!performance.getEntriesByName("threads-shown").length) performance.mark("threads-shown");
@@ -413,7 +418,7 @@ function renderList(main) {
 
 function renderSessions(main) {
   const rows = [...state.sessions.values()].sort((a, b) => (a.createdAt < b.createdAt ? 1 : -1));
-  main.replaceChildren(h("h1", {}, "Provider sessions"), rows.length ? h("table", { id: "sessions" },
+  fill(main, h("h1", {}, "Provider sessions"), rows.length ? h("table", { id: "sessions" },
     h("thead", {}, h("tr", {}, h("th", {}, "session"), h("th", {}, "provider"), h("th", {}, "status"), h("th", {}, "pid"),
       h("th", { class: "hide-narrow" }, "cwd"), h("th", {}, "last error / exit"), h("th", { class: "hide-narrow" }, "usage"))),
     h("tbody", {}, ...rows.map((s) => h("tr", { "data-session": s.id },
@@ -533,14 +538,14 @@ class ThreadView {
   touch(id) { (this.touched ||= new Set()).add(id); }
 
   render() {
-    if (this.error && !this.thread) { this.main.replaceChildren(h("p", { class: "error-line" }, this.error)); return; }
-    if (!this.thread) { this.main.replaceChildren(h("p", { class: "muted" }, "Loading…")); return; }
+    if (this.error && !this.thread) { fill(this.main, h("p", { class: "error-line" }, this.error)); return; }
+    if (!this.thread) { fill(this.main, h("p", { class: "muted" }, "Loading…")); return; }
     if (!this.built) this.build();
     this.renderHead();
     if (this.dirtyAll) {
       this.itemEls = new Map();
       this.runEls = new Map();
-      this.runsBox.replaceChildren();
+      fill(this.runsBox, );
       this.dirtyAll = false;
       this.touched = new Set(this.order);
       this.dirtyRuns = true;
@@ -565,7 +570,7 @@ class ThreadView {
     this.interruptBtn = h("button", { id: "interrupt", class: "danger", onclick: () => this.interrupt() }, "Interrupt");
     this.composer = h("div", { class: "composer" }, this.text, h("div", { class: "row" }, this.sendBtn, this.steerBtn, this.interruptBtn, this.msg));
     this.olderBtn = h("button", { id: "older", onclick: () => this.older() }, "Show older items");
-    this.main.replaceChildren(this.head, this.olderBtn, this.runsBox, this.composer);
+    fill(this.main, this.head, this.olderBtn, this.runsBox, this.composer);
     this.built = true;
     this.dirtyAll = true;
   }
@@ -579,7 +584,7 @@ class ThreadView {
     const key = JSON.stringify([t.title, t.defaultProvider, t.cwd, t.updatedAt, this.usage]);
     if (this.headKey === key) return;
     this.headKey = key;
-    this.head.replaceChildren(
+    fill(this.head, 
       h("p", {}, h("a", { href: "#/" }, "← Threads")),
       h("h1", {}, t.title || t.id),
       h("p", { class: "muted" }, `${t.defaultProvider} · `, h("span", { class: "mono" }, t.cwd),
@@ -599,8 +604,8 @@ class ThreadView {
       const after = [...this.runEls.entries()].map(([id, s]) => [this.runs.get(id), s]).filter(([r]) => r && r.ordinal > run.ordinal).sort((a, b) => a[0].ordinal - b[0].ordinal)[0];
       this.runsBox.insertBefore(sec.el, after ? after[1].el : null);
     }
-    sec.hdr.replaceChildren(h("strong", {}, `Run ${run.ordinal}`), badge(run.status), h("span", { class: "muted" }, run.provider),
-      run.usage ? h("span", { class: "muted hide-narrow" }, tokens(run.usage)) : null);
+    fill(sec.hdr, h("strong", {}, `Run ${run.ordinal}`), badge(run.status), h("span", { class: "muted" }, run.provider),
+      ...(run.usage ? [h("span", { class: "muted hide-narrow" }, tokens(run.usage))] : []));
     const failed = run.status === "failed" || (run.status === "interrupted" && run.lastError);
     sec.why.hidden = !failed;
     sec.why.textContent = failed ? `Why: ${run.lastError || "the provider gave no reason"}` : "";
@@ -637,7 +642,7 @@ class ThreadView {
       this.itemEls.set(item.id, rec);
       box.append(rec.el);
     }
-    rec.el.replaceChildren(...this.itemBody(item));
+    fill(rec.el, ...this.itemBody(item));
     if (item.type === "subagent") {
       rec.el.append(rec.children);
       // Its own items that came before it could be placed.
@@ -724,7 +729,7 @@ api.onstate = (s) => {
   el.className = `conn ${s}`;
   el.textContent = s === "live" ? "live" : s === "unauthorized" ? "not logged in" : "reconnecting…";
   if (s === "unauthorized") {
-    document.getElementById("main").replaceChildren(h("div", { class: "notice", role: "alert" },
+    fill(document.getElementById("main"), h("div", { class: "notice", role: "alert" },
       h("h1", {}, "Not logged in"), h("p", {}, "Run ", h("code", {}, "t3orch web"), " and open the URL it prints.")));
     render = () => {};
   }
