@@ -13,7 +13,6 @@ import collections
 import http.server
 import json
 import shutil
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -195,42 +194,41 @@ def test_fork_and_switch_provider_buttons(short_tmp: Path) -> None:
         assert console_errors(driver) == []
 
 
+@pytest.mark.real_codex
+@pytest.mark.skipif(discover_codex() is None, reason="codex not installed: scripts/install-codex")
 def test_steer_and_interrupt_a_working_run(short_tmp: Path) -> None:
     port = free_port()
-    # A stand-in that plays its turn 10 times slower than recorded: time to press buttons.
-    slow = [sys.executable, "-m", "adapters.standin", "--speed", "0.1"]
-    config = short_tmp / "t3orch.toml"
-    config.write_text(
-        f"[daemon]\napi_port = {port}\n[providers.standin]\ncommand = {json.dumps(slow)}\n"
-    )
-    work = short_tmp / "work"
-    work.mkdir()
+    work = make_work_dir(short_tmp / "work")
     state = short_tmp / "state"
-    with daemon(state, config), chromium() as driver:
-        log_in(driver, state, port)
-        thread_id = create_thread(driver, "standin", work, "web slow")
-        send(driver, "hello")
-        steer = wait_for(
-            lambda: [b for b in by_css(driver, "#steer") if b.is_displayed()],
-            within=30,
-            what="a working run's steer button",
-        )
-        by_css(driver, "#composer-text")[0].send_keys("and also this")
-        steer[0].click()
-        wait_for(
-            lambda: "and also this" in texts(driver, "user_message"), what="the steering message"
-        )
-        wait_for(
-            lambda: [b for b in by_css(driver, "#interrupt") if b.is_displayed()],
-            what="the interrupt button",
-        )
-        by_css(driver, "#interrupt")[0].click()
-        wait_for(lambda: by_css(driver, ".run .badge.interrupted"), within=30, what="interrupted")
-        wait_for(lambda: not by_css(driver, "#interrupt")[0].is_displayed(), what="idle")
-        runs = rpc(state, "view.read", {"topic": "threadDetail", "threadId": thread_id})
-        assert [r["status"] for r in runs["data"]["runs"]] == ["interrupted"]
-        assert_screen_matches_store(driver, state, thread_id)
-        assert console_errors(driver) == []
+    with provider_environment(work, short_tmp / "homes", ["codex"]) as (cfg, _):
+        config = short_tmp / "t3orch.toml"
+        config.write_text(f"[daemon]\napi_port = {port}\n" + config_toml(cfg))
+        with daemon(state, config), chromium() as driver:
+            log_in(driver, state, port)
+            thread_id = create_thread(driver, "codex", work, "web steer")
+            # A command that outlives the test: the run stays working until interrupted.
+            send(driver, "RUN_SHELL: sleep 57")
+            steer = wait_for(
+                lambda: [b for b in by_css(driver, "#steer") if b.is_displayed()],
+                within=60,
+                what="a working run's steer button",
+            )
+            wait_for(lambda: by_css(driver, ".item.command_execution"), what="the command")
+            by_css(driver, "#composer-text")[0].send_keys("and also this")
+            steer[0].click()
+            wait_for(
+                lambda: "and also this" in texts(driver, "user_message"),
+                what="the steering message",
+            )
+            by_css(driver, "#interrupt")[0].click()
+            wait_for(
+                lambda: by_css(driver, ".run .badge.interrupted"), within=30, what="interrupted"
+            )
+            wait_for(lambda: not by_css(driver, "#interrupt")[0].is_displayed(), what="idle")
+            detail = rpc(state, "view.read", {"topic": "threadDetail", "threadId": thread_id})
+            assert [r["status"] for r in detail["data"]["runs"]] == ["interrupted"]
+            assert_screen_matches_store(driver, state, thread_id)
+            assert console_errors(driver) == []
 
 
 def test_a_failed_run_says_why(short_tmp: Path) -> None:

@@ -289,6 +289,7 @@ async function respond(req, decision, card) {
       : code === "request_not_pending" ? "No longer pending: it ended without an answer." : err.message);
     for (const b of card.querySelectorAll("button")) b.disabled = false;
   }
+  if (threadView) threadView.dirtyItems = true;
   changed();
 }
 
@@ -302,7 +303,9 @@ function requestCard(req, { withThread }) {
       withThread ? h("span", {}, " in ", h("a", { href: `#/thread/${req.threadId}` }, t ? t.thread.title : req.threadId)) : null),
     h("div", { class: "what" }, describeRequest(req)));
   const refusal = state.refusal.get(req.id);
-  if (req.status === "pending" && state.pending.has(req.id)) {
+  // A decided request stays `pending` until the provider resolves it: it is answered.
+  const decided = req.decision || state.answeredHere.get(req.id);
+  if (req.status === "pending" && !decided && state.pending.has(req.id)) {
     const row = h("div", { class: "row", role: "group", "aria-label": "answer" });
     for (const d of req.availableDecisions || []) {
       row.append(h("button", {
@@ -323,7 +326,7 @@ function requestCard(req, { withThread }) {
 
 function renderPending() {
   const box = document.getElementById("pending");
-  const reqs = [...state.pending.values()];
+  const reqs = [...state.pending.values()].filter((r) => !r.decision && !state.answeredHere.has(r.id));
   const onThread = route().thread;
   fill(box, ...(reqs.length
     ? [h("strong", {}, `${reqs.length} waiting for you`),
