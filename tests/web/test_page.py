@@ -135,6 +135,16 @@ def test_log_in_create_a_standin_thread_and_see_the_streamed_reply(short_tmp: Pa
         assert_screen_matches_store(driver, state, thread_id)
         assert texts(driver, "user_message") == ["hello"]
         driver.save_screenshot(str(shots / "thread-view.png"))
+        # Keyboard reachable: Tab from the top visits every control of the view.
+        from selenium.webdriver.common.action_chains import ActionChains
+        from selenium.webdriver.common.keys import Keys
+
+        driver.execute_script("document.activeElement.blur(); window.scrollTo(0, 0)")
+        visited = set()
+        for _ in range(20):
+            ActionChains(driver).send_keys(Keys.TAB).perform()
+            visited.add(driver.execute_script("return document.activeElement.id"))
+        assert {"fork", "switch-provider", "switch", "composer-text", "send"} <= visited
         driver.get(f"http://127.0.0.1:{port}/#/")
         row = wait_for(lambda: by_css(driver, f"tr[data-thread='{thread_id}']"), what="list row")
         assert "standin" in row[0].text and "completed" in row[0].text
@@ -379,7 +389,16 @@ def test_real_codex_approve_by_click_second_tab_and_daemon_restart(short_tmp: Pa
                 # A second tab on the same thread sees the same request pending.
                 driver.switch_to.new_window("tab")
                 second = driver.current_window_handle
-                driver.get(f"http://127.0.0.1:{port}/#/thread/{thread_id}")
+                # Prominent everywhere: the thread list shows it with its answers.
+                driver.get(f"http://127.0.0.1:{port}/#/")
+                banner = wait_for(
+                    lambda: by_css(driver, "#pending .request button[data-decision=accept]"),
+                    what="the request above the thread list",
+                )
+                assert banner
+                assert "echo web-approved-output" in by_css(driver, "#pending .request")[0].text
+                assert "1 waiting" in by_css(driver, f"tr[data-thread='{thread_id}']")[0].text
+                by_css(driver, "#pending .request a")[0].click()
                 wait_for(
                     lambda: by_css(driver, ".item.approval_request button[data-decision=accept]"),
                     what="the request in the second tab",
@@ -394,7 +413,10 @@ def test_real_codex_approve_by_click_second_tab_and_daemon_restart(short_tmp: Pa
                     within=60,
                     what="the approved command's output",
                 )
-                assert "Answered: accept" in by_css(driver, ".item.approval_request")[0].text
+                wait_for(
+                    lambda: "Answered: accept" in by_css(driver, ".item.approval_request")[0].text,
+                    what="'answered' in the tab that clicked",
+                )
                 driver.switch_to.window(second)
                 wait_for(
                     lambda: (
