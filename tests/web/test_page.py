@@ -501,8 +501,21 @@ def test_a_page_from_another_origin_cannot_open_the_api(short_tmp: Path) -> None
     threading.Thread(target=evil.serve_forever, daemon=True).start()
     try:
         with daemon(state, config), chromium() as driver:
+            # Not logged in: the page says how, and reads nothing.
+            driver.get(f"http://127.0.0.1:{port}/")
+            wait_for(lambda: by_css(driver, "body[data-conn=unauthorized]"), what="refused")
+            assert "t3orch web" in driver.find_element("css selector", "main").text
+            assert not by_css(driver, "#threads")
             # Logged in: the browser holds the session cookie, and would send it.
-            log_in(driver, state, port)
+            url = login_url(state)
+            driver.get(url)
+            wait_for(lambda: by_css(driver, "body[data-conn=live]"), what="logged in")
+            # The code is spent: visiting it again (another browser) logs nobody in.
+            with chromium() as other:
+                other.get(url)
+                assert "not valid" in other.find_element("css selector", "h1").text
+                other.get(f"http://127.0.0.1:{port}/")
+                wait_for(lambda: by_css(other, "body[data-conn=unauthorized]"), what="refused")
             driver.get(f"http://127.0.0.1:{evil.server_address[1]}/")
             out = wait_for(
                 lambda: [e for e in by_css(driver, "#out") if e.text != "running"],
