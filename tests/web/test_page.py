@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import http.server
+import itertools
 import json
 import shutil
 import tempfile
@@ -112,7 +113,7 @@ def assert_screen_matches_store(driver: Any, state_dir: Path, thread_id: str) ->
     for el in by_css(driver, ".item.assistant_message"):
         item = every[str(el.get_attribute("data-item"))]
         text = str(el.find_element("css selector", ".text").text)
-        assert text == item["text"].strip(), (text, item["text"])
+        assert text.strip() == item["text"].strip(), (text, item["text"])
 
 
 def test_log_in_create_a_standin_thread_and_see_the_streamed_reply(short_tmp: Path) -> None:
@@ -237,6 +238,50 @@ def test_steer_and_interrupt_a_working_run(short_tmp: Path) -> None:
             wait_for(lambda: not by_css(driver, "#interrupt")[0].is_displayed(), what="idle")
             detail = rpc(state, "view.read", {"topic": "threadDetail", "threadId": thread_id})
             assert [r["status"] for r in detail["data"]["runs"]] == ["interrupted"]
+            assert_screen_matches_store(driver, state, thread_id)
+            assert console_errors(driver) == []
+
+
+@pytest.mark.real_codex
+@pytest.mark.skipif(discover_codex() is None, reason="codex not installed: scripts/install-codex")
+def test_real_codex_file_change_diff_and_text_streaming_in(short_tmp: Path) -> None:
+    port = free_port()
+    work = make_work_dir(short_tmp / "work")
+    state = short_tmp / "state"
+    with provider_environment(work, short_tmp / "homes", ["codex"]) as (cfg, _):
+        config = short_tmp / "t3orch.toml"
+        config.write_text(f"[daemon]\napi_port = {port}\n" + config_toml(cfg))
+        with daemon(state, config), chromium() as driver:
+            log_in(driver, state, port)
+            thread_id = create_thread(driver, "codex", work, "web patch")
+            send(driver, "PATCH: notes.txt hello-from-the-web")
+            change = wait_for(
+                lambda: by_css(driver, ".item.file_change"), within=60, what="the file change"
+            )
+            assert "notes.txt" in change[0].text
+            wait_for(
+                lambda: (
+                    "+hello-from-the-web" in by_css(driver, ".item.file_change pre .add")[0].text
+                ),
+                what="the diff",
+            )
+            wait_for(lambda: by_css(driver, ".run .badge.completed"), what="run 1 done")
+            # A slow reply: its text is on screen piece by piece, before the run ends.
+            before = len(texts(driver, "assistant_message"))
+            send(driver, "SLOW")
+            seen: list[str] = []
+
+            def grown() -> bool:
+                now = texts(driver, "assistant_message")[before:]
+                if now and now[0] and (not seen or now[0] != seen[-1]):
+                    seen.append(now[0])
+                return len(seen) >= 3
+
+            wait_for(grown, within=60, what="the reply growing")
+            assert all(b.startswith(a) for a, b in itertools.pairwise(seen)), seen
+            assert not by_css(driver, ".run:last-child .badge.completed")
+            by_css(driver, "#interrupt")[0].click()
+            wait_for(lambda: by_css(driver, ".run .badge.interrupted"), what="interrupted")
             assert_screen_matches_store(driver, state, thread_id)
             assert console_errors(driver) == []
 

@@ -433,6 +433,20 @@ function renderSessions(main) {
       h("td", { class: "hide-narrow muted" }, usageSummary(s.usage && s.usage.usage)))))) : h("p", { class: "muted" }, "No provider sessions."));
 }
 
+// A change's diff as lines; a whole added (deleted) file's content is all additions
+// (deletions): Codex sends the content, not a unified diff, for those.
+function diffLines(c) {
+  const text = (c.diff || "").replace(/\n$/, "");
+  if (!text) return [];
+  const unified = /^(@@|---|\+\+\+|diff )/m.test(text);
+  const mark = !unified && c.kind === "add" ? "+" : !unified && c.kind === "delete" ? "-" : "";
+  return text.split("\n").map((l) => {
+    const line = mark + l;
+    const cls = line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "";
+    return h("span", { class: cls }, `${line}\n`);
+  });
+}
+
 // A provider's own usage report (its words): the totals worth a glance.
 function usageSummary(u) {
   if (!u) return "";
@@ -662,10 +676,11 @@ class ThreadView {
       case "command_execution": return [who("command"), h("pre", { class: "cmd" }, `$ ${i.input}`, i.output ? `\n${i.output}` : ""),
         i.exitCode != null ? h("div", { class: `exit ${i.exitCode ? "bad" : ""}` }, `exit code ${i.exitCode}`) : null];
       case "file_change": {
-        const diff = i.diffStr || (i.changes || []).map((c) => c.diff || `${c.kind} ${c.path}`).join("\n");
         const counts = i.additions != null ? ` +${i.additions} −${i.deletions ?? 0}` : "";
-        return [who("file change"), h("div", { class: "mono" }, `${i.fileName}${counts}`), diff ? h("pre", { class: "diff" },
-          ...diff.split("\n").map((l) => h("span", { class: l.startsWith("+") ? "add" : l.startsWith("-") ? "del" : "" }, `${l}\n`))) : null];
+        const changes = i.changes && i.changes.length ? i.changes : [{ path: i.fileName, kind: "update", diff: i.diffStr }];
+        return [who("file change"), h("div", { class: "mono" }, `${i.fileName}${counts}`),
+          ...changes.map((c) => h("pre", { class: "diff", "aria-label": `${c.kind} ${c.path}` },
+            h("span", { class: "muted" }, `${c.kind} ${c.path}\n`), ...diffLines(c)))];
       }
       case "file_search": case "web_search": return [who(i.type.replace("_", " ")), h("div", { class: "mono" }, i.query), i.output ? h("pre", {}, i.output) : null];
       case "approval_request": {
