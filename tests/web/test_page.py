@@ -107,8 +107,13 @@ def assert_screen_matches_store(driver: Any, state_dir: Path, thread_id: str) ->
     dupes = [i for i, n in collections.Counter(shown).items() if n > 1]
     assert not dupes, f"items shown twice: {dupes}"
     assert set(shown) == set(stored), set(shown) ^ set(stored)
-    # Nothing rendered from a missing value.
-    words = str(driver.find_element("css selector", "main").text).split()
+    # Nothing rendered from a missing value (outside the provider's own output).
+    words = str(
+        driver.execute_script(
+            "const m = document.querySelector('main').cloneNode(true);"
+            "m.querySelectorAll('pre').forEach((p) => p.remove()); return m.innerText"
+        )
+    ).split()
     assert not {"null", "undefined", "NaN", "[object"} & set(words), words
     for el in by_css(driver, ".item.assistant_message"):
         item = every[str(el.get_attribute("data-item"))]
@@ -283,6 +288,21 @@ def test_real_codex_file_change_diff_and_text_streaming_in(short_tmp: Path) -> N
             by_css(driver, "#interrupt")[0].click()
             wait_for(lambda: by_css(driver, ".run .badge.interrupted"), what="interrupted")
             assert_screen_matches_store(driver, state, thread_id)
+            # A real subagent: its own work nested under it.
+            send(driver, "SPAWN_AGENT: say hi from the child")
+            wait_for(
+                lambda: by_css(driver, ".item.subagent .children .item"),
+                within=60,
+                what="the subagent's own items nested under it",
+            )
+            wait_for(
+                lambda: any("subagent finished" in t for t in texts(driver, "assistant_message")),
+                within=60,
+                what="the parent's final text",
+            )
+            assert_screen_matches_store(driver, state, thread_id)
+            driver.set_window_size(1100, 2400)
+            driver.save_screenshot(str(artifacts_dir() / "thread-view-codex-tools.png"))
             assert console_errors(driver) == []
 
 

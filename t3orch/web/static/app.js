@@ -694,6 +694,9 @@ class ThreadView {
       case "handoff": return [who("handoff"), h("div", { class: "muted" }, `${i.fromProviders.join(", ")} → ${i.toProvider} (${i.strategy})`)];
       case "fork": return [who("fork"), h("div", {}, i.title, " from ", h("a", { href: `#/thread/${i.sourceThreadId}` }, i.sourceThreadId))];
       case "compaction": return [who("compaction"), h("div", { class: "muted" }, i.title)];
+      case "dynamic_tool": return [who(`tool ${i.toolName || ""}`),
+        i.input != null ? h("pre", {}, typeof i.input === "string" ? i.input : JSON.stringify(i.input, null, 1)) : null,
+        i.output != null ? h("pre", {}, typeof i.output === "string" ? i.output : JSON.stringify(i.output, null, 1)) : null];
       default: return [who(i.type.replace(/_/g, " ")), h("pre", {}, JSON.stringify(i.output ?? i.input ?? "", null, 1))];
     }
   }
