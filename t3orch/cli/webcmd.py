@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import webbrowser
 from collections.abc import Callable
@@ -27,7 +28,7 @@ async def cmd_web(client: ApiClient, args: argparse.Namespace) -> int:
     login = await client.call("web.login")
     url = str(login["url"])
     if args.json:
-        print(f'{{"url": "{url}", "expiresInS": {login["expiresInS"]}}}')
+        print(json.dumps({"url": url, "expiresInS": login["expiresInS"]}))
     else:
         print(url)
         print(

@@ -155,3 +155,31 @@ async def test_the_websocket_takes_the_cookie_only_from_the_daemons_own_origin()
         bad = (b"cookie", b"t3orch_session=abc.def")
         async with browser_ws(api, bad, own) as c:
             assert (await c.request("daemon.status"))["error"]["code"] == -32001
+
+
+async def test_a_request_head_that_arrives_in_pieces_is_still_told_apart() -> None:
+    async with running_api() as api:
+        port = api.endpoints.port
+        # A page request whose head comes in two writes: still the page.
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(b"GET /style.css HTTP/1.1\r\n")
+        await trio.sleep(0.05)
+        await stream.send_all(f"Host: 127.0.0.1:{port}\r\n\r\n".encode())
+        reply = b""
+        with trio.fail_after(5):
+            while chunk := await stream.receive_some(65536):
+                reply += chunk
+        await stream.aclose()
+        assert status(reply) == 200 and header(reply, "content-type") == "text/css; charset=utf-8"
+        # A WebSocket handshake split before its Upgrade header: still a WebSocket.
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        await trio.sleep(0.05)
+        await stream.send_all(
+            b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        with trio.fail_after(5):
+            answer = await stream.receive_some(65536)
+        await stream.aclose()
+        assert answer.startswith(b"HTTP/1.1 101")
