@@ -26,6 +26,7 @@ from t3orch.service import CommandResult
 from t3orch.store.broadcast import Subscription
 from t3orch.store.errors import CommandRejected
 from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.web.session import CODE_TTL_S
 from t3orch.worktrees import fork_into_worktree
 
 
@@ -244,6 +245,17 @@ async def daemon_status(conn: Connection, p: P.DaemonStatus) -> Any:
     return {**base, **conn.ops.status(), "api": conn.server.status()}
 
 
+async def web_login(conn: Connection, p: P.WebLogin) -> Any:
+    # A client that can call this already holds the API (token or the Unix socket).
+    web = conn.server.web
+    code = web.issue_code()
+    return {
+        "url": f"{web.origin}/login?code={code}",
+        "origin": web.origin,
+        "expiresInS": CODE_TTL_S,
+    }
+
+
 def _events_page(after: int, limit: int, store: SQLiteStore) -> dict[str, Any]:
     return {"events": store.read_events(after, limit), "headSequence": store.last_sequence()}
 
@@ -327,6 +339,7 @@ METHODS: dict[str, Method] = {
     "run.interrupt": Method(P.RunInterrupt, run_interrupt),
     "request.respond": Method(P.RequestRespond, request_respond),
     "daemon.status": Method(P.DaemonStatus, daemon_status),
+    "web.login": Method(P.WebLogin, web_login),
     "events.read": Method(P.EventsRead, events_read),
     "view.read": Method(P.ViewRead, view_read),
     "subscribe": Method(P.Subscribe, subscribe),

@@ -154,6 +154,10 @@ class DaemonStatus(Params):
     pass
 
 
+class WebLogin(Params):
+    pass
+
+
 class EventsRead(Params):
     after_sequence: Cursor = 0
     limit: Annotated[int, msgspec.Meta(ge=1, le=5000)] = 500

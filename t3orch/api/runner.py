@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+from functools import partial
 from pathlib import Path
 
 import attrs
@@ -25,6 +26,7 @@ from t3orch.api.transport import (
 )
 from t3orch.config import DaemonConfig
 from t3orch.core import Core
+from t3orch.web.http import PageServer
 
 SOCKET_FILE = "api.sock"
 PORT_FILE = "api.port"
@@ -99,10 +101,16 @@ async def serve_api(
     )
     server = ApiServer(core, operations, token, reader, limits, admission)
     port = bound_port(tcp)
+    server.web.bound(config.api_host, port)
+    page = PageServer(server.web)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(
-                serve_websocket, server.handle_websocket, tcp, limits.max_frame_bytes, admission
+                partial(serve_websocket, http=page.handle),
+                server.handle_websocket,
+                tcp,
+                limits.max_frame_bytes,
+                admission,
             )
             await nursery.start(serve_unix, server.handle_unix, unix)
             _write_port(port_file, port)

@@ -48,6 +48,7 @@ from t3orch.api.transport import (
 from t3orch.core import Core
 from t3orch.store.broadcast import Subscription
 from t3orch.store.errors import CommandRejected, StoreError
+from t3orch.web.session import WebAuth
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,8 @@ class ApiServer:
         self.reader = reader
         self.limits = limits
         self._token = token
+        #: The browser's way in: login codes, the session cookie, the Origin check.
+        self.web = WebAuth(token)
         self.connections: set[Connection] = set()
         #: Filled in by the runner once the listeners are bound.
         self.endpoints: dict[str, Any] = {}
@@ -105,8 +108,17 @@ class ApiServer:
     ) -> None:
         # The connection is accepted either way so that an unauthenticated client
         # gets JSON-RPC errors (naming the fix) rather than a bare HTTP refusal;
-        # until its ticket's deadline only, then it is closed (1008).
-        authorized = bearer_matches(request.headers, self._token)
+        # until its ticket's deadline only, then it is closed (1008). A handshake
+        # from a page of another origin is refused outright: the browser would send
+        # the session cookie with it (SameSite does not tell ports apart).
+        headers = _with_host(request)
+        if not self.web.origin_ok(headers):
+            with contextlib.suppress(trio_websocket.ConnectionClosed):
+                await request.reject(403, body=b"cross-origin WebSocket refused\n")
+            return
+        authorized = bearer_matches(request.headers, self._token) or (
+            self.web.browser_ok(headers) and self.web.cookie_valid(headers)
+        )
         try:
             ws = await request.accept()
         except trio_websocket.ConnectionClosed:
@@ -134,6 +146,14 @@ class ApiServer:
         except Exception:
             # One connection's failure must never take the listener (or the daemon) down.
             log.exception("API connection failed")
+
+
+def _with_host(request: trio_websocket.WebSocketRequest) -> list[tuple[bytes, bytes]]:
+    """The handshake's headers with its ``Host``, which wsproto keeps apart (and which
+    trio-websocket does not expose): without it a browser's Origin cannot match."""
+    host = getattr(getattr(request, "_event", None), "host", None)
+    extra = [(b"host", host.encode("latin-1"))] if isinstance(host, str) else []
+    return [*extra, *request.headers]
 
 
 class Connection:
@@ -244,7 +264,8 @@ class Connection:
                 raise RpcError(
                     UNAUTHORIZED,
                     "unauthorized: send 'Authorization: Bearer <token>' (the token is in "
-                    "<state-dir>/api-token) with the WebSocket handshake",
+                    "<state-dir>/api-token) with the WebSocket handshake, or log the "
+                    "browser in with the URL `t3orch web` prints",
                 )
             result = await methods.call(self, req.method, req.params)
         except RpcError as err:

@@ -388,6 +388,7 @@ async def serve_websocket(
     max_frame_bytes: int,
     admission: Admission,
     *,
+    http: Callable[[trio.SocketStream], Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serves WebSocket connections within ``admission``'s bounds.
@@ -395,6 +396,9 @@ async def serve_websocket(
     trio-websocket's server is not used: it admits every connection and gives each
     its own handshake timeout, which bounds neither their number nor how long one
     without the token may stay.
+
+    A request that is not a WebSocket upgrade goes to ``http`` (the web page) when
+    given: same port, same admission bounds and deadline (it never authenticates).
     """
 
     async def one(stream: trio.SocketStream) -> None:
@@ -410,9 +414,12 @@ async def serve_websocket(
                     # trio-websocket waits for a handshake even after the peer hung up:
                     # one that leaves without a word must not hold its place.
                     if await _peer_speaks(stream):
-                        request = await trio_websocket.wrap_server_stream(
-                            nursery, stream, max_message_size=max_frame_bytes
-                        )
+                        if http is not None and not is_websocket_upgrade(await _peek_head(stream)):
+                            await http(stream)
+                        else:
+                            request = await trio_websocket.wrap_server_stream(
+                                nursery, stream, max_message_size=max_frame_bytes
+                            )
                 if request is not None:
                     await handler(request, ticket)
                 # The handler has closed the WebSocket (or the handshake never ended):
@@ -435,6 +442,33 @@ async def _peer_speaks(stream: trio.SocketStream) -> bool:
         return bool(await stream.socket.recv(1, socket.MSG_PEEK))
     except OSError:
         return False
+
+
+#: Enough of a request head to see its ``Upgrade`` header.
+_PEEK_BYTES = 16 * 1024
+
+
+async def _peek_head(stream: trio.SocketStream) -> bytes:
+    """The request head as far as the peer has sent it (left in the socket): all of
+    it, or the first ``_PEEK_BYTES``, or what came before the peer stopped."""
+    data = b""
+    while True:
+        try:
+            data = await stream.socket.recv(_PEEK_BYTES, socket.MSG_PEEK)
+        except OSError:
+            return data
+        if not data or b"\r\n\r\n" in data or len(data) >= _PEEK_BYTES:
+            return data
+        # The rest of the head is on its way (a peek does not wait for more bytes).
+        await trio.sleep(0.005)
+
+
+def is_websocket_upgrade(head: bytes) -> bool:
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"upgrade" and b"websocket" in value.lower():
+            return True
+    return False
 
 
 def _refuse(stream: trio.SocketStream) -> None:

@@ -96,11 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=fakescmd.cmd_fakes)
 
     # The client commands (status, threads, thread new, send, …) talk to a running daemon.
-    from t3orch.cli import clientcmds, lineagecmds, logcmds
+    from t3orch.cli import clientcmds, lineagecmds, logcmds, webcmd
 
     clientcmds.register(sub, _common)
     lineagecmds.register(sub, _common)
     logcmds.register(sub, _common)
+    webcmd.register(sub, _common)
     return parser
 
 
