@@ -26,7 +26,7 @@ from t3orch.service import CommandResult
 from t3orch.store.broadcast import Subscription
 from t3orch.store.errors import CommandRejected
 from t3orch.store.sqlite.backend import SQLiteStore
-from t3orch.web.session import CODE_TTL_S
+from t3orch.web.session import CODE_TTL_S, WebAuth
 from t3orch.worktrees import fork_into_worktree
 
 
@@ -38,6 +38,8 @@ class ServerLimits(Protocol):
 class Server(Protocol):
     @property
     def limits(self) -> ServerLimits: ...
+    @property
+    def web(self) -> WebAuth: ...
 
     def status(self) -> dict[str, Any]: ...
 
