@@ -192,6 +192,11 @@ def test_fork_and_switch_provider_buttons(short_tmp: Path) -> None:
         # The fork shows what it inherited, then the marker naming its source.
         wait_for(lambda: by_css(driver, ".item.fork"), what="the fork marker")
         assert_screen_matches_store(driver, state, fork)
+        # Once the execution graph is read, every item is placed again: still once each.
+        wait_for(
+            lambda: driver.execute_script("return document.body.dataset.graph") == fork,
+            what="the fork's view rendered with its graph",
+        )
         assert texts(driver, "user_message") == ["hello"]
         assert source in by_css(driver, ".item.fork")[0].text
         assert_screen_matches_store(driver, state, fork)

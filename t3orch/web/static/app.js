@@ -491,6 +491,7 @@ class ThreadView {
     try {
       const g = await api.call("view.read", { topic: "executionGraph", threadId: this.id });
       for (const n of g.data.nodes) this.nodes.set(n.id, n.parentNodeId);
+      this.graphRead = true;
       this.dirtyAll = true;
       changed();
     } catch (err) { /* the items stay unnested until the next snapshot */ }
@@ -562,7 +563,10 @@ class ThreadView {
     if (this.dirtyAll) {
       this.itemEls = new Map();
       this.runEls = new Map();
-      fill(this.runsBox, );
+      // The box of items outside this thread's runs (a fork's inherited ones) is made
+      // anew too: the old one still holds the elements of the items placed again below.
+      this.looseBox = null;
+      fill(this.runsBox);
       this.dirtyAll = false;
       this.touched = new Set(this.order);
       this.dirtyRuns = true;
@@ -575,6 +579,8 @@ class ThreadView {
     this.olderBtn.hidden = this.olderBefore == null;
     this.olderBtn.textContent = `Show older items (${this.total - this.order.length} more)`;
     document.body.dataset.items = String(this.main.querySelectorAll(".item").length);
+    // For tests: the view as rendered once its execution graph is known (items re-placed).
+    document.body.dataset.graph = this.graphRead ? this.id : "";
   }
   build() {
     this.head = h("div", {});
