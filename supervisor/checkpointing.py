@@ -23,7 +23,7 @@ from t3orch.commands.checkpoints import require_run_checkpoint, target_ordinal
 from t3orch.ids import CheckpointId, CommandId
 from t3orch.service import CommandResult, CoreService
 from t3orch.store.errors import CommandRejected
-from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.store.interface import ReadModel
 
 if TYPE_CHECKING:
     from supervisor.manager import SessionManager
@@ -37,7 +37,7 @@ _NODE_OPEN = ("pending", "running", "waiting")
 @attrs.define(eq=False)
 class Checkpointer:
     core: CoreService
-    reader: SQLiteStore
+    reader: ReadModel
     #: Threads already told their cwd cannot be checkpointed (said once per daemon).
     disabled_noted: set[str] = attrs.field(factory=set)
 

@@ -59,7 +59,7 @@ from t3orch.provider_events import (
 from t3orch.service import CoreService
 from t3orch.store.errors import CommandRejected
 from t3orch.store.inflight import MAX_INFLIGHT_EVENTS, InflightWindow
-from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.store.interface import ReadModel
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ class _Announced:
 @attrs.define(eq=False)
 class SessionRunner:
     core: CoreService
-    reader: SQLiteStore
+    reader: ReadModel
     thread_id: str
     provider: ProviderKind
     adapter: ProviderAdapter
@@ -435,9 +435,7 @@ class SessionRunner:
 
     def _waits_for_user(self) -> bool:
         """A request of this thread is waiting for an answer: the silence is ours."""
-        with self.reader.snapshot():
-            rows = self.reader.rows_by_status("runtime_request", ("pending",))
-        return any(r.thread_id == self.thread_id for r in rows)
+        return bool(self.reader.pending_requests(self.thread_id))
 
     async def abandon_turn(self, status: Literal["failed", "interrupted"], reason: str) -> None:
         """End the active turn ourselves, because its provider will not (hung, or deaf

@@ -11,14 +11,15 @@ import msgspec
 
 from t3orch.projections.check import compare, compare_chunks, rebuild
 from t3orch.state import prepare_state_dir, resolve_state_dir
-from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.store.interface import ReadStore
+from t3orch.store.open import open_reader
 
 _encode = msgspec.json.encode
 
 
-def open_readonly(args: argparse.Namespace) -> SQLiteStore:
+def open_readonly(args: argparse.Namespace) -> ReadStore:
     db = prepare_state_dir(resolve_state_dir(args.state_dir), create=False)
-    return SQLiteStore(db, readonly=True)
+    return open_reader(db)
 
 
 def cmd_events(args: argparse.Namespace) -> int:
@@ -65,7 +66,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         doc = {
             "ok": ok,
-            "database": str(store.path),
+            "database": str(store.location),
             "integrityProblems": problems,
             "events": count,
             "projectionRows": rows,
@@ -76,7 +77,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 0 if ok else 1
     if problems:
         print(
-            f"t3orch check: {Path(store.path)}: SQLite integrity check failed: "
+            f"t3orch check: {Path(store.location)}: SQLite integrity check failed: "
             f"{'; '.join(problems[:5])}",
             file=sys.stderr,
         )

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from t3orch.store.interface import CommandReceipt, Outcome
-from t3orch.store.kinds import Chunk, Row, fold_item
+from t3orch.store.kinds import Chunk, Row, fold_item, kind_of
 from t3orch.store.sqlite.keyfilter import KeyFilter
 from t3orch.store.sqlite.rows import (
     TERMINAL_ITEM,
@@ -294,25 +294,31 @@ class DecideView:
         # Folded as a value: the decision wants the item, not its JSON.
         return fold_item(row.decode(), chunks) if chunks else row.decode()
 
-    def get(self, kind: str, id: str) -> Any | None:
-        row = self._row(kind, id)
-        return None if row is None else self._decoded(row)
+    def get(self, kind: str | type[Any], id: str) -> Any | None:
+        if isinstance(kind, str):
+            row = self._row(kind, id)
+            return None if row is None else self._decoded(row)
+        row = self._row(kind_of(kind), id)
+        value = None if row is None else self._decoded(row)
+        return value if isinstance(value, kind) else None
 
     def get_unfolded(self, kind: str, id: str) -> Any | None:
         row = self._row(kind, id)
         return None if row is None else row.decode()
 
-    def select(self, kind: str, *, thread_id: str | None = None) -> list[Any]:
-        stored = self._stored(read_rows(self._conn, kind, thread_id))
-        rows = self._merged(kind, thread_id, stored, None)
-        return [self._decoded(r) for r in rows]
+    def select(self, kind: str | type[Any], *, thread_id: str | None = None) -> list[Any]:
+        name = kind if isinstance(kind, str) else kind_of(kind)
+        stored = self._stored(read_rows(self._conn, name, thread_id))
+        rows = self._merged(name, thread_id, stored, None)
+        return _typed(kind, [self._decoded(r) for r in rows])
 
     def select_by_status(
-        self, kind: str, statuses: Sequence[str], *, thread_id: str | None = None
+        self, kind: str | type[Any], statuses: Sequence[str], *, thread_id: str | None = None
     ) -> list[Any]:
-        stored = self._stored(read_rows_by_status(self._conn, kind, statuses, thread_id))
-        rows = self._merged(kind, thread_id, stored, frozenset(statuses))
-        return [self._decoded(r) for r in rows]
+        name = kind if isinstance(kind, str) else kind_of(kind)
+        stored = self._stored(read_rows_by_status(self._conn, name, statuses, thread_id))
+        rows = self._merged(name, thread_id, stored, frozenset(statuses))
+        return _typed(kind, [self._decoded(r) for r in rows])
 
     def _merged(
         self,
@@ -339,6 +345,11 @@ class DecideView:
             else:
                 rows.pop(r.id, None)
         return sorted(rows.values(), key=_order)
+
+
+def _typed(kind: str | type[Any], values: list[Any]) -> list[Any]:
+    """Of a typed read, the values of that type (a turn item variant of all items)."""
+    return values if isinstance(kind, str) else [v for v in values if isinstance(v, kind)]
 
 
 def _order(row: Row) -> tuple[int, str]:
