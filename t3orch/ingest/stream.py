@@ -85,7 +85,7 @@ class StreamOwner(Protocol):
     def turn_ended(self, turn: TurnBinding | None, event: TurnCompleted) -> None:
         """A turn's end is committed."""
 
-    def exited(self, event: RuntimeExited, turn: TurnBinding | None) -> None:
+    def runtime_exited(self, event: RuntimeExited, turn: TurnBinding | None) -> None:
         """The runtime's exit is committed; ``turn`` is the one it ended."""
 
 
@@ -212,7 +212,7 @@ class IngestStream:
                     self._late_children.clear()
                     self.active_turn = None
                     self.turn_done.set()
-                    owner.exited(event, ending)
+                    owner.runtime_exited(event, ending)
         if chunk:
             # Mid-turn events are queued, not awaited: the writer merges the queued
             # batches of every session into few transactions (one fsync each).

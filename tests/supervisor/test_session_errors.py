@@ -13,12 +13,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from adapters.event_queue import EventQueue
 from adapters.protocol import ProviderAdapter, RawFrameSink, RuntimeConfig
 from adapters.transport import ProcessLauncher
 from supervisor.providers import StandinAdapter, standin_settings
 from t3orch.domain.vocab import ProviderKind
 from t3orch.events import ProviderDiagnostic
+from t3orch.ingest.queue import EventQueue
 from tests.supervisor.standin_plan import ECHO_RESUME
 from tests.supervisor.support import Rig, rig
 
