@@ -103,7 +103,7 @@ sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != _HERE]
 from adapters.transport import ExitStatus, LaunchSpec, OversizedLine  # noqa: E402
 from t3orch.api.auth import read_token  # noqa: E402
 from t3orch.ingest.coalesce import DEFAULT_WINDOW_S  # noqa: E402
-from t3orch.process_tuning import tune_process  # noqa: E402
+from t3orch.process_tuning import tune_interpreter  # noqa: E402
 
 #: Issue 6: p99 end-to-end latency to a subscriber.
 TARGET_P99_MS = 20.0
@@ -789,9 +789,9 @@ def daemon_child(args: argparse.Namespace) -> int:
     import logging
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    # The interpreter settings ``t3orch serve`` applies before run_daemon (this child
-    # stands for that process).
-    tune_process()
+    # The interpreter settings ``t3orch serve`` applies (this child stands for that
+    # process; it applies them once its daemon is ready, this before).
+    tune_interpreter()
     if args.switch_interval is not None:
         sys.setswitchinterval(args.switch_interval / 1000)
     rec = Records()
