@@ -443,8 +443,8 @@ class SessionRunner:
 
     async def abandon_turn(self, status: Literal["failed", "interrupted"], reason: str) -> None:
         """End the active turn ourselves, because its provider will not (hung, or deaf
-        to an interrupt): its end goes through the event queue, so the pump commits it
-        after everything the provider sent before, and the turn's waiters wake.
+        to an interrupt): its end goes through the event queue, so the ingest stream
+        commits it after everything the provider sent before, and the turn's waiters wake.
 
         The caller stops the runtime; whatever the provider says about the turn later
         is not bound to it any more.
