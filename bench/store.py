@@ -37,8 +37,8 @@ Peak RSS of the process during the core phases is printed too (target < 150 MB).
    a raw ~18-character delta every ~51 ms per streaming item, an approval per turn
    (the request opens, the user answers after ``USER_THINK_S``, the provider
    resolves it), turn ends. Printed per variant, side by side in one run: the
-   store's machinery as it is, then without the key filter, without the row
-   cache, without the deciding thread (batches committed one after another) and
+   store's machinery as it is, then without the key filter, without the deciding
+   thread (batches committed one after another) and
    without the interpreter tuning; for each, the committed events/s, the CPU it
    took (all threads, % of one core and µs per committed event), and the p50/p99
    latency of an answer's commit and of a turn end's. With ``--variants`` the
@@ -562,7 +562,6 @@ REALISTIC_DELTAS = (40, 20, 40)
 VARIANTS = (
     "as is",
     "no key filter",
-    "no row cache",
     "no deciding thread",
     "no interpreter tuning",
 )
@@ -574,10 +573,9 @@ def variant(name: str) -> Iterator[bool]:
     product has no switch); yields whether the interpreter is tuned."""
     from t3orch.store.sqlite import backend
     from t3orch.store.sqlite.keyfilter import KeyFilter
-    from t3orch.store.sqlite.staging import RowCache
     from t3orch.store.writer import commit_in_order
 
-    saved = (backend.SQLiteStore._read_keys, backend.RowCache, backend.SQLiteStore.commit_loop)
+    saved = (backend.SQLiteStore._read_keys, backend.SQLiteStore.commit_loop)
 
     def every_key(self: Any, staged: Any = None) -> KeyFilter:
         keys = KeyFilter()
@@ -589,14 +587,12 @@ def variant(name: str) -> Iterator[bool]:
 
     if name == "no key filter":
         backend.SQLiteStore._read_keys = every_key  # type: ignore[method-assign]
-    elif name == "no row cache":
-        backend.RowCache = lambda: RowCache(max_bytes=0)  # type: ignore[misc,assignment]
     elif name == "no deciding thread":
         backend.SQLiteStore.commit_loop = in_order  # type: ignore[method-assign]
     try:
         yield name != "no interpreter tuning"
     finally:
-        backend.SQLiteStore._read_keys, backend.RowCache, backend.SQLiteStore.commit_loop = saved  # type: ignore[method-assign,misc]
+        backend.SQLiteStore._read_keys, backend.SQLiteStore.commit_loop = saved  # type: ignore[method-assign]
 
 
 class _Stats:

@@ -46,7 +46,7 @@ from t3orch.store.sqlite.rows import (
     streaming,
 )
 from t3orch.store.sqlite.schema import APPLICATION_ID, SCHEMA_VERSION, migrate, read_version
-from t3orch.store.sqlite.staging import DecideView, PreparedBatch, RowCache
+from t3orch.store.sqlite.staging import DecideView, PreparedBatch
 
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
 
@@ -131,7 +131,6 @@ class SQLiteStore:
         #: Row keys known to exist; see ``DecideView.exists``. A batch that fails to
         #: commit may have made keys known, so it clears them (forget_prepared).
         self._known: dict[tuple[str, str], None] = {}
-        self._cache = RowCache()
         #: Row keys that may exist (see keyfilter): deciding skips reads of new rows.
         try:
             self._keys = KeyFilter() if readonly else self._read_keys()
@@ -276,7 +275,6 @@ class SQLiteStore:
             self._decide_conn,
             iso(self._clock()),
             self._known,
-            self._cache,
             self._keys,
             next_sequence=head,
             stored_head=stored,
@@ -332,7 +330,6 @@ class SQLiteStore:
         except BaseException as exc:
             self._rollback(exc)
         self._next_sequence = batch.next_sequence
-        self._cache.committed(batch.overlay)
         return batch.outcomes
 
     def _rollback(self, exc: BaseException) -> NoReturn:

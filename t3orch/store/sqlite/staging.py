@@ -40,37 +40,6 @@ Key = tuple[str, str]
 ABSENT = -1
 
 
-class RowCache:
-    """Rows as this store last committed them, newest kept (by total body size).
-
-    The store's writer is the only writer of rows, so a row it committed stays
-    what SQLite holds until it writes the row again: deciding reads it from here.
-    Reading back through the deciding connection costs more than it seems, as that
-    connection's page cache is dropped each time the writing connection commits.
-    The writer adds a batch once committed (on its thread, while the next batch
-    is decided on another: single dict operations, atomic under the GIL).
-    """
-
-    def __init__(self, max_bytes: int = 8 << 20) -> None:
-        self._rows: dict[Key, Row] = {}
-        self._bytes = 0
-        self._max_bytes = max_bytes
-
-    def get(self, key: Key) -> Row | None:
-        return self._rows.get(key)
-
-    def committed(self, overlay: dict[Key, Row]) -> None:
-        rows = self._rows
-        for key, row in overlay.items():
-            old = rows.pop(key, None)
-            if old is not None:
-                self._bytes -= len(old.body)
-            rows[key] = row
-            self._bytes += len(row.body)
-        while self._bytes > self._max_bytes and rows:
-            self._bytes -= len(rows.pop(next(iter(rows))).body)
-
-
 class PreparedBatch:
     """A decided batch: its outcomes and every write it needs, in the order made."""
 
@@ -116,7 +85,6 @@ class DecideView:
         conn: sqlite3.Connection,
         now: str,
         known: dict[Key, None],
-        cache: RowCache,
         keys: KeyFilter,
         *,
         next_sequence: int,
@@ -126,7 +94,6 @@ class DecideView:
         self._conn = conn
         self._now = now
         self._known = known
-        self._cache = cache
         self._keys = keys
         #: The log in SQLite is read up to here; later text is in the overlays.
         self._stored_head = stored_head
@@ -177,7 +144,7 @@ class DecideView:
         # ``r.position`` is the writing event's sequence. A row keeps its first
         # position (the upsert leaves a stored one alone, and the overlay must order
         # reads as SQLite will); every write records the sequence as updated_seq.
-        seen = self._staged(key) or self._cache.get(key)
+        seen = self._staged(key)
         if seen is not None:
             position = seen.position
         else:
@@ -241,7 +208,7 @@ class DecideView:
 
     def _row(self, kind: str, id: str) -> Row | None:
         key = (kind, id)
-        staged = self._staged(key) or self._cache.get(key)
+        staged = self._staged(key)
         if staged is not None:
             return staged
         if key not in self._keys:
@@ -262,7 +229,7 @@ class DecideView:
         key = (kind, id)
         if key in self._known:
             return True
-        if self._staged(key) is not None or self._cache.get(key) is not None:
+        if self._staged(key) is not None:
             return True
         if key not in self._keys:
             self._positions[key] = ABSENT
