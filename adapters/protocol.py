@@ -2,7 +2,7 @@
 
 A *runtime* is one live provider process (or a lazily spawned one) hosting one
 provider thread. Adapters put canonical :mod:`t3orch.provider_events` on the
-:class:`~adapters.event_queue.EventQueue` handed to
+:class:`~t3orch.ingest.queue.EventQueue` handed to
 :meth:`ProviderAdapter.open_runtime` (its consumer takes them in batches); they
 never write to the store. Resume is a required primitive, not a capability.
 """
@@ -16,11 +16,11 @@ from typing import Literal, Protocol
 
 import attrs
 
-from adapters.event_queue import EventQueue
 from adapters.transport import ProcessLauncher
 from t3orch.domain.provider import ProviderCapabilities
 from t3orch.domain.request import RequestDecision
 from t3orch.domain.vocab import ProviderKind, RuntimeMode
+from t3orch.ingest.queue import EventQueue
 
 #: The decision vocabulary is the core's (requests store it); adapters translate it.
 Decision = RequestDecision

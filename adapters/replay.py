@@ -26,7 +26,6 @@ import msgspec
 import trio
 
 from adapters.errors import AdapterError
-from adapters.event_queue import EventQueue
 from adapters.protocol import (
     NullRawSink,
     ProviderAdapter,
@@ -38,6 +37,7 @@ from adapters.protocol import (
 )
 from adapters.replay_process import open_replay_launcher
 from adapters.transcript import Transcript, load_transcript
+from t3orch.ingest.queue import EventQueue
 from t3orch.provider_events import ProviderEvent, RuntimeExited
 
 #: Bound on each wait of the driver (an op's precondition, the final exit).

@@ -68,13 +68,13 @@ from adapters.codex.frames import (  # noqa: E402
 )
 from adapters.codex.mapper import CodexMapper  # noqa: E402
 from adapters.diagnostics import RotatingRawLog  # noqa: E402
-from adapters.event_queue import EventQueue  # noqa: E402
 from adapters.line_reader import BoundedLineReader  # noqa: E402
 from adapters.protocol import NullRawSink, RawFrameSink, RuntimeConfig  # noqa: E402
 from adapters.transport import DEFAULT_MAX_LINE_BYTES, ExitStatus, LaunchSpec, OversizedLine  # noqa: E402
 from supervisor.session import MAX_INGEST_BATCH, SessionRunner  # noqa: E402
 from t3orch.commands.specs import CreateThread  # noqa: E402
 from t3orch.core import open_core  # noqa: E402
+from t3orch.ingest.queue import EventQueue  # noqa: E402
 from t3orch.provider_events import RuntimeExited, TurnCompleted  # noqa: E402
 from t3orch.provider_versions import CODEX_TESTED  # noqa: E402
 

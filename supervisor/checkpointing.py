@@ -21,10 +21,15 @@ from adapters.errors import AdapterError
 from supervisor.session import SessionFailed, SessionRunner
 from t3orch import gitstore
 from t3orch.commands.checkpoints import require_run_checkpoint, target_ordinal
+from t3orch.domain.checkpoint import Checkpoint, CheckpointScope
+from t3orch.domain.node import ExecutionNode
+from t3orch.domain.provider import ProviderThread, ProviderTurn
+from t3orch.domain.run import Run, RunAttempt
+from t3orch.domain.thread import AppThread
 from t3orch.ids import CheckpointId, CommandId
 from t3orch.service import CommandResult, CoreService
 from t3orch.store.errors import CommandRejected
-from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.store.interface import ReadModel
 
 log = logging.getLogger(__name__)
 
@@ -48,31 +53,23 @@ class Runtimes(Protocol):
 @attrs.define(eq=False)
 class Checkpointer:
     core: CoreService
-    reader: SQLiteStore
+    reader: ReadModel
     #: Threads already told their cwd cannot be checkpointed (said once per daemon).
     disabled_noted: set[str] = attrs.field(factory=set)
 
-    def _rows(self, kind: str, thread_id: str) -> list[Any]:
-        with self.reader.snapshot():
-            return [r.decode() for r in self.reader.rows(kind, thread_id=thread_id)]
-
-    def _row(self, kind: str, id: str) -> Any | None:
-        with self.reader.snapshot():
-            row = self.reader.row(kind, id)
-        return None if row is None else row.decode()
-
-    def previous(self, thread_id: str, before_ordinal: int) -> Any | None:
-        runs = {r.id: r for r in self._rows("run", thread_id)}
-        best = None
-        for cp in self._rows("checkpoint", thread_id):
-            run = runs.get(cp.run_id)
+    def previous(self, thread_id: str, before_ordinal: int) -> Checkpoint | None:
+        runs = {r.id: r for r in self.reader.select(Run, thread_id=thread_id)}
+        best: tuple[int, Checkpoint] | None = None
+        for cp in self.reader.select(Checkpoint, thread_id=thread_id):
+            run = runs.get(cp.run_id) if cp.run_id is not None else None
             if run is None or run.status == "rolled_back" or cp.status != "ready":
                 continue
-            if cp.app_run_ordinal is None or cp.app_run_ordinal >= before_ordinal:
+            ordinal = cp.app_run_ordinal
+            if ordinal is None or ordinal >= before_ordinal:
                 continue
-            if best is None or best.app_run_ordinal < cp.app_run_ordinal:
-                best = cp
-        return best
+            if best is None or best[0] < ordinal:
+                best = (ordinal, cp)
+        return None if best is None else best[1]
 
     async def after_run(self, thread_id: str, run_id: str, *, ending: bool = False) -> None:
         """The root run ended: checkpoint the thread's work tree (or say why not, once).
@@ -89,8 +86,8 @@ class Checkpointer:
             await self.core.note(None, "warning", "checkpoint_failed", f"{thread_id}: {exc}")
 
     async def _after_run(self, thread_id: str, run_id: str, ending: bool) -> None:
-        run = self._row("run", run_id)
-        thread = self._row("thread", thread_id)
+        run = self.reader.get(Run, run_id)
+        thread = self.reader.get(AppThread, thread_id)
         if run is None or thread is None:
             return
         # After the fact, only a run that started (one that failed to start changed
@@ -129,8 +126,8 @@ class Checkpointer:
         checkpoint gets one too. Never raises, like :meth:`after_run`.
         """
         try:
-            run = self._row("run", run_id)
-            thread = self._row("thread", thread_id)
+            run = self.reader.get(Run, run_id)
+            thread = self.reader.get(AppThread, thread_id)
             if run is None or thread is None:
                 return
             root = await gitstore.work_tree_root(thread.cwd)
@@ -145,18 +142,22 @@ class Checkpointer:
     ) -> None:
         scopes = [
             s
-            for s in self._rows("checkpoint_scope", thread_id)
+            for s in self.reader.select(CheckpointScope, thread_id=thread_id)
             if s.run_id == run.id and s.kind == "subagent"
         ]
         if not scopes:
             return
-        cps = self._rows("checkpoint", thread_id)
+        cps = self.reader.select(Checkpoint, thread_id=thread_id)
         for scope in sorted(scopes, key=lambda s: s.created_at):
             mine = sorted(
                 (c for c in cps if c.scope_id == scope.id), key=lambda c: c.ordinal_within_scope
             )
-            node = self._row("node", scope.node_id)
-            pt = self._row("provider_thread", scope.provider_thread_id)
+            node = self.reader.get(ExecutionNode, scope.node_id)
+            pt = (
+                self.reader.get(ProviderThread, scope.provider_thread_id)
+                if scope.provider_thread_id is not None
+                else None
+            )
             ended = at_barrier or (node is not None and node.status not in _NODE_OPEN)
             named = child_ref is not None and pt is not None and pt.native_thread_ref == child_ref
             if not named and (mine or not ended):
@@ -200,7 +201,7 @@ class Checkpointer:
         ``allow_shared_work_tree``. ``expect_work_tree``: the ``workTree`` of the
         plan the user confirmed; a work tree changed since is refused.
         """
-        thread = self._row("thread", thread_id)
+        thread = self.reader.get(AppThread, thread_id)
         if thread is None:
             raise CommandRejected("unknown_thread", f"no thread {thread_id!r}")
         if (
@@ -213,9 +214,9 @@ class Checkpointer:
                 thread_id, checkpoint_id, reverted={}, closed=[], command_id=command_id
             )
         cp = require_run_checkpoint(
-            self._row("checkpoint", checkpoint_id), checkpoint_id, thread_id
+            self.reader.get(Checkpoint, checkpoint_id), checkpoint_id, thread_id
         )
-        runs = self._rows("run", thread_id)
+        runs = self.reader.select(Run, thread_id=thread_id)
         runner = manager.runners.get(thread_id)
         if (runner is not None and runner.busy) or any(
             r.status in ("queued", "starting", "running", "waiting") for r in runs
@@ -318,8 +319,7 @@ class Checkpointer:
         Only cwds under ``root`` can be in it; each is asked (a nested repository
         or a git worktree below ``root`` is a work tree of its own).
         """
-        with self.reader.snapshot():
-            threads = [t.decode() for t in self.reader.rows("thread")]
+        threads = self.reader.select(AppThread)
         prefix = root.rstrip(os.sep) + os.sep
         out = []
         for t in threads:
@@ -334,7 +334,7 @@ class Checkpointer:
     async def _revert_natively(
         self, manager: Runtimes, thread: Any, pt_id: str, later: list[Any]
     ) -> bool:
-        pt = self._row("provider_thread", pt_id)
+        pt = self.reader.get(ProviderThread, pt_id)
         if (
             pt is None
             or pt.provider != "codex"
@@ -364,13 +364,11 @@ class Checkpointer:
     def _first_turn_ref(self, pt_id: str, later: list[Any]) -> str | None:
         later_ids = {r.id for r in later}
         with self.reader.snapshot():
-            turns = [t.decode() for t in self.reader.rows("provider_turn")]
+            turns = self.reader.select(ProviderTurn)
             attempts = {
                 a.id: a
                 for r in later
-                for a in (
-                    x.decode() for x in self.reader.rows("run_attempt", thread_id=r.thread_id)
-                )
+                for a in self.reader.select(RunAttempt, thread_id=r.thread_id)
             }
         mine = [
             t

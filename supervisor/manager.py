@@ -24,12 +24,15 @@ from supervisor.checkpointing import Checkpointer
 from supervisor.launcher import LauncherFactory
 from supervisor.providers import ProviderSettings, adapter_for, runtime_config
 from supervisor.session import RawSinkFactory, SessionFailed, SessionRunner
+from t3orch.domain.run import Run
+from t3orch.domain.thread import AppThread
+from t3orch.domain.turn_items import UserMessage
 from t3orch.domain.vocab import ProviderKind, RuntimeMode
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.provider_versions import describe
 from t3orch.service import CommandResult, CoreService
 from t3orch.store.errors import CommandRejected
-from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.store.interface import ReadModel
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +83,7 @@ class _Crashes:
 @attrs.define(eq=False)
 class SessionManager:
     core: CoreService
-    reader: SQLiteStore
+    reader: ReadModel
     providers: dict[str, ProviderSettings]
     raw_factory: RawSinkFactory | None = None
     restart: RestartPolicy = RestartPolicy()
@@ -181,9 +184,8 @@ class SessionManager:
                 f"run {active.run_id}; the provider may not have seen it)",
             ) from exc
         assert runner.binding is not None and runner.binding.provider_thread_id is not None
-        with self.reader.snapshot():
-            run = self.reader.row("run", active.run_id)
-        original = self._user_text(run.decode()) if run is not None else ""
+        run = self.reader.get(Run, active.run_id)
+        original = self._user_text(run) if run is not None else ""
         restart = await self.core.begin_attempt(
             active.run_id, runner.binding.provider_thread_id, "steering_restart"
         )
@@ -198,11 +200,9 @@ class SessionManager:
         )
 
     async def interrupt_run(self, run_id: str, *, command_id: str | None = None) -> CommandResult:
-        with self.reader.snapshot():
-            row = self.reader.row("run", run_id)
-        if row is None:
+        run = self.reader.get(Run, run_id)
+        if run is None:
             raise CommandRejected("unknown_run", f"no run {run_id!r}")
-        run = row.decode()
         runner = self.runners.get(run.thread_id)
         if runner is None or runner.active_turn is None or runner.active_turn.run_id != run_id:
             raise CommandRejected(
@@ -350,9 +350,8 @@ class SessionManager:
         finally:
             self._dispatching.discard(thread_id)
 
-    def _next_queued(self, thread_id: str) -> Any | None:
-        with self.reader.snapshot():
-            runs = [r.decode() for r in self.reader.rows("run", thread_id=thread_id)]
+    def _next_queued(self, thread_id: str) -> Run | None:
+        runs = self.reader.select(Run, thread_id=thread_id)
         for run in runs:
             if run.status in ("starting", "running", "waiting"):
                 return None  # one run at a time per thread: queue behind it
@@ -442,11 +441,9 @@ class SessionManager:
         was started with (``thread.configure``): a new runtime is opened, and it
         decides whether the provider thread can be resumed with them.
         """
-        with self.reader.snapshot():
-            row = self.reader.row("thread", runner.thread_id)
-        if row is None:
+        thread = self.reader.get(AppThread, runner.thread_id)
+        if thread is None:
             return None
-        thread = row.decode()
         if runner.provider != thread.default_provider:
             return "provider_switch"
         settings = self.providers.get(runner.provider)
@@ -525,22 +522,17 @@ class SessionManager:
         if runner.recovery is not None:
             await self._recover(thread_id, run, runner)
 
-    def _user_text(self, run: Any) -> str:
-        with self.reader.snapshot():
-            rows = self.reader.rows("turn_item", thread_id=run.thread_id)
-        for row in rows:
-            item = row.decode()
-            if item.run_id == run.id and getattr(item, "message_id", None) == run.user_message_id:
-                return str(item.text)
+    def _user_text(self, run: Run) -> str:
+        for item in self.reader.select(UserMessage, thread_id=run.thread_id):
+            if item.run_id == run.id and item.message_id == run.user_message_id:
+                return item.text
         raise CommandRejected("no_user_message", f"run {run.id} has no user message")
 
     async def _open_runner(self, thread_id: str, run_id: str | None) -> SessionRunner:
         assert self._nursery is not None
-        with self.reader.snapshot():
-            row = self.reader.row("thread", thread_id)
-        if row is None:
+        thread = self.reader.get(AppThread, thread_id)
+        if thread is None:
             raise SessionFailed(f"no thread {thread_id}")
-        thread = row.decode()
         kind: ProviderKind = thread.default_provider
         settings = self.providers.get(kind)
         if settings is None:
@@ -693,9 +685,7 @@ class SessionManager:
         return reaped
 
     def _has_pending(self, runner: SessionRunner) -> bool:
-        with self.reader.snapshot():
-            rows = self.reader.rows_by_status("runtime_request", ("pending",))
-        return any(r.thread_id == runner.thread_id for r in rows)
+        return bool(self.reader.pending_requests(runner.thread_id))
 
     def begin_drain(self) -> None:
         """A graceful stop begins: running runs go on, nothing new starts or is accepted."""

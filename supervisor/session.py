@@ -1,11 +1,14 @@
 """``SessionRunner``: one live provider runtime serving one app thread.
 
 It opens a durable ProviderSession, launches the provider through its adapter,
-resumes the thread's provider thread from its stored refs (or, when resume
-fails, starts a replacement seeded with a full-thread summary), then runs turns
-on request. Every adapter event goes through the delta coalescer into ingest;
-the process's exit is ingested the moment the adapter reports it. Leaving
-``run`` always leaves the process reaped (the adapter's teardown is shielded).
+opens the provider thread as the core's plan says (``t3orch.runtime_plan``:
+resume its native thread, fork a pending fork's source, or start fresh; when a
+resume fails, a replacement seeded with a full-thread summary), then runs turns
+on request. The adapter's events go to the core's ingest stream
+(``t3orch.ingest.stream``), which commits them, the process's exit included;
+this module keeps the process's life: spawn, stall watch, stop ladder, reaping.
+Leaving ``run`` always leaves the process reaped (the adapter's teardown is
+shielded).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import trio
 
 from adapters.diagnostics import redact_text
 from adapters.errors import AdapterError, ProviderGone, ProviderTimeout, ResumeError
-from adapters.event_queue import EventQueue
 from adapters.process import ChildProcess
 from adapters.protocol import (
     NullRawSink,
@@ -41,25 +43,23 @@ from supervisor.launcher import (
     process_start_time,
 )
 from supervisor.leftovers import process_clock, stop_turn_leftovers
-from t3orch.domain.turn_items import Subagent
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.binding import SessionBinding, TurnBinding
-from t3orch.ingest.coalesce import DeltaCoalescer
+from t3orch.ingest.queue import EventQueue
+from t3orch.ingest.stream import MAX_INGEST_BATCH, IngestStream
 from t3orch.ingest.translate import describe_exit
 from t3orch.provider_events import (
     Diagnostic,
-    ItemCompleted,
     ProviderEvent,
     RequestCancelled,
     RequestOpened,
     RuntimeExited,
-    SubagentEnded,
     TurnCompleted,
 )
+from t3orch.runtime_plan import ForkThread, ResumeThread, RuntimePlan, StartFresh, next_runtime
 from t3orch.service import CoreService
 from t3orch.store.errors import CommandRejected
-from t3orch.store.inflight import MAX_INFLIGHT_EVENTS, InflightWindow
-from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.store.interface import ReadModel
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +82,6 @@ INTERRUPT_ANSWER_S = 5.0
 #: How long a runtime stopped mid-turn waits for the provider to end the turn it
 #: was asked to interrupt, before ending it itself and going down the ladder.
 STOP_INTERRUPT_S = 3.0
-#: The event queue's bound: the provider is not read while this many events wait, so
-#: the pump takes at most this many (plus one frame's) per submission.
-MAX_INGEST_BATCH = 1024
 #: A turn whose input could not be written to a provider that is gone waits this
 #: long for the exit, whose status and stderr say why better than the write error.
 EXIT_REPORT_GRACE_S = 2.0
@@ -116,20 +113,6 @@ def _why_not_started(cause: BaseException, exit_event: RuntimeExited | None) -> 
     return str(cause) + (f"; stderr: {stderr}" if stderr else "")
 
 
-def _subagent_end(event: ProviderEvent) -> tuple[str | None] | None:
-    """``(child native thread ref,)`` when ``event`` says a subagent finished, else None.
-
-    A subagent item completing (Claude's Task result; Codex's spawn call), or a
-    Codex child thread ending a turn (its ``subagent_turn_completed`` diagnostic).
-    """
-    if isinstance(event, ItemCompleted) and isinstance(event.content, Subagent):
-        return (event.content.child_native_thread_ref,)
-    if isinstance(event, Diagnostic) and event.code == "subagent_turn_completed":
-        ref = event.detail.get("threadId")
-        return (ref if isinstance(ref, str) else None,)
-    return None
-
-
 @attrs.define
 class _Announced:
     """A session's launcher that tells the session of each process it spawns."""
@@ -151,7 +134,7 @@ class _Announced:
 @attrs.define(eq=False)
 class SessionRunner:
     core: CoreService
-    reader: SQLiteStore
+    reader: ReadModel
     thread_id: str
     provider: ProviderKind
     adapter: ProviderAdapter
@@ -162,12 +145,10 @@ class SessionRunner:
 
     #: How the provider is launched (default: a real child process).
     launcher_factory: LauncherFactory | None = None
-    binding: SessionBinding | None = None
     runtime: ProviderRuntime | None = None
     launcher: SupervisedLauncher | None = None
     #: Text to prepend to the next turn (a resume-fallback summary), sent once.
     pending_context: str | None = None
-    active_turn: TurnBinding | None = None
     last_activity: float = -math.inf
     exited: trio.Event = attrs.field(factory=trio.Event)
     exit_event: RuntimeExited | None = None
@@ -195,7 +176,6 @@ class SessionRunner:
     #: user, ends the turn ``failed`` and kills the runtime (``daemon.stall_timeout_s``;
     #: None: never).
     stall_timeout_s: float | None = 600.0
-    last_event_at: float = -math.inf
     stalls: int = 0
     #: When the active turn was sent (process_clock): what an interrupted turn left running
     #: is what the provider started since (supervisor/leftovers.py).
@@ -203,18 +183,33 @@ class SessionRunner:
     _tasks: trio.Nursery | None = None
     _stop: trio.Event = attrs.field(factory=trio.Event)
     #: The queue the adapter puts events on: a turn the provider will never end is
-    #: ended through it, so the pump settles it in order like any other end.
+    #: ended through it, so the stream settles it in order like any other end.
     _events: EventQueue | None = None
-    #: The turn :meth:`abandon_turn` has ended (queued its end), until the pump settles it.
+    #: The turn :meth:`abandon_turn` has ended (queued its end), until the stream settles it.
     _abandoned: TurnBinding | None = None
-    _turn_done: trio.Event = attrs.field(factory=trio.Event)
-    _pump_done: trio.Event = attrs.field(factory=trio.Event)
-    _inflight: InflightWindow = attrs.field(factory=lambda: InflightWindow(MAX_INFLIGHT_EVENTS))
-    #: Subagent item ref -> the ended turn it belongs to, while the provider still
-    #: runs its child (``TurnCompleted.continuing``) until its ``SubagentEnded``.
-    lingering: dict[str, TurnBinding] = attrs.field(factory=dict)
-    #: Child native thread ref -> its run, for the checkpoint after a lingering end.
-    _late_children: dict[str, str] = attrs.field(factory=dict)
+    #: The session's binding until its ingest stream exists (then the stream's).
+    _binding: SessionBinding | None = attrs.field(default=None, init=False)
+    #: The core's ingest stream of this runtime's events (created by ``run``).
+    _stream: IngestStream | None = attrs.field(default=None, init=False)
+
+    @property
+    def binding(self) -> SessionBinding | None:
+        return self._binding
+
+    @binding.setter
+    def binding(self, binding: SessionBinding | None) -> None:
+        # A replaced provider thread (resume fallback): later events are bound to it.
+        self._binding = binding
+        if self._stream is not None and binding is not None:
+            self._stream.binding = binding
+
+    @property
+    def active_turn(self) -> TurnBinding | None:
+        return None if self._stream is None else self._stream.active_turn
+
+    @property
+    def last_event_at(self) -> float:
+        return -math.inf if self._stream is None else self._stream.last_event_at
 
     @property
     def session_id(self) -> str | None:
@@ -237,12 +232,21 @@ class SessionRunner:
         self.last_activity = math.inf
         binding = await self.core.open_session(self.thread_id, provider=self.provider)
         self.binding = binding
-        if self._resume_refs() is not None:
+        if isinstance(self._plan(), ResumeThread):
             binding = await self._unless_unusable(binding)
-        if self._resume_refs() is not None:
+        plan = self._plan()
+        if isinstance(plan, ResumeThread):
             self.config = attrs.evolve(self.config, resuming=True)
         events = EventQueue(MAX_INGEST_BATCH)
         self._events = events
+        stream = IngestStream(
+            self.core,
+            binding,
+            self,
+            turn_barrier=self.on_turn_ending is not None,
+            subagent_barrier=self.on_subagent_ended is not None,
+        )
+        self._stream = stream
         raw = self.raw_factory(self.provider, binding.provider_session_id)
         started = False
         not_started: str | None = None
@@ -256,7 +260,7 @@ class SessionRunner:
                     self,
                     raw,
                 )
-                nursery.start_soon(self._pump, events)
+                await nursery.start(stream.run, events)
                 if hasattr(raw, "on_failure"):
                     raw.on_failure = self._raw_log_failed(nursery, binding.provider_session_id)
                     failed = getattr(raw, "failed", None)
@@ -270,7 +274,7 @@ class SessionRunner:
                         await self.core.record_process(
                             binding.provider_session_id, rt.pid, process_start_time(rt.pid)
                         )
-                        await self._open_thread(rt)
+                        await self._open_thread(rt, plan)
                         self.last_activity = trio.current_time()
                         started = True
                         task_status.started(self)
@@ -288,10 +292,10 @@ class SessionRunner:
                     cause = _start_failure(exc)
                     if started or cause is None:
                         raise
-                    # The exit (with its stderr) is queued by now: let the pump take it.
+                    # The exit (with its stderr) is queued by now: let the stream take it.
                     events.close()
                     with trio.CancelScope(shield=True):
-                        await self._wait_pump()
+                        await self._wait_stream()
                     not_started = _why_not_started(cause, self.exit_event)
                     log.warning(
                         "provider %s did not start (session %s, thread %s): %s",
@@ -306,7 +310,7 @@ class SessionRunner:
                 finally:
                     events.close()
                     with trio.CancelScope(shield=True):
-                        await self._wait_pump()
+                        await self._wait_stream()
                 nursery.cancel_scope.cancel()
         finally:
             self.runtime = None
@@ -323,7 +327,7 @@ class SessionRunner:
                     else RuntimeExited(code=0, signal=None, stderr_tail="released: daemon shutdown")
                 )
                 with trio.CancelScope(shield=True), trio.move_on_after(5):
-                    await self._ingest([gone])
+                    await stream.commit([gone])
             self.exited.set()
 
     def _raw_log_failed(self, nursery: trio.Nursery, session_id: str) -> Callable[[str], None]:
@@ -435,14 +439,12 @@ class SessionRunner:
 
     def waits_for_user(self) -> bool:
         """A request of this thread is waiting for an answer: the silence is ours."""
-        with self.reader.snapshot():
-            rows = self.reader.rows_by_status("runtime_request", ("pending",))
-        return any(r.thread_id == self.thread_id for r in rows)
+        return bool(self.reader.pending_requests(self.thread_id))
 
     async def abandon_turn(self, status: Literal["failed", "interrupted"], reason: str) -> None:
         """End the active turn ourselves, because its provider will not (hung, or deaf
-        to an interrupt): its end goes through the event queue, so the pump commits it
-        after everything the provider sent before, and the turn's waiters wake.
+        to an interrupt): its end goes through the event queue, so the ingest stream
+        commits it after everything the provider sent before, and the turn's waiters wake.
 
         The caller stops the runtime; whatever the provider says about the turn later
         is not bound to it any more.
@@ -461,25 +463,29 @@ class SessionRunner:
         self._stop.set()
         scope.cancel()
 
-    def _resume_refs(self) -> ResumeRefs | None:
+    def _plan(self) -> RuntimePlan:
+        """The core's plan for this runtime's provider thread (resume, fork, fresh)."""
         assert self.binding is not None and self.binding.provider_thread_id is not None
-        with self.reader.snapshot():
-            row = self.reader.row("provider_thread", self.binding.provider_thread_id)
-        pt = None if row is None else row.decode()
-        # A ref is trusted only once a turn completed with it (lessons §8 rule 2).
-        if pt is not None and pt.native_thread_ref and pt.resume_ref_confirmed:
-            head = pt.native_conversation_head_ref
-            return ResumeRefs(pt.native_thread_ref, head.value if head else None)
-        return None
+        return next_runtime(
+            self.reader,
+            thread_id=self.thread_id,
+            provider_thread_id=self.binding.provider_thread_id,
+            provider=self.provider,
+            cwd=self.config.cwd,
+            first_run_id=self.first_run_id,
+            forks_natively=self.provider in NATIVE_FORK_PROVIDERS,
+        )
 
-    async def _open_thread(self, rt: ProviderRuntime) -> None:
+    async def _open_thread(self, rt: ProviderRuntime, plan: RuntimePlan) -> None:
         assert self.binding is not None
-        resume = self._resume_refs()
-        if resume is None and self.first_run_id is not None:
-            fork = self._pending_fork()
-            if fork is not None:
-                await self._open_fork(rt, fork)
+        match plan:
+            case ForkThread():
+                await self._open_fork(rt, plan)
                 return
+            case ResumeThread(native_thread_ref=ref, head_ref=head):
+                resume: ResumeRefs | None = ResumeRefs(ref, head)
+            case StartFresh():
+                resume = None
         try:
             await rt.open_thread(resume)
         except ResumeError as exc:
@@ -495,70 +501,27 @@ class SessionRunner:
             self.pending_context = summary
             await rt.open_thread(None)
 
-    def _pending_fork(self) -> Any | None:
-        """This thread's ``fork`` transfer, while no run has resolved it."""
-        with self.reader.snapshot():
-            rows = self.reader.rows("context_transfer", thread_id=self.thread_id)
-        for row in rows:
-            t = row.decode()
-            if t.type == "fork" and t.target_thread_id == self.thread_id and t.status == "pending":
-                return t
-        return None
-
-    def _native_fork_source(self, fork: Any) -> ResumeRefs | None:
-        """Where a native fork starts, when this provider can fork the source natively.
-
-        Codex forks through the source run's turn (``lastTurnId``). Claude forks a
-        whole session (``--fork-session``): only a fork at the source provider
-        thread's latest run is native there.
-        """
-        point = fork.source_point
-        if self.provider not in NATIVE_FORK_PROVIDERS or point.run_id is None:
-            return None
-        with self.reader.snapshot():
-            run_row = self.reader.row("run", point.run_id)
-            run = None if run_row is None else run_row.decode()
-            pt_row = (
-                self.reader.row("provider_thread", run.provider_thread_id)
-                if run is not None and run.provider_thread_id
-                else None
-            )
-        src = None if pt_row is None else pt_row.decode()
-        if run is None or src is None or src.provider != self.provider:
-            return None
-        if not src.native_thread_ref or not src.resume_ref_confirmed:
-            return None
-        if self.provider == "codex":
-            if point.provider_turn_ref is None and src.last_run_ordinal != run.ordinal:
-                return None
-            return ResumeRefs(src.native_thread_ref, point.provider_turn_ref)
-        if src.last_run_ordinal != run.ordinal:
-            return None
-        if src.cwd is not None and src.cwd != self.config.cwd:
-            # Claude keeps a session under its cwd's project directory: a fork in
-            # another cwd (a `fork --worktree`) cannot find it, so it is portable.
-            return None
-        return ResumeRefs(src.native_thread_ref, None)
-
-    async def _open_fork(self, rt: ProviderRuntime, fork: Any) -> None:
+    async def _open_fork(self, rt: ProviderRuntime, fork: ForkThread) -> None:
         """Resolve a fork lazily, now that its first run's provider is known."""
         assert self.binding is not None and self.first_run_id is not None
         pt_id = self.binding.provider_thread_id
         assert pt_id is not None
-        source = self._native_fork_source(fork)
+        source = fork.source
         reason = "the provider cannot fork the source natively"
         if source is not None:
             try:
-                ref = await rt.fork_thread(source)
+                ref = await rt.fork_thread(ResumeRefs(source.native_thread_ref, source.turn_ref))
             except AdapterError as exc:
                 reason = f"native fork failed: {exc}"
                 await self.core.note(
                     self.binding.provider_session_id, "warning", "fork_native_failed", reason
                 )
             else:
-                await self.core.resolve_fork_native(fork.id, pt_id, ref)
+                await self.core.resolve_fork_native(fork.transfer_id, pt_id, ref)
                 return
-        summary = await self.core.resolve_fork_portable(fork.id, pt_id, self.first_run_id, reason)
+        summary = await self.core.resolve_fork_portable(
+            fork.transfer_id, pt_id, self.first_run_id, reason
+        )
         self.pending_context = summary
         await rt.open_thread(None)
 
@@ -625,8 +588,8 @@ class SessionRunner:
             handoff, turn = await self.core.begin_attempt_with_handoff(
                 run_id, self.binding.provider_thread_id
             )
-        self.active_turn = turn
-        self._turn_done = trio.Event()
+        assert self._stream is not None
+        self._stream.turn_started(turn)
         self.last_activity = trio.current_time()
         self.turn_sent_at = process_clock()
         context = [c for c in (self.pending_context, handoff) if c]
@@ -650,14 +613,7 @@ class SessionRunner:
             failed = TurnCompleted(
                 native_turn_ref=None, status="failed", error=f"turn could not start: {why}"
             )
-            ticket = await self.core.ingest_queued(
-                attrs.evolve(self.binding, turn=turn, lingering=()), [failed]
-            )
-            await self._drain_inflight()
-            await ticket.outcome()
-            # The pump never sees this turn end: it ended here.
-            self.active_turn = None
-            self._turn_done.set()
+            await self._stream.end_unstarted_turn(turn, failed)
         return turn
 
     async def wait_turn(self) -> None:
@@ -670,7 +626,8 @@ class SessionRunner:
                 await event.wait()
                 nursery.cancel_scope.cancel()
 
-            nursery.start_soon(first, self._turn_done)
+            if self._stream is not None:
+                nursery.start_soon(first, self._stream.turn_done)
             nursery.start_soon(first, self.exited)
 
     async def interrupt(self) -> None:
@@ -715,97 +672,40 @@ class SessionRunner:
         self.stop_reason = self.stop_reason or reason
         self._stop.set()
 
-    # -- the event pump ----------------------------------------------------------
+    # -- what the ingest stream tells the runtime's owner (StreamOwner) ----------
 
-    async def _pump(self, events: EventQueue) -> None:
-        coalescer = DeltaCoalescer()
-        try:
-            async with events:
-                while True:
-                    deadline = coalescer.next_deadline()
-                    batch: list[ProviderEvent] = []
-                    with trio.move_on_at(deadline if deadline is not None else math.inf):
-                        # Everything queued since the last take, in one call.
-                        batch = await events.take()
-                        if not batch:
-                            break  # closed and drained
-                    now = trio.current_time()
-                    if batch:
-                        self.last_event_at = now
-                    ready: list[ProviderEvent] = []
-                    for event in batch:
-                        ready.extend(coalescer.push(event, now))
-                    ready.extend(coalescer.flush_due(now))
-                    await self._deliver(ready)
-                await self._deliver(coalescer.flush_all())
-                await self._drain_inflight()
-        finally:
-            self._pump_done.set()
+    def observed(self, event: ProviderEvent) -> None:
+        self._log_event(event)
 
-    async def _deliver(self, events: list[ProviderEvent]) -> None:
-        if not events:
-            return
-        # Split at turn ends so events after a turn are not bound to it.
-        chunk: list[ProviderEvent] = []
-        for event in events:
-            chunk.append(event)
-            self._log_event(event)
-            if isinstance(event, RuntimeExited) and self._should_recover(event):
-                await self._prepare_recovery()
-            ended = _subagent_end(event)
-            run_id = self._subagent_run(ended)
-            if ended is not None and self.on_subagent_ended and run_id is not None:
-                # Its end committed first, so the checkpoint finds the scope ended.
-                await self._ingest(chunk)
-                chunk = []
-                await self.on_subagent_ended(self.thread_id, run_id, ended[0])
-                continue
-            if isinstance(event, SubagentEnded) and event.native_item_ref in self.lingering:
-                # Ingested while still bound to its ended turn, then forgotten.
-                await self._ingest(chunk)
-                chunk = []
-                done = self.lingering.pop(event.native_item_ref)
-                if event.child_native_thread_ref is not None:
-                    self._late_children[event.child_native_thread_ref] = done.run_id
-                continue
-            if isinstance(event, TurnCompleted) and event.status == "completed":
-                await self._completion_barrier(chunk)
-            if isinstance(event, (TurnCompleted, RuntimeExited)):
-                ending = self.active_turn
-                if isinstance(event, TurnCompleted):
-                    # Idle from the turn's end: stamped before its commit, so anyone who
-                    # sees the ended run also sees the runtime's new idle start.
-                    self.last_activity = trio.current_time()
-                await self._ingest(chunk, ends_turn=True)
-                chunk = []
-                if isinstance(event, TurnCompleted):
-                    if ending is not None and event.status == "interrupted":
-                        self._stop_leftovers(ending.run_id)
-                    if ending is not None and event.status == "completed":
-                        for ref in event.continuing:
-                            self.lingering[ref] = ending
-                    self.active_turn = None
-                    self._turn_done.set()
-                else:
-                    # The exit settled every child still running (release_session).
-                    self.lingering.clear()
-                    self._late_children.clear()
-                    self.exit_event = event
-                    self.exit_turn = ending
-                    self.exit_committed_at = trio.current_time()
-                    self.active_turn = None
-                    self._turn_done.set()
-                    self.exited.set()
-        if chunk:
-            # Mid-turn events are queued, not awaited: the writer merges the queued
-            # batches of every session into few transactions (one fsync each).
-            if self.binding is not None:
-                binding = self._bound()
-                await self._inflight.add(await self.core.ingest_queued(binding, chunk), len(chunk))
-            # Idleness counts from the end of the last turn: frames between turns
-            # (status, usage) are not work; a child outliving its parent's turn is.
-            if self.active_turn is not None or self.lingering:
-                self.last_activity = trio.current_time()
+    def working(self) -> None:
+        self.last_activity = trio.current_time()
+
+    def turn_closing(self) -> None:
+        # Idle from the turn's end: stamped before its commit, so anyone who sees
+        # the ended run also sees the runtime's new idle start.
+        self.last_activity = trio.current_time()
+
+    async def turn_barrier(self, run_id: str) -> None:
+        if self.on_turn_ending is not None:
+            await self.on_turn_ending(self.thread_id, run_id)
+
+    async def subagent_ended(self, run_id: str, child_native_thread_ref: str | None) -> None:
+        if self.on_subagent_ended is not None:
+            await self.on_subagent_ended(self.thread_id, run_id, child_native_thread_ref)
+
+    async def exiting(self, event: RuntimeExited) -> None:
+        if self._should_recover(event):
+            await self._prepare_recovery()
+
+    def turn_ended(self, turn: TurnBinding | None, event: TurnCompleted) -> None:
+        if turn is not None and event.status == "interrupted":
+            self._stop_leftovers(turn.run_id)
+
+    def runtime_exited(self, event: RuntimeExited, turn: TurnBinding | None) -> None:
+        self.exit_event = event
+        self.exit_turn = turn
+        self.exit_committed_at = trio.current_time()
+        self.exited.set()
 
     def _stop_leftovers(self, run_id: str) -> None:
         """An interrupted turn's commands must not go on unbeknown: stop them, say so."""
@@ -828,27 +728,6 @@ class SessionRunner:
                 log.exception("stopping what interrupted run %s left running failed", run_id)
 
         tasks.start_soon(stop)
-
-    async def _completion_barrier(self, chunk: list[ProviderEvent]) -> None:
-        """Text flushed and items final, then the checkpoint, then the terminal event.
-
-        Everything before the TurnCompleted is committed first; the checkpoint hook
-        runs while the run is still open; the caller then ingests the TurnCompleted.
-        """
-        if self.on_turn_ending is None or self.active_turn is None:
-            return
-        before, last = chunk[:-1], chunk[-1]
-        if before:
-            await self._ingest(before)
-        else:
-            # The turn's earlier events came in earlier batches, queued and not awaited
-            # (mid-turn batches never are). When a turn's frames arrive in one burst the
-            # TurnCompleted can be a batch of its own while those are still uncommitted:
-            # without this wait the checkpointer read a run that had not started yet,
-            # skipped it, and the run completed with no checkpoint and no diagnostic.
-            await self._drain_inflight()
-        chunk[:] = [last]
-        await self.on_turn_ending(self.thread_id, self.active_turn.run_id)
 
     def _log_event(self, event: ProviderEvent) -> None:
         """The lifecycle steps worth a line in the daemon's log (journald: one each)."""
@@ -918,44 +797,11 @@ class SessionRunner:
             return
         self.recovery = turn
 
-    async def _ingest(self, events: list[ProviderEvent], *, ends_turn: bool = False) -> None:
-        """Commit ``events`` after everything queued before them; wait for it.
-
-        ``ends_turn``: the events end the active turn. The runner stops counting it
-        as busy once they are queued, before the commit: whoever sees the ended run
-        must not find the runner still claiming the turn.
-        """
-        if self.binding is None:
+    async def _wait_stream(self) -> None:
+        if self._stream is None:
             return
-        binding = self._bound()
-        ticket = await self.core.ingest_queued(binding, events)
-        if ends_turn:
-            self.active_turn = None
-        await self._drain_inflight()
-        await ticket.outcome()
-
-    def _bound(self) -> SessionBinding:
-        """The binding for the next events: the active turn, and the ended turns whose
-        children still run (their events are bound to the turn that spawned them)."""
-        assert self.binding is not None
-        lingering = tuple(dict.fromkeys(self.lingering.values()))
-        return attrs.evolve(self.binding, turn=self.active_turn, lingering=lingering)
-
-    def _subagent_run(self, ended: tuple[str | None] | None) -> str | None:
-        """The run whose subagent just ended (one that outlived its turn: that turn's)."""
-        if ended is None:
-            return None
-        late = self._late_children.pop(ended[0], None) if ended[0] is not None else None
-        if late is not None:
-            return late
-        return None if self.active_turn is None else self.active_turn.run_id
-
-    async def _drain_inflight(self) -> None:
-        await self._inflight.drain()
-
-    async def _wait_pump(self) -> None:
         with trio.move_on_after(10):
-            await self._pump_done.wait()
+            await self._stream.done.wait()
 
     def describe(self) -> dict[str, Any]:
         return {

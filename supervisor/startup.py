@@ -36,7 +36,7 @@ import trio
 from adapters.ownership import START_TIME_TOLERANCE_S, OwnerMark, mark_of, this_process
 from t3orch.domain.provider import ProcessOwner, ProviderSession
 from t3orch.service import CoreService
-from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.store.interface import ReadModel
 
 log = logging.getLogger(__name__)
 
@@ -241,15 +241,14 @@ class _Planner:
 
 
 async def sweep_orphans(
-    reader: SQLiteStore,
+    reader: ReadModel,
     *,
     me: ProcessOwner | None = None,
     state_dir: Path | None = None,
     grace_s: float = 2.0,
 ) -> SweepResult:
     """Terminate what dead daemons recorded in this store left running; leave live ones' alone."""
-    with reader.snapshot():
-        sessions = [r.decode() for r in reader.rows("provider_session")]
+    sessions = reader.select(ProviderSession)
     planner = _Planner(sessions, me)
     plan = planner.plan(_process_table())
     previous = _previous_status_owner(state_dir)
@@ -278,7 +277,7 @@ def copy_message(state_dir: Path | None, owner: ProcessOwner) -> str:
 
 async def settle_previous_run(
     core: CoreService,
-    reader: SQLiteStore,
+    reader: ReadModel,
     *,
     me: ProcessOwner | None = None,
     state_dir: Path | None = None,

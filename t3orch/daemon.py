@@ -9,7 +9,6 @@ manager and the API, and only then say READY.
 from __future__ import annotations
 
 import fcntl
-import gc
 import json
 import logging
 import os
@@ -36,7 +35,7 @@ from t3orch.core import Core, open_core
 from t3orch.daemonlog import raw_dir
 from t3orch.domain.provider import ProcessOwner
 from t3orch.domain.vocab import ProviderKind
-from t3orch.process_tuning import GC_THRESHOLDS, tune_process
+from t3orch.process_tuning import raise_descriptor_limit, tune_interpreter
 from t3orch.provider_versions import probe_all
 from t3orch.state import prepare_state_dir, state_dir_identity
 from t3orch.store.errors import StateDirInvalid
@@ -233,12 +232,6 @@ async def run_daemon(
                             "owner": msgspec.to_builtins(owner),
                         },
                     )
-                    # Startup objects live for the daemon's life: keep them out of every
-                    # collection (full passes over them stalled event fan-out by 50-110
-                    # ms in bench/fanout.py); see process_tuning on the thresholds.
-                    gc.collect()
-                    gc.freeze()
-                    gc.set_threshold(*GC_THRESHOLDS)
                     notifier.ready(f"ready: {daemon.status_line()}")
                     nursery.start_soon(notifier.watchdog, _writer_probe(core), daemon.status_line)
                     nursery.start_soon(_probe_provider_versions, manager.providers)
@@ -282,11 +275,15 @@ async def serve_until_signalled(config: Config, state_dir: Path) -> None:
     The stop first lets running turns end (``daemon.stop_drain_s``); a second
     SIGTERM or SIGINT skips what is left of that wait.
     """
-    tune_process()
+    raise_descriptor_limit()
     drain_s = config.daemon.stop_drain_s
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             daemon: Daemon = await nursery.start(run_daemon, config, state_dir)
+            # Startup objects live for the daemon's life: kept out of every collection
+            # (full passes over them stalled event fan-out by 50-110 ms in
+            # bench/fanout.py); see process_tuning on the settings.
+            tune_interpreter()
             log.info("serving %s (api port %s, pid %d)", state_dir, daemon.port, os.getpid())
 
             async def stop() -> None:

@@ -25,8 +25,11 @@
   away from limits in the millions, which make programs that close every
   possible descriptor slow; Node and Bun raise their own soft limit anyway.
 
-Only the daemon process does this: tests run many daemons in one interpreter and
-rely on prompt collection to report unclosed resources where they happen.
+Only ``t3orch serve`` does this, once its daemon is ready (``tune_interpreter``,
+its one call site; the descriptor limit is raised before anything opens): tests
+run many daemons in one interpreter and rely on prompt collection to report
+unclosed resources where they happen. Whether each setting still pays is
+measured by ``bench/store.py``'s realistic load, with and without it.
 """
 
 from __future__ import annotations
@@ -41,11 +44,26 @@ SWITCH_INTERVAL_S = 0.001
 NOFILE_TARGET = 65_536
 
 
-def tune_process() -> None:
+#: CPython's own settings (what ``reset_interpreter`` restores, for benchmarks).
+_DEFAULT_THRESHOLDS = gc.get_threshold()
+_DEFAULT_SWITCH_INTERVAL_S = sys.getswitchinterval()
+
+
+def tune_interpreter() -> None:
+    """The daemon's collector and GIL settings; what exists by now (startup objects,
+    which live as long as the daemon) is kept out of every collection."""
+    gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    raise_descriptor_limit()
+
+
+def reset_interpreter() -> None:
+    """CPython's defaults again (a benchmark comparing with and without the tuning)."""
+    gc.unfreeze()
+    gc.collect()
+    gc.set_threshold(*_DEFAULT_THRESHOLDS)
+    sys.setswitchinterval(_DEFAULT_SWITCH_INTERVAL_S)
 
 
 def raise_descriptor_limit(target: int = NOFILE_TARGET) -> int:

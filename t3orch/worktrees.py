@@ -19,17 +19,20 @@ from typing import Protocol, TypeVar
 import attrs
 
 from t3orch import gitstore
+from t3orch.domain.checkpoint import Checkpoint
+from t3orch.domain.run import Run
+from t3orch.domain.thread import AppThread
 from t3orch.domain.vocab import RUN_TERMINAL, ProviderKind
 from t3orch.ids import CommandId, ThreadId
 from t3orch.service import CommandResult, CoreService
 from t3orch.store.errors import CommandRejected
-from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.store.interface import ReadModel
 
 T = TypeVar("T")
 
 
 class Reads(Protocol):
-    async def snapshot(self, fn: Callable[[SQLiteStore], T]) -> T: ...
+    async def snapshot(self, fn: Callable[[ReadModel], T]) -> T: ...
 
 
 @attrs.frozen
@@ -39,14 +42,13 @@ class _Source:
     checkpoint_ref: str | None
 
 
-def _source(store: SQLiteStore, thread_id: str, run_id: str | None) -> _Source:
+def _source(store: ReadModel, thread_id: str, run_id: str | None) -> _Source:
     """The parent's cwd and the fork point's checkpoint (the run rules are the
     fork decision's; checked here too, since the worktree is made before it runs)."""
-    row = store.row("thread", thread_id)
-    if row is None:
+    thread = store.get(AppThread, thread_id)
+    if thread is None:
         raise CommandRejected("unknown_thread", f"no thread {thread_id!r}")
-    thread = row.decode()
-    runs = [r.decode() for r in store.rows("run", thread_id=thread_id)]
+    runs = store.select(Run, thread_id=thread_id)
     if run_id is None:
         done = [r for r in runs if r.status in RUN_TERMINAL and r.status != "rolled_back"]
         source = max(done, key=lambda r: r.ordinal) if done else None
@@ -56,8 +58,8 @@ def _source(store: SQLiteStore, thread_id: str, run_id: str | None) -> _Source:
             raise CommandRejected("unknown_run", f"no run {run_id!r} on thread {thread_id}")
     ref = None
     if source is not None and source.checkpoint_id:
-        cp = store.row("checkpoint", source.checkpoint_id)
-        ref = cp.decode().ref if cp is not None else None
+        cp = store.get(Checkpoint, source.checkpoint_id)
+        ref = cp.ref if cp is not None else None
     return _Source(thread.cwd, ref)
 
 
@@ -79,7 +81,7 @@ async def fork_into_worktree(
     provider: ProviderKind | None,
     command_id: str,
 ) -> CommandResult:
-    def seen(store: SQLiteStore) -> bool:
+    def seen(store: ReadModel) -> bool:
         return store.receipt(CommandId(command_id)) is not None
 
     if await reads.snapshot(seen):

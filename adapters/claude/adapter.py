@@ -9,10 +9,10 @@ import trio
 
 from adapters.claude.options import ClaudeOptions
 from adapters.claude.runtime import ClaudeRuntime
-from adapters.event_queue import EventQueue
 from adapters.protocol import RawFrameSink, RuntimeConfig
 from adapters.transport import ProcessLauncher
 from t3orch.domain.vocab import ProviderKind
+from t3orch.ingest.queue import EventQueue
 
 
 class ClaudeAdapter:

@@ -5,7 +5,7 @@ depends on whether we resume) and read by one reader task (``_read``: a pipe
 read at a time, as Codex's reader in its runtime). Every frame goes through one
 ``match`` here and the :class:`~adapters.claude.mapper.ClaudeMapper` the moment it is read,
 and the events it returns are put on the caller's
-:class:`~adapters.event_queue.EventQueue` at once (no await in between), so
+:class:`~t3orch.ingest.queue.EventQueue` at once (no await in between), so
 canonical events come out in exactly the order things happened, whichever task
 caused them. The reader stops reading while the queue is full, which keeps a
 slow consumer from letting memory grow without bound.
@@ -48,7 +48,6 @@ from adapters.errors import (
     ResumeError,
     StaleRequest,
 )
-from adapters.event_queue import EventQueue
 from adapters.protocol import RawFrameSink, RequestAnswer, ResumeRefs, RuntimeConfig
 from adapters.transport import (
     ExitStatus,
@@ -59,6 +58,7 @@ from adapters.transport import (
     line_reads,
 )
 from t3orch.domain.provider import ProviderCapabilities
+from t3orch.ingest.queue import EventQueue
 from t3orch.provider_events import Diagnostic, ProviderEvent, ResumeFailed
 
 #: How long leaving the runtime waits for the process to be reaped.

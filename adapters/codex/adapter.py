@@ -9,10 +9,10 @@ from contextlib import asynccontextmanager
 import trio
 
 from adapters.codex.runtime import CodexOptions, CodexRuntime
-from adapters.event_queue import EventQueue
 from adapters.protocol import RawFrameSink, RuntimeConfig
 from adapters.transport import ExitStatus, LaunchSpec, ProcessLauncher
 from t3orch.domain.vocab import ProviderKind
+from t3orch.ingest.queue import EventQueue
 
 #: How long the forced teardown may spend reaping and reporting the exit.
 TEARDOWN_S = 5.0

@@ -33,7 +33,6 @@ from adapters.codex.frames import decode_params as _decode
 from adapters.codex.mapper import CODEX_CAPABILITIES, CodexMapper, resume_failure_reason
 from adapters.codex.server_requests import METHOD_NOT_FOUND, AnswerRefused, answer_result, refusal
 from adapters.errors import AdapterError, ProviderProtocolError, ResumeError, StaleRequest
-from adapters.event_queue import EventQueue
 from adapters.protocol import RawFrameSink, RequestAnswer, ResumeRefs, RuntimeConfig
 from adapters.transport import (
     DEFAULT_MAX_LINE_BYTES,
@@ -43,6 +42,7 @@ from adapters.transport import (
     line_reads,
 )
 from t3orch.domain.provider import ProviderCapabilities
+from t3orch.ingest.queue import EventQueue
 from t3orch.provider_events import Diagnostic, ProviderEvent, RuntimeExited
 
 

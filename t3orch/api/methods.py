@@ -22,10 +22,12 @@ from t3orch.api.reads import ApiReader
 from t3orch.api.topics import TopicFilter, check_topic, open_filter, read_view
 from t3orch.commands.specs import CreateThread
 from t3orch.core import Core
+from t3orch.domain.checkpoint import Checkpoint
+from t3orch.domain.thread import AppThread
 from t3orch.service import CommandResult
 from t3orch.store.broadcast import Subscription
 from t3orch.store.errors import CommandRejected
-from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.store.interface import ReadModel
 from t3orch.web.session import CODE_TTL_S, WebAuth
 from t3orch.worktrees import fork_into_worktree
 
@@ -175,13 +177,11 @@ async def handoff_regenerate(conn: Connection, p: P.HandoffRegenerate) -> Any:
 
 
 async def checkpoint_list(conn: Connection, p: P.CheckpointList) -> Any:
-    def read(store: SQLiteStore) -> tuple[Any, list[Any]]:
-        thread = store.row("thread", p.thread_id)
+    def read(store: ReadModel) -> tuple[AppThread, list[Checkpoint]]:
+        thread = store.get(AppThread, p.thread_id)
         if thread is None:
             raise CommandRejected("unknown_thread", f"no thread {p.thread_id!r}")
-        return thread.decode(), [
-            r.decode() for r in store.rows("checkpoint", thread_id=p.thread_id)
-        ]
+        return thread, store.select(Checkpoint, thread_id=p.thread_id)
 
     thread, cps = await conn.reader.snapshot(read)
     root = await gitstore.work_tree_root(thread.cwd)
@@ -195,19 +195,18 @@ async def checkpoint_list(conn: Connection, p: P.CheckpointList) -> Any:
 
 
 async def checkpoint_diff(conn: Connection, p: P.CheckpointDiff) -> Any:
-    def read(store: SQLiteStore) -> tuple[Any, Any, Any]:
-        a, b = (
-            store.row("checkpoint", p.from_checkpoint_id),
-            store.row("checkpoint", p.to_checkpoint_id),
+    def read(store: ReadModel) -> tuple[Checkpoint, Checkpoint, AppThread]:
+        ca, cb = (
+            store.get(Checkpoint, p.from_checkpoint_id),
+            store.get(Checkpoint, p.to_checkpoint_id),
         )
-        if a is None or b is None:
+        if ca is None or cb is None:
             raise CommandRejected("unknown_checkpoint", "no such checkpoint")
-        ca, cb = a.decode(), b.decode()
         if ca.thread_id != cb.thread_id:
             raise CommandRejected("different_threads", "the checkpoints are of different threads")
-        thread = store.row("thread", ca.thread_id)
+        thread = store.get(AppThread, ca.thread_id)
         assert thread is not None
-        return ca, cb, thread.decode()
+        return ca, cb, thread
 
     ca, cb, thread = await conn.reader.snapshot(read)
     root = await gitstore.work_tree_root(thread.cwd)
@@ -258,7 +257,7 @@ async def web_login(conn: Connection, p: P.WebLogin) -> Any:
     }
 
 
-def _events_page(after: int, limit: int, store: SQLiteStore) -> dict[str, Any]:
+def _events_page(after: int, limit: int, store: ReadModel) -> dict[str, Any]:
     return {"events": store.read_events(after, limit), "headSequence": store.last_sequence()}
 
 
@@ -266,7 +265,7 @@ async def events_read(conn: Connection, p: P.EventsRead) -> Any:
     return await conn.reader.snapshot(partial(_events_page, p.after_sequence, p.limit))
 
 
-def _view(p: P.ViewRead, store: SQLiteStore) -> dict[str, Any]:
+def _view(p: P.ViewRead, store: ReadModel) -> dict[str, Any]:
     view = read_view(store, p.topic, p.thread_id, limit=p.limit, before_position=p.before_position)
     return {"snapshotSequence": view.snapshot_sequence, "data": view}
 
@@ -276,13 +275,11 @@ async def view_read(conn: Connection, p: P.ViewRead) -> Any:
     return await conn.reader.snapshot(partial(_view, p))
 
 
-def _with_snapshot(
-    topic: str, thread_id: str | None, store: SQLiteStore
-) -> tuple[TopicFilter, Any]:
+def _with_snapshot(topic: str, thread_id: str | None, store: ReadModel) -> tuple[TopicFilter, Any]:
     return open_filter(store, topic, thread_id), read_view(store, topic, thread_id)
 
 
-def _with_head(topic: str, thread_id: str | None, store: SQLiteStore) -> tuple[TopicFilter, int]:
+def _with_head(topic: str, thread_id: str | None, store: ReadModel) -> tuple[TopicFilter, int]:
     return open_filter(store, topic, thread_id), store.last_sequence()
 
 

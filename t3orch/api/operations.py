@@ -22,7 +22,7 @@ from t3orch.ids import CommandId
 from t3orch.projections import views
 from t3orch.service import CommandResult
 from t3orch.store.errors import CommandRejected
-from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.store.interface import ReadModel
 
 SendMode = Literal["queue", "steer"]
 
@@ -183,7 +183,7 @@ class CoreOperations:
         }
 
 
-def store_facts(store: SQLiteStore) -> dict[str, Any]:
+def store_facts(store: ReadModel) -> dict[str, Any]:
     """Provider sessions by status, the log's head and token usage (total and per thread);
     call inside a read snapshot."""
     by_status: dict[str, int] = {}

@@ -13,18 +13,19 @@ from typing import TypeVar
 
 import trio
 
-from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.store.interface import ReadStore
+from t3orch.store.open import open_reader
 
 T = TypeVar("T")
 
 
 class ApiReader:
     def __init__(self, db_path: str) -> None:
-        self.store = SQLiteStore(db_path, readonly=True)
+        self.store = open_reader(db_path)
         # One at a time: the connection is shared by every API read.
         self._limiter = trio.CapacityLimiter(1)
 
-    async def snapshot(self, fn: Callable[[SQLiteStore], T]) -> T:
+    async def snapshot(self, fn: Callable[[ReadStore], T]) -> T:
         """``fn(store)`` inside one read transaction: every query sees one committed state."""
 
         def run() -> T:

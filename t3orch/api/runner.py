@@ -77,7 +77,7 @@ async def serve_api(
             f"refusing to bind the API to non-loopback {config.api_host!r}: "
             "set daemon.api_allow_remote = true to allow it"
         )
-    state_dir = Path(core.store.path).parent
+    state_dir = Path(core.location).parent
     token = load_or_create_token(state_dir)
     sock_path = state_dir / SOCKET_FILE
     port_file = state_dir / PORT_FILE
@@ -88,7 +88,7 @@ async def serve_api(
     except BaseException:
         await _close_unix(unix, sock_path)
         raise
-    reader = ApiReader(core.store.path)
+    reader = ApiReader(core.location)
     limits = ApiLimits(
         max_frame_bytes=config.max_frame_bytes,
         subscription_buffer=config.subscription_buffer,

@@ -34,7 +34,7 @@ from t3orch.domain.vocab import TURN_ITEM_TERMINAL
 from t3orch.events import EventEnvelope, TurnItemUpserted
 from t3orch.projections.views import ThreadDetail
 from t3orch.store.broadcast import Subscription
-from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.store.interface import ReadModel
 
 Send = Callable[[bytes], Awaitable[None]]
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class DirectSend(Protocol):
         anything else on the connection."""
 
 
-def _page(after: int, store: SQLiteStore) -> list[EventEnvelope]:
+def _page(after: int, store: ReadModel) -> list[EventEnvelope]:
     return store.read_events(after, REPLAY_PAGE)
 
 

@@ -15,7 +15,7 @@ from t3orch.api.params import THREAD_TOPICS
 from t3orch.events import EventEnvelope, ProviderThreadUpserted, ProviderTurnUpserted
 from t3orch.projections import views
 from t3orch.store.errors import CommandRejected
-from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.store.interface import ReadModel
 
 _SHELL = frozenset({"thread.upserted", "run.upserted", "runtime_request.upserted"})
 _SESSIONS = frozenset({"provider_session.upserted", "provider.usage", "provider.diagnostic"})
@@ -59,7 +59,7 @@ def check_topic(topic: str, thread_id: str | None) -> None:
 
 
 def read_view(
-    store: SQLiteStore,
+    store: ReadModel,
     topic: str,
     thread_id: str | None,
     *,
@@ -88,7 +88,7 @@ def read_view(
     raise CommandRejected("unknown_topic", f"no topic {topic!r}")
 
 
-def open_filter(store: SQLiteStore, topic: str, thread_id: str | None) -> TopicFilter:
+def open_filter(store: ReadModel, topic: str, thread_id: str | None) -> TopicFilter:
     """The topic's filter as of the current read; call inside ``store.snapshot()``."""
     flt = TopicFilter(topic, thread_id)
     if thread_id is not None:

@@ -44,7 +44,7 @@ from t3orch.commands.specs import CreateThread
 from t3orch.config import Config, DaemonConfig
 from t3orch.daemon import Daemon, run_daemon
 from t3orch.state import prepare_state_dir
-from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.store.open import open_reader
 
 DRILLS = ("provider-crash", "daemon-crash", "reap-resume", "hang")
 SLOW = {"codex": "SLOW", "claude": "SLOW", "standin": "a slow turn"}
@@ -82,7 +82,7 @@ class Verdict:
 
 
 def _store_rows(state: Path, kind: str) -> list[Any]:
-    store = SQLiteStore(state / "events.sqlite3", readonly=True)
+    store = open_reader(state / "events.sqlite3")
     try:
         with store.snapshot():
             return [r.decode() for r in store.rows(kind)]
@@ -91,7 +91,7 @@ def _store_rows(state: Path, kind: str) -> list[Any]:
 
 
 def _event_ids(state: Path) -> dict[int, str]:
-    store = SQLiteStore(state / "events.sqlite3", readonly=True)
+    store = open_reader(state / "events.sqlite3")
     try:
         with store.snapshot():
             return {e.sequence: e.event_id for e in store.iter_events()}

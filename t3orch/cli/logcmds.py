@@ -22,7 +22,8 @@ import msgspec
 
 from t3orch import daemonlog
 from t3orch.state import DB_NAME, prepare_state_dir, resolve_state_dir
-from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.store.interface import ReadStore
+from t3orch.store.open import open_reader
 
 #: How often ``-f`` looks for more.
 POLL_S = 0.2
@@ -134,11 +135,11 @@ def _parts(state_dir: Path, target: str | None) -> list[Part]:
     return parts
 
 
-def _open_store(state_dir: Path, target: str) -> SQLiteStore:
+def _open_store(state_dir: Path, target: str) -> ReadStore:
     db = state_dir / DB_NAME
     if not db.exists():
         raise LookupError(f"no thread or provider session {target!r}: {state_dir} has no store")
-    return SQLiteStore(db, readonly=True)
+    return open_reader(db)
 
 
 def _sessions_of(events: Iterable[Any]) -> list[str]:

@@ -11,14 +11,15 @@ import msgspec
 
 from t3orch.projections.check import compare, compare_chunks, rebuild
 from t3orch.state import prepare_state_dir, resolve_state_dir
-from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.store.interface import ReadStore
+from t3orch.store.open import open_reader
 
 _encode = msgspec.json.encode
 
 
-def open_readonly(args: argparse.Namespace) -> SQLiteStore:
+def open_readonly(args: argparse.Namespace) -> ReadStore:
     db = prepare_state_dir(resolve_state_dir(args.state_dir), create=False)
-    return SQLiteStore(db, readonly=True)
+    return open_reader(db)
 
 
 def _how_to_read(db: Path) -> tuple[object, ...]:
@@ -36,7 +37,7 @@ def _how_to_read(db: Path) -> tuple[object, ...]:
 def cmd_events(args: argparse.Namespace) -> int:
     db = prepare_state_dir(resolve_state_dir(args.state_dir), create=False)
     read_as = _how_to_read(db)
-    store = SQLiteStore(db, readonly=True)
+    store = open_reader(db)
     out = sys.stdout.buffer
     after = args.since
     try:
@@ -56,7 +57,7 @@ def cmd_events(args: argparse.Namespace) -> int:
                 # file read as immutable: an open that sees the store as it is now.
                 store.close()
                 read_as = _how_to_read(db)
-                store = SQLiteStore(db, readonly=True)
+                store = open_reader(db)
     except KeyboardInterrupt:  # a closed pipe is handled for every command in main
         return 0
     finally:
@@ -85,7 +86,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         doc = {
             "ok": ok,
-            "database": str(store.path),
+            "database": str(store.location),
             "integrityProblems": problems,
             "events": count,
             "projectionRows": rows,
@@ -96,7 +97,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 0 if ok else 1
     if problems:
         print(
-            f"t3orch check: {Path(store.path)}: SQLite integrity check failed: "
+            f"t3orch check: {Path(store.location)}: SQLite integrity check failed: "
             f"{'; '.join(problems[:5])}",
             file=sys.stderr,
         )

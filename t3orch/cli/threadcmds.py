@@ -22,7 +22,8 @@ from t3orch.cli.client import ApiClient, DaemonNotRunning, connect
 from t3orch.cli.invocation import command_id, command_name, print_json, socket_path
 from t3orch.state import prepare_state_dir
 from t3orch.store.errors import StateDirInvalid
-from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.store.interface import ReadStore
+from t3orch.store.open import open_reader
 
 Command = Callable[[ApiClient, argparse.Namespace], Awaitable[int]]
 Runner = Callable[[argparse.Namespace, Command], int]
@@ -35,7 +36,7 @@ class StoreClient(ApiClient):
     models inside one read transaction); anything else needs the daemon.
     """
 
-    def __init__(self, store: SQLiteStore) -> None:
+    def __init__(self, store: ReadStore) -> None:
         # No channel: nothing is sent anywhere.
         self.store = store
 
@@ -88,7 +89,7 @@ def run_reader(args: argparse.Namespace, fn: Command, run_client: Runner) -> int
         raise StateDirInvalid(
             f"no t3orch daemon is running for {path.parent}, and it holds no store"
         )
-    store = SQLiteStore(db, readonly=True)
+    store = open_reader(db)
     try:
         return trio.run(fn, StoreClient(store), args)
     except DaemonNotRunning as exc:

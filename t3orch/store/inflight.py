@@ -1,7 +1,8 @@
 """A streaming producer's queued, uncommitted submissions, bounded by their events.
 
-A session's pump queues its batches (``EventWriter.enqueue``) instead of awaiting
-each commit, so one transaction carries many batches. Batches queued back to back
+A runtime's ingest stream (``ingest/stream.py``) queues its batches
+(``EventWriter.enqueue``) instead of awaiting each commit, so one transaction
+carries many batches. Batches queued back to back
 join one submission and share its ticket; counting tickets would then count
 batches, and a session would stop after a few dozen events although only one
 submission is queued. The window counts events: a producer waits once more than

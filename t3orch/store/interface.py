@@ -1,30 +1,51 @@
 """The store contract. Every backend passes ``tests/store/contract.py``.
 
-Writes happen through *submissions*: a ``decide`` function that reads current
-state through a :class:`StateView` and returns the events to append. The
-backend runs each submission inside the batch's transaction (a rejected one
-rolls back alone, leaving the others of its batch), applies the projections to the rows and
-moves the projection cursor in that same transaction, and records the command
-receipt there too. That makes a duplicate command id a pure lookup.
+Two halves. :class:`EventStore` is the write side: ``commit_batch`` decides and
+appends a batch of *submissions* atomically and returns each one's outcome (its
+events with their sequences, or why it was rejected). A submission's ``decide``
+reads current state through a :class:`StateView` and returns the events to
+append; the backend runs each inside the batch's transaction (a rejected one
+rolls back alone), applies the projector to the rows and records the command
+receipt there too, so a duplicate command id is a pure lookup.
+
+:class:`ReadModel` is the read side the API, the commands' callers and the
+supervisor use: typed entities (``get(Run, id) -> Run | None``), rows as stored
+(snapshots pass their JSON bodies through), windows of a thread's items, the
+log. How a backend batches, pipelines, caches or filters is its own business:
+the writer hands it batches through a :class:`BatchSource` and a backend that
+does nothing clever commits them with :func:`t3orch.store.writer.commit_in_order`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, TypeVar, overload
 
 import attrs
 import msgspec
 
+from t3orch.domain.request import RuntimeRequest
+from t3orch.domain.turn_items import TurnItem
 from t3orch.events import EventDraft, EventEnvelope
 from t3orch.ids import CommandId
-from t3orch.store.errors import CommandRejected
-from t3orch.store.kinds import Row
+from t3orch.store.errors import CommandRejected, StoreError
+from t3orch.store.kinds import Chunk, Row
+
+#: A stored entity type (``Run``, ``AppThread``, a turn item variant, …).
+E = TypeVar("E")
 
 
 class StateView(Protocol):
-    """Projection state as of the submission being decided (earlier ones included)."""
+    """Projection state as of the submission being decided (earlier ones included).
 
+    ``kind`` is an entity type (``view.get(Run, id)``, typed) or a kind's name
+    (``view.get("run", id)``, untyped: the commands written before typed reads).
+    """
+
+    @overload
+    def get(self, kind: type[E], id: str) -> E | None: ...
+    @overload
     def get(self, kind: str, id: str) -> Any | None: ...
 
     def get_unfolded(self, kind: str, id: str) -> Any | None:
@@ -33,8 +54,16 @@ class StateView(Protocol):
 
     def exists(self, kind: str, id: str) -> bool: ...
 
+    @overload
+    def select(self, kind: type[E], *, thread_id: str | None = None) -> list[E]: ...
+    @overload
     def select(self, kind: str, *, thread_id: str | None = None) -> list[Any]: ...
 
+    @overload
+    def select_by_status(
+        self, kind: type[E], statuses: Sequence[str], *, thread_id: str | None = None
+    ) -> list[E]: ...
+    @overload
     def select_by_status(
         self, kind: str, statuses: Sequence[str], *, thread_id: str | None = None
     ) -> list[Any]:
@@ -85,35 +114,8 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     error: CommandRejected | None = None
 
 
-#: A batch decided and not yet written: opaque, only the store that made it reads it.
-PreparedBatch = Any
-
-
-class EventStore(Protocol):
-    def commit_batch(self, submissions: Sequence[Submission]) -> list[Outcome]:
-        """Decide and append every submission in one transaction; blocking.
-
-        The same as ``prepare_batch``, ``write_batch`` and ``commit_written``."""
-
-    @property
-    def pipelined(self) -> bool:
-        """Whether a batch may be prepared while the one it follows is being written."""
-
-    def prepare_batch(
-        self, submissions: Sequence[Submission], behind: PreparedBatch | None = None
-    ) -> PreparedBatch:
-        """Decide every submission on top of the committed state and of ``behind``, the
-        batch to be written just before them; writes nothing. Blocking."""
-
-    def write_batch(self, prepared: PreparedBatch) -> None:
-        """Append a prepared batch in a transaction left open. Blocking."""
-
-    def commit_written(self, prepared: PreparedBatch) -> list[Outcome]:
-        """Commit what ``write_batch`` wrote; the batch's outcomes. Blocking."""
-
-    def forget_prepared(self) -> None:
-        """A prepared batch was not committed: drop what anything remembered of it
-        (batches prepared on top of it are thrown away by the caller)."""
+class LogReads(Protocol):
+    """The event log, read in sequence order."""
 
     def read_events(self, after: int = 0, limit: int = 1000) -> list[EventEnvelope]: ...
 
@@ -121,12 +123,108 @@ class EventStore(Protocol):
 
     def last_sequence(self) -> int: ...
 
-    def projection_sequence(self) -> int: ...
+    def projection_sequence(self) -> int:
+        """The last event the projection rows reflect (the head, once committed)."""
 
     def receipt(self, command_id: CommandId) -> CommandReceipt | None: ...
 
+
+class EventStore(LogReads, Protocol):
+    """The write side: one call commits a batch, atomically, and says what it did."""
+
+    def commit_batch(self, submissions: Sequence[Submission]) -> list[Outcome]:
+        """Decide and append every submission in one transaction; blocking. A
+        rejected submission leaves the others of its batch; a StoreError leaves
+        nothing of the batch."""
+
+    def close(self) -> None: ...
+
+
+class ReadModel(LogReads, Protocol):
+    """Typed reads of the projections and the log, for everything above the store.
+
+    Call several reads inside ``with reads.snapshot():`` to see one committed state.
+    """
+
+    def snapshot(self) -> AbstractContextManager[object]: ...
+
+    # -- entities ------------------------------------------------------------
+
+    def get(self, entity: type[E], id: str) -> E | None:
+        """The entity (a turn item with its streamed text), or None."""
+
+    def select(self, entity: type[E], *, thread_id: str | None = None) -> list[E]:
+        """Every entity of that type (of one thread), in creation order."""
+
+    def select_by_status(
+        self, entity: type[E], statuses: Sequence[str], *, thread_id: str | None = None
+    ) -> list[E]: ...
+
+    def turn_items(self, thread_id: str) -> list[TurnItem]:
+        """A thread's items in order, each with its streamed text."""
+
+    def pending_requests(self, thread_id: str | None = None) -> list[RuntimeRequest]:
+        """Requests waiting for an answer (of one thread)."""
+
+    # -- rows as stored (snapshots pass their JSON bodies through) -------------
+
+    def row(self, kind: str, id: str) -> Row | None: ...
+
     def rows(self, kind: str, *, thread_id: str | None = None) -> list[Row]: ...
+
+    def rows_by_status(self, kind: str, statuses: Sequence[str]) -> list[Row]: ...
+
+    def rows_window(
+        self, kind: str, thread_id: str, *, limit: int, before_position: int | None = None
+    ) -> tuple[list[Row], int]:
+        """The last ``limit`` rows of a thread (before a position), and how many it has."""
+
+    def folded(self, row: Row) -> Row:
+        """A turn item's row with its pending streamed text folded in."""
+
+    def read_thread_events(self, thread_id: str, after: int = 0) -> list[EventEnvelope]: ...
+
+
+class ReadStore(ReadModel, Protocol):
+    """An open read-only store: the reads, what ``t3orch check`` compares, and close."""
+
+    @property
+    def location(self) -> str:
+        """Where the store lives (a path), for messages."""
 
     def all_rows(self) -> list[Row]: ...
 
+    def all_chunks(self) -> list[Chunk]:
+        """Every streamed delta not yet folded into its item's row."""
+
+    def integrity_problems(self) -> list[str]:
+        """The backend's own consistency check, one line per problem."""
+
     def close(self) -> None: ...
+
+
+class Store(EventStore, ReadStore, Protocol):
+    """A backend as the contract tests it: the write side and the reads of one store."""
+
+
+# -- how the writer hands a backend its batches ------------------------------------
+
+
+class BatchSource(Protocol):
+    """The writer's queue, seen from the thread that commits (see EventWriter)."""
+
+    def take(self, *, wait: bool) -> list[Submission] | None:
+        """The next batch; None once stopping (or, ``wait``-ing, once drained);
+        an empty list when nothing is queued and ``wait`` is False."""
+
+    def done(self, outcomes: list[Outcome] | StoreError) -> None:
+        """The outcomes (or the failure) of the oldest batch taken and not done:
+        batches are done in the order they were taken."""
+
+    @property
+    def stopping(self) -> bool:
+        """Stop after the transaction in flight (the writer was cancelled)."""
+
+
+#: Runs on the writer's thread: commit what ``BatchSource.take`` gives until it gives None.
+CommitLoop = Callable[[BatchSource], None]

@@ -16,7 +16,7 @@ from t3orch.domain.provider import ProviderSession, ProviderThread, ProviderTurn
 from t3orch.domain.request import RuntimeRequest
 from t3orch.domain.run import Run, RunAttempt
 from t3orch.domain.thread import AppThread
-from t3orch.domain.turn_items import TurnItem
+from t3orch.domain.turn_items import TurnItem, TurnItemBase
 
 
 @attrs.frozen
@@ -51,6 +51,23 @@ KINDS: dict[str, EntityKind] = {
         _kind("usage", dict[str, Any]),
     )
 }
+
+
+#: The entity type each kind holds, for typed reads (``ReadModel.get(Run, id)``).
+_KIND_OF_TYPE: dict[type, str] = {
+    k.type: k.name for k in KINDS.values() if isinstance(k.type, type) and k.name != "usage"
+}
+
+
+def kind_of(entity: type) -> str:
+    """The kind that stores ``entity`` (a turn item variant, or ``TurnItemBase``, is a
+    ``turn_item``); a type no kind stores is a programming error."""
+    name = _KIND_OF_TYPE.get(entity)
+    if name is None and issubclass(entity, TurnItemBase):
+        return "turn_item"
+    if name is None:
+        raise TypeError(f"{entity.__name__} is not a stored entity")
+    return name
 
 
 @attrs.frozen

@@ -4,9 +4,9 @@ Callers ``await writer.submit(...)``. The writer thread takes whatever has queue
 up (at most ``max_batch`` submissions or ~``max_batch_events`` events), decides,
 writes and commits it in one transaction, and hands the outcomes to the event
 loop, which publishes the committed envelopes and wakes each caller. Under load
-batches grow by themselves, and while a batch commits the next one is decided on
-a second thread (see ``SQLiteStore.prepare_batch``); the event loop is never a
-step between two batches. When idle a lone submission commits at once, so
+batches grow by themselves; the store's commit loop takes them (the SQLite one
+decides the next batch while one commits, see ``store/sqlite/pipeline.py``), and
+the event loop is never a step between two batches. When idle a lone submission commits at once, so
 latency stays at one commit, well under the 50 ms bound.
 """
 
@@ -16,7 +16,6 @@ import math
 import threading
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
 import attrs
@@ -26,7 +25,7 @@ from t3orch.events import EventEnvelope
 from t3orch.ids import CommandId
 from t3orch.store.broadcast import Broadcast
 from t3orch.store.errors import StoreClosed, StoreError
-from t3orch.store.interface import Decide, EventStore, Outcome, PreparedBatch, Submission
+from t3orch.store.interface import BatchSource, CommitLoop, Decide, EventStore, Outcome, Submission
 
 
 class Absorbing(Protocol):
@@ -98,8 +97,14 @@ class EventWriter:
         max_batch: int = 256,
         max_batch_events: int = 512,
         queue_size: int = 1024,
+        commit_loop: CommitLoop | None = None,
     ) -> None:
         self.store = store
+        #: How the writer thread commits batches: the backend's (SQLite pipelines
+        #: them), or one at a time.
+        self._commit_loop = commit_loop or commit_in_order(store)
+        #: Batches taken by the commit loop and not done yet, oldest first.
+        self._taken: deque[list[_Pending]] = deque()
         self.broadcast = broadcast or Broadcast()
         self.stats = WriterStats()
         self._max_batch = max_batch
@@ -247,7 +252,7 @@ class EventWriter:
 
     # -- the writer thread ---------------------------------------------------------
 
-    def _take(self, *, wait: bool) -> list[_Pending] | None:
+    def _take_batch(self, *, wait: bool) -> list[_Pending] | None:
         """The next batch: None once stopping (or, waiting, once drained)."""
         with self._work:
             while wait and not self._queue and not self._ending:
@@ -267,78 +272,34 @@ class EventWriter:
                 events += getattr(p.submission.decide, "size", 1)
             return batch
 
-    def _serve(self) -> None:
-        try:
-            with ThreadPoolExecutor(1, thread_name_prefix="t3orch decider") as decider:
-                self._pipeline(decider)
-        except BaseException as exc:  # a bug: stop, and let ``run`` raise it
-            self._crash = exc
+    # BatchSource, for the store's commit loop (on this thread).
 
-    def _pipeline(self, decider: ThreadPoolExecutor) -> None:
-        """Take, decide, write, commit; while a batch commits, decide the next on
-        ``decider``. COMMIT runs without the GIL in one call, so deciding really
-        overlaps it; writing rows takes the GIL back after every row and would wait
-        behind the deciding thread each time, so that is not overlapped."""
-        store = self.store
-        ahead: tuple[list[_Pending], PreparedBatch] | None = None
-        while not self._stop_now:
-            if ahead is None:
-                batch = self._take(wait=True)
-                if batch is None:
-                    return
-                ahead = self._decided(batch, None)
-                continue
-            batch, prepared = ahead
-            ahead = None
-            try:
-                store.write_batch(prepared)
-            except StoreError as exc:
-                self._hand_back(batch, exc)
-                continue
-            # Taken once the batch is written: what queued while it was is decided
-            # while it commits, instead of waiting for the next turn.
-            following = (self._take(wait=False) or []) if store.pipelined else []
-            behind: Future[PreparedBatch] | None = None
-            if following:
-                behind = decider.submit(
-                    store.prepare_batch, [p.submission for p in following], prepared
-                )
-            try:
-                outcomes = store.commit_written(prepared)
-            except StoreError as exc:
-                if behind is not None:
-                    # Decided on top of a batch that is not in the log: decide it again.
-                    _settled(behind)
-                self._hand_back(batch, exc)
-                if following:
-                    ahead = self._decided(following, None)
-                continue
-            self._hand_back(batch, outcomes)
-            if behind is not None:
-                try:
-                    ahead = (following, behind.result())
-                except StoreError as exc:
-                    self._hand_back(following, exc)
+    @property
+    def stopping(self) -> bool:
+        return self._stop_now
 
-    def _decided(
-        self, batch: list[_Pending], behind: PreparedBatch | None
-    ) -> tuple[list[_Pending], PreparedBatch] | None:
-        try:
-            return batch, self.store.prepare_batch([p.submission for p in batch], behind)
-        except StoreError as exc:
-            self._hand_back(batch, exc)
+    def take(self, *, wait: bool) -> list[Submission] | None:
+        batch = self._take_batch(wait=wait)
+        if batch is None:
             return None
+        if batch:
+            self._taken.append(batch)
+        return [p.submission for p in batch]
 
-    def _hand_back(self, batch: list[_Pending], outcomes: list[Outcome] | StoreError) -> None:
-        """Give the event loop a batch's outcomes (or its failure), in commit order."""
-        if isinstance(outcomes, StoreError):
-            # Nothing decided on top of it survives (the caller decides again).
-            self.store.forget_prepared()
+    def done(self, outcomes: list[Outcome] | StoreError) -> None:
+        """Give the event loop the oldest taken batch's outcomes (or its failure)."""
+        batch = self._taken.popleft()
         with self._lock:
             for p in batch:
                 del self._in_hand[id(p)]
         assert self._token is not None
         self._token.run_sync_soon(self._handoff.send_nowait, (batch, outcomes))
+
+    def _serve(self) -> None:
+        try:
+            self._commit_loop(self)
+        except BaseException as exc:  # a bug: stop, and let ``run`` raise it
+            self._crash = exc
 
     # -- back on the event loop ----------------------------------------------------
 
@@ -378,9 +339,16 @@ class EventWriter:
 _Handoff = tuple[list["_Pending"], list[Outcome] | StoreError]
 
 
-def _settled(future: Future[PreparedBatch]) -> None:
-    """Wait for ``future``, whatever its end (its result is thrown away)."""
-    try:
-        future.result()
-    except Exception:
-        return
+def commit_in_order(store: EventStore) -> CommitLoop:
+    """The plain commit loop: each batch in its own ``commit_batch``, one after another."""
+
+    def loop(batches: BatchSource) -> None:
+        while (submissions := batches.take(wait=True)) is not None:
+            try:
+                outcomes = store.commit_batch(submissions)
+            except StoreError as exc:
+                batches.done(exc)
+                continue
+            batches.done(outcomes)
+
+    return loop

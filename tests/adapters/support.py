@@ -1,4 +1,4 @@
-"""Reading an :class:`~adapters.event_queue.EventQueue` one event at a time, as tests do."""
+"""Reading an :class:`~t3orch.ingest.queue.EventQueue` one event at a time, as tests do."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections import deque
 
 import trio
 
-from adapters.event_queue import EventQueue
+from t3orch.ingest.queue import EventQueue
 from t3orch.provider_events import ProviderEvent
 
 

@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from adapters.event_queue import EventQueue
+from t3orch.ingest.queue import EventQueue
 from t3orch.provider_events import Diagnostic, ItemDelta, ProviderEvent
 
 
@@ -70,7 +70,7 @@ async def test_close_drops_later_events_and_ends_the_consumer_after_the_rest(
     queue = EventQueue(high_water=1)
     queue.put(delta(0))
     queue.close()
-    caplog.set_level(logging.DEBUG, logger="adapters.event_queue")
+    caplog.set_level(logging.DEBUG, logger="t3orch.ingest.queue")
     assert not queue.put(delta(1))
     assert not queue.put_all([Diagnostic(level="info", code="c", message="m")])
     assert "ItemDelta" in caplog.text and "Diagnostic" in caplog.text

@@ -11,7 +11,7 @@ import trio
 
 from adapters.claude.frames import decode_line
 from adapters.claude.mapper import ClaudeMapper
-from adapters.event_queue import EventQueue
+from t3orch.ingest.queue import EventQueue
 from t3orch.provider_events import ProviderEvent
 from tests.adapters.support import QueuedEvents
 

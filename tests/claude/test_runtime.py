@@ -14,9 +14,9 @@ from adapters.claude import ClaudeAdapter, ClaudeOptions
 from adapters.claude.control import HookCall, McpCall
 from adapters.claude.runtime import ClaudeRuntime
 from adapters.errors import NotSupported, ProviderGone, ResumeError, StaleRequest
-from adapters.event_queue import EventQueue
 from adapters.protocol import NullRawSink, RequestAnswer, ResumeRefs, RuntimeConfig
 from adapters.transport import ExitStatus, OversizedLine
+from t3orch.ingest.queue import EventQueue
 from t3orch.provider_events import (
     Diagnostic,
     RequestCancelled,

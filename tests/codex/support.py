@@ -14,9 +14,9 @@ import trio
 
 from adapters.codex.adapter import CodexAdapter
 from adapters.codex.runtime import CodexRuntime
-from adapters.event_queue import EventQueue
 from adapters.protocol import NullRawSink, RawFrameSink, RuntimeConfig
 from adapters.transport import ExitStatus, LaunchSpec, OversizedLine
+from t3orch.ingest.queue import EventQueue
 from tests.adapters.support import QueuedEvents
 
 WAIT_S = 5.0

@@ -11,9 +11,9 @@ import trio.testing
 
 from adapters.codex.adapter import CodexAdapter, codex_argv
 from adapters.errors import ProviderGone, ProviderTimeout, ResumeError, StaleRequest
-from adapters.event_queue import EventQueue
 from adapters.protocol import RequestAnswer, ResumeRefs
 from adapters.transport import OversizedLine
+from t3orch.ingest.queue import EventQueue
 from t3orch.provider_events import (
     Diagnostic,
     ItemDelta,

@@ -1,7 +1,10 @@
-"""The event-store contract. Every backend runs this suite (see test_sqlite_contract.py).
+"""The event-store contract: any backend that passes this suite is a store.
 
-A backend is a factory ``open(reopen: bool) -> EventStore``; reopening returns a
-store on the same data where the backend is durable.
+A backend under test is a factory ``open() -> Store`` (``t3orch.store.interface``:
+the ``EventStore`` write side and the ``ReadModel`` reads of one store); calling
+it again returns a store on the same data where the backend is durable. Every
+value read here is typed (no ``Any``): the next backend is written against
+this file and the interface alone (see test_sqlite_contract.py for SQLite's).
 """
 
 from __future__ import annotations
@@ -12,11 +15,14 @@ import msgspec
 import pytest
 
 from t3orch.domain.base import ProviderRef
+from t3orch.domain.request import LiveCapability, RuntimeRequest
 from t3orch.domain.thread import AppThread, ModelSelection
-from t3orch.domain.turn_items import AssistantMessage
+from t3orch.domain.turn_items import AssistantMessage, TurnItemBase, UserMessage
+from t3orch.domain.vocab import RuntimeRequestStatus, TurnItemStatus
 from t3orch.events import (
     EventDraft,
     ProviderDiagnostic,
+    RuntimeRequestUpserted,
     ThreadUpserted,
     TurnItemDelta,
     TurnItemUpserted,
@@ -29,14 +35,15 @@ from t3orch.ids import (
     ProviderSessionId,
     ProviderTurnId,
     RunId,
+    RuntimeRequestId,
     ThreadId,
     TurnItemId,
 )
 from t3orch.projections.check import compare, rebuild
 from t3orch.store.errors import CommandRejected
-from t3orch.store.interface import Decision, EventStore, StateView, Submission
+from t3orch.store.interface import Decision, StateView, Store, Submission
 
-OpenStore = Callable[[], EventStore]
+OpenStore = Callable[[], Store]
 
 
 def thread(i: int, now: str = "2026-11-30T00:00:00.000Z", title: str = "t") -> AppThread:
@@ -85,7 +92,7 @@ def reject(view: StateView) -> Decision:
 ITEM = TurnItemId("itm_0001")
 
 
-def item(text: str = "", status: str = "running") -> AssistantMessage:
+def item(text: str = "", status: TurnItemStatus = "running") -> AssistantMessage:
     now = "2026-11-30T00:00:00.000Z"
     return AssistantMessage(
         message_id=MessageId("msg_0001"),
@@ -96,13 +103,13 @@ def item(text: str = "", status: str = "running") -> AssistantMessage:
         node_id=NodeId("nod_0001"),
         provider_turn_id=ProviderTurnId("ptn_0001"),
         native_item_ref=ProviderRef(value="m1", strength="scoped"),
-        status=status,  # type: ignore[arg-type]
+        status=status,
         created_at=now,
         updated_at=now,
     )
 
 
-def put_item(text: str = "", status: str = "running") -> Submission:
+def put_item(text: str = "", status: TurnItemStatus = "running") -> Submission:
     drafts = [EventDraft(payload=TurnItemUpserted(item=item(text, status)))]
     return Submission(lambda view: Decision(drafts))
 
@@ -115,13 +122,30 @@ def stream(*texts: str) -> Submission:
     return Submission(lambda view: Decision(drafts))
 
 
+def request(i: int, status: RuntimeRequestStatus, thread: int = 1) -> Submission:
+    req = RuntimeRequest(
+        id=RuntimeRequestId(f"req_{i:04d}"),
+        node_id=NodeId("nod_0001"),
+        thread_id=ThreadId(f"thr_{thread:04d}"),
+        provider_turn_id=None,
+        native_request_ref=str(i),
+        kind="command",
+        status=status,
+        response_capability=LiveCapability(provider_session_id=ProviderSessionId("pss_1")),
+        created_at="2026-11-30T00:00:00.000Z",
+    )
+    drafts = [EventDraft(payload=RuntimeRequestUpserted(request=req))]
+    return Submission(lambda view: Decision(drafts))
+
+
 def read_text(view: StateView) -> Decision:
     """Returns the item's text as this submission's decider sees it."""
-    return Decision([], view.get("turn_item", ITEM).text)
+    seen = view.get(AssistantMessage, ITEM)
+    return Decision([], None if seen is None else seen.text)
 
 
 def read_then_reject(view: StateView) -> Decision:
-    view.get("turn_item", ITEM)
+    view.get(AssistantMessage, ITEM)
     raise CommandRejected("nope", "refused after reading")
 
 
@@ -191,7 +215,7 @@ class StoreContract:
         out = store.commit_batch([upsert(1), Submission(reject), upsert(2)])
         assert out[1].error is not None and out[1].error.code == "nope"
         assert [e.sequence for e in store.read_events()] == [1, 2]
-        assert {r.id for r in store.rows("thread")} == {"thr_0001", "thr_0002"}
+        assert {t.id for t in store.select(AppThread)} == {"thr_0001", "thr_0002"}
 
     def test_later_submission_sees_earlier_one_in_the_same_batch(
         self, open_store: OpenStore
@@ -199,7 +223,7 @@ class StoreContract:
         store = open_store()
 
         def check(view: StateView) -> Decision:
-            assert view.get("thread", "thr_0001") is not None
+            assert view.get(AppThread, "thr_0001") is not None
             return Decision([], "seen")
 
         out = store.commit_batch([upsert(1), Submission(check)])
@@ -241,9 +265,12 @@ class StoreContract:
         store = open_store()
         store.commit_batch([upsert(1), upsert(2)])
         store.commit_batch([upsert(1, title="renamed")])
-        rows = store.rows("thread")
-        assert [r.id for r in rows] == ["thr_0001", "thr_0002"]
-        assert rows[0].decode().title == "renamed"
+        threads = store.select(AppThread)
+        assert [t.id for t in threads] == ["thr_0001", "thr_0002"]
+        assert threads[0].title == "renamed"
+        renamed = store.get(AppThread, "thr_0001")
+        assert renamed is not None and renamed.title == "renamed"
+        assert store.get(AppThread, "thr_9999") is None
 
     def test_streamed_text_is_seen_by_later_submissions_and_batches(
         self, open_store: OpenStore
@@ -292,7 +319,7 @@ class StoreContract:
                     [
                         i.id
                         for i in view.select_by_status(
-                            "turn_item", ("pending", "running"), thread_id=thread_id
+                            TurnItemBase, ("pending", "running"), thread_id=thread_id
                         )
                     ],
                 )
@@ -308,6 +335,41 @@ class StoreContract:
         rebuilt, count, gaps = rebuild(store.iter_events())
         assert count == 5 and not gaps
         assert compare(store.all_rows(), rebuilt) == []
+
+    def test_typed_reads_see_entities_as_committed_with_their_streamed_text(
+        self, open_store: OpenStore
+    ) -> None:
+        store = open_store()
+        store.commit_batch([upsert(1), put_item(), stream("hel", "lo")])
+        with store.snapshot():
+            seen = store.get(AssistantMessage, ITEM)
+            assert seen is not None and seen.text == "hello"
+            # Another variant of the same kind is not this item.
+            assert store.get(UserMessage, ITEM) is None
+            assert [(i.id, i.status) for i in store.turn_items("thr_0001")] == [(ITEM, "running")]
+            assert store.turn_items("thr_0002") == []
+            running = store.select_by_status(AssistantMessage, ("running",), thread_id="thr_0001")
+            assert [i.text for i in running] == ["hello"]
+            assert store.select(AssistantMessage, thread_id="thr_0002") == []
+        rows, total = store.rows_window("turn_item", "thr_0001", limit=10)
+        assert total == 1 and [r.id for r in rows] == [ITEM]
+        # Rows are as stored (the text still streaming); folded, they hold it.
+        assert store.folded(rows[0]).body != rows[0].body
+        assert [e.type for e in store.read_thread_events("thr_0001", after=1)] == [
+            "turn_item.upserted",
+            "turn_item.delta",
+            "turn_item.delta",
+        ]
+
+    def test_pending_requests_of_one_thread_or_all(self, open_store: OpenStore) -> None:
+        store = open_store()
+        store.commit_batch(
+            [request(1, "pending"), request(2, "resolved"), request(3, "pending", thread=2)]
+        )
+        assert [r.id for r in store.pending_requests()] == ["req_0001", "req_0003"]
+        assert [r.id for r in store.pending_requests("thr_0002")] == ["req_0003"]
+        store.commit_batch([request(1, "resolved")])
+        assert [r.id for r in store.pending_requests()] == ["req_0003"]
 
 
 class DurableStoreContract(StoreContract):

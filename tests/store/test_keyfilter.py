@@ -46,7 +46,6 @@ def test_a_new_row_is_decided_without_a_read(tmp_path: Path) -> None:
         assert not [sql for sql in reads if "FROM rows" in sql]
         # A stored row is still read back: its position is kept.
         store.commit_batch([upsert(2)])
-        store._cache = type(store._cache)()  # not from the writer's cache: from SQLite
         reads.clear()
         store.commit_batch([upsert(1, title="again")])
         assert [sql for sql in reads if "FROM rows" in sql]
@@ -82,7 +81,6 @@ def test_a_full_filter_is_rebuilt_from_the_table(
         store.commit_batch([upsert(11)])
         assert store._keys is not before
         assert all(("thread", f"thr_{i:04d}") in store._keys for i in range(1, 12))
-        store._cache = type(store._cache)()
         store.commit_batch([upsert(i, title="again") for i in range(1, 12)])
         assert [r.position for r in store.rows("thread")] == [*range(1, 12)]
     finally:

@@ -79,7 +79,7 @@ async def _behind_a_gated_batch(
     store = GatedStore(tmp_path / "e.db")
     store.fail_commit = fail_commit
     # Batches of two: the third submission is a backlog, which the writer pipelines.
-    writer = EventWriter(store, max_batch=2)
+    writer = EventWriter(store, max_batch=2, commit_loop=store.commit_loop)
     results: list[Outcome | BaseException] = []
     try:
         with trio.fail_after(_WAIT_S * 3):
@@ -168,7 +168,7 @@ async def test_what_queues_while_a_batch_is_written_is_decided_while_it_commits(
     tmp_path: Path,
 ) -> None:
     store = GatedStore(tmp_path / "w.db")
-    writer = EventWriter(store)
+    writer = EventWriter(store, commit_loop=store.commit_loop)
     try:
         with trio.fail_after(_WAIT_S * 3):
             a = await writer.enqueue(put_item("hel").decide)

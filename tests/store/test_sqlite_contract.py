@@ -1,3 +1,5 @@
+"""SQLite passes the store contract: durable (both synchronous modes) and in memory."""
+
 from __future__ import annotations
 
 from pathlib import Path

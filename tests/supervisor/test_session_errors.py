@@ -15,12 +15,12 @@ from typing import Any
 
 import msgspec
 
-from adapters.event_queue import EventQueue
 from adapters.protocol import ProviderAdapter, RawFrameSink, RuntimeConfig
 from adapters.transport import ProcessLauncher
 from supervisor.providers import StandinAdapter, standin_settings
 from t3orch.domain.vocab import ProviderKind
 from t3orch.events import EventDraft, ProviderDiagnostic, ThreadUpserted
+from t3orch.ingest.queue import EventQueue
 from t3orch.store.interface import Decision, StateView
 from tests.supervisor.standin_plan import ECHO_RESUME
 from tests.supervisor.support import Rig, rig

@@ -14,13 +14,15 @@ from urllib.parse import quote
 import msgspec
 
 from t3orch.clock import WallClock, iso, system_clock
+from t3orch.domain.request import RuntimeRequest
+from t3orch.domain.turn_items import TurnItem, TurnItemBase
 from t3orch.events import TYPE_OF, Correlation, EventEnvelope, EventPayload, TurnItemDelta
 from t3orch.ids import (
     CommandId,
     EventId,
     IdFactory,
 )
-from t3orch.projections.projector import apply, concerns
+from t3orch.projections.projector import apply, concerns, fold_item
 from t3orch.store.errors import (
     CommandRejected,
     SchemaTooNew,
@@ -28,20 +30,23 @@ from t3orch.store.errors import (
     StoreError,
     StoreFull,
 )
-from t3orch.store.interface import CommandReceipt, Outcome, Submission
-from t3orch.store.kinds import Chunk, Row
+from t3orch.store.interface import BatchSource, CommandReceipt, Outcome, Submission
+from t3orch.store.kinds import Chunk, Row, kind_of
 from t3orch.store.sqlite.keyfilter import KeyFilter
+from t3orch.store.sqlite.pipeline import pipelined
 from t3orch.store.sqlite.rows import (
     ROW_COLUMNS,
     UPSERT_ROW,
     chunk_of,
     folded,
+    read_chunks,
     read_row,
     read_rows,
     read_rows_by_status,
+    streaming,
 )
 from t3orch.store.sqlite.schema import APPLICATION_ID, SCHEMA_VERSION, migrate, read_version
-from t3orch.store.sqlite.staging import DecideView, PreparedBatch, RowCache
+from t3orch.store.sqlite.staging import DecideView, PreparedBatch
 
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
 
@@ -84,6 +89,7 @@ def _translate(exc: sqlite3.Error, path: str) -> StoreError:
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_E = TypeVar("_E")
 
 
 def _guarded(method: _F) -> _F:
@@ -125,7 +131,6 @@ class SQLiteStore:
         #: Row keys known to exist; see ``DecideView.exists``. A batch that fails to
         #: commit may have made keys known, so it clears them (forget_prepared).
         self._known: dict[tuple[str, str], None] = {}
-        self._cache = RowCache()
         #: Row keys that may exist (see keyfilter): deciding skips reads of new rows.
         try:
             self._keys = KeyFilter() if readonly else self._read_keys()
@@ -232,6 +237,15 @@ class SQLiteStore:
         one ahead of it is written (an in-memory database has one connection)."""
         return self._decide_conn is not self._conn
 
+    def commit_loop(self, batches: BatchSource) -> None:
+        """The writer thread's loop (``EventWriter(commit_loop=...)``): pipelined when
+        deciding has its own connection, else one batch after another."""
+        pipelined(self, batches)
+
+    @property
+    def location(self) -> str:
+        return self.path
+
     def commit_batch(self, submissions: Sequence[Submission]) -> list[Outcome]:
         batch = self.prepare_batch(submissions)
         self.write_batch(batch)
@@ -256,7 +270,6 @@ class SQLiteStore:
             self._decide_conn,
             iso(self._clock()),
             self._known,
-            self._cache,
             self._keys,
             next_sequence=head,
             stored_head=stored,
@@ -312,7 +325,6 @@ class SQLiteStore:
         except BaseException as exc:
             self._rollback(exc)
         self._next_sequence = batch.next_sequence
-        self._cache.committed(batch.overlay)
         return batch.outcomes
 
     def _rollback(self, exc: BaseException) -> NoReturn:
@@ -558,6 +570,42 @@ class SQLiteStore:
             "SELECT count(*) FROM rows WHERE kind = ? AND thread_id = ?", (kind, thread_id)
         ).fetchone()
         return rows, int(total)
+
+    # -- typed reads (ReadModel) -----------------------------------------------
+
+    def _value(self, row: Row) -> Any:
+        """The row's entity; a streaming turn item with its pending text folded in."""
+        value = row.decode()
+        if streaming(row):
+            chunks = read_chunks(self._conn, row)
+            if chunks:
+                value = fold_item(value, chunks)
+        return value
+
+    @_guarded
+    def get(self, entity: type[_E], id: str) -> _E | None:
+        row = read_row(self._conn, kind_of(entity), id)
+        value = None if row is None else self._value(row)
+        return value if isinstance(value, entity) else None
+
+    @_guarded
+    def select(self, entity: type[_E], *, thread_id: str | None = None) -> list[_E]:
+        rows = read_rows(self._conn, kind_of(entity), thread_id)
+        return [v for r in rows if isinstance(v := self._value(r), entity)]
+
+    @_guarded
+    def select_by_status(
+        self, entity: type[_E], statuses: Sequence[str], *, thread_id: str | None = None
+    ) -> list[_E]:
+        rows = read_rows_by_status(self._conn, kind_of(entity), statuses, thread_id)
+        return [v for r in rows if isinstance(v := self._value(r), entity)]
+
+    def turn_items(self, thread_id: str) -> list[TurnItem]:
+        # Every turn_item row decodes to a TurnItem variant: the base is the union here.
+        return cast(list[TurnItem], self.select(TurnItemBase, thread_id=thread_id))
+
+    def pending_requests(self, thread_id: str | None = None) -> list[RuntimeRequest]:
+        return self.select_by_status(RuntimeRequest, ("pending",), thread_id=thread_id)
 
     @_guarded
     def all_rows(self) -> list[Row]:

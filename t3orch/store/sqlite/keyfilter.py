@@ -9,7 +9,7 @@ the read it would have made anyway.
 
 Keys are added when a batch stages a row, before it commits: a batch that then
 fails leaves keys of rows that do not exist, which are false positives too. The
-store is the only writer of rows (see ``RowCache``), so nothing else adds keys.
+store is the only writer of rows, so nothing else adds keys.
 """
 
 from __future__ import annotations

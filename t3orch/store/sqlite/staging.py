@@ -22,7 +22,7 @@ from typing import Any
 
 from t3orch.projections.projector import fold_item
 from t3orch.store.interface import CommandReceipt, Outcome
-from t3orch.store.kinds import Chunk, Row
+from t3orch.store.kinds import Chunk, Row, kind_of
 from t3orch.store.sqlite.keyfilter import KeyFilter
 from t3orch.store.sqlite.rows import (
     TERMINAL_ITEM,
@@ -39,37 +39,6 @@ KNOWN_ROWS = 16_384
 Key = tuple[str, str]
 #: A position cached for a row that was read and is not stored (positions are >= 0).
 ABSENT = -1
-
-
-class RowCache:
-    """Rows as this store last committed them, newest kept (by total body size).
-
-    The store's writer is the only writer of rows, so a row it committed stays
-    what SQLite holds until it writes the row again: deciding reads it from here.
-    Reading back through the deciding connection costs more than it seems, as that
-    connection's page cache is dropped each time the writing connection commits.
-    The writer adds a batch once committed (on its thread, while the next batch
-    is decided on another: single dict operations, atomic under the GIL).
-    """
-
-    def __init__(self, max_bytes: int = 8 << 20) -> None:
-        self._rows: dict[Key, Row] = {}
-        self._bytes = 0
-        self._max_bytes = max_bytes
-
-    def get(self, key: Key) -> Row | None:
-        return self._rows.get(key)
-
-    def committed(self, overlay: dict[Key, Row]) -> None:
-        rows = self._rows
-        for key, row in overlay.items():
-            old = rows.pop(key, None)
-            if old is not None:
-                self._bytes -= len(old.body)
-            rows[key] = row
-            self._bytes += len(row.body)
-        while self._bytes > self._max_bytes and rows:
-            self._bytes -= len(rows.pop(next(iter(rows))).body)
 
 
 class PreparedBatch:
@@ -117,7 +86,6 @@ class DecideView:
         conn: sqlite3.Connection,
         now: str,
         known: dict[Key, None],
-        cache: RowCache,
         keys: KeyFilter,
         *,
         next_sequence: int,
@@ -127,7 +95,6 @@ class DecideView:
         self._conn = conn
         self._now = now
         self._known = known
-        self._cache = cache
         self._keys = keys
         #: The log in SQLite is read up to here; later text is in the overlays.
         self._stored_head = stored_head
@@ -178,7 +145,7 @@ class DecideView:
         # ``r.position`` is the writing event's sequence. A row keeps its first
         # position (the upsert leaves a stored one alone, and the overlay must order
         # reads as SQLite will); every write records the sequence as updated_seq.
-        seen = self._staged(key) or self._cache.get(key)
+        seen = self._staged(key)
         if seen is not None:
             position = seen.position
         else:
@@ -242,7 +209,7 @@ class DecideView:
 
     def _row(self, kind: str, id: str) -> Row | None:
         key = (kind, id)
-        staged = self._staged(key) or self._cache.get(key)
+        staged = self._staged(key)
         if staged is not None:
             return staged
         if key not in self._keys:
@@ -263,7 +230,7 @@ class DecideView:
         key = (kind, id)
         if key in self._known:
             return True
-        if self._staged(key) is not None or self._cache.get(key) is not None:
+        if self._staged(key) is not None:
             return True
         if key not in self._keys:
             self._positions[key] = ABSENT
@@ -295,25 +262,31 @@ class DecideView:
         # Folded as a value: the decision wants the item, not its JSON.
         return fold_item(row.decode(), chunks) if chunks else row.decode()
 
-    def get(self, kind: str, id: str) -> Any | None:
-        row = self._row(kind, id)
-        return None if row is None else self._decoded(row)
+    def get(self, kind: str | type[Any], id: str) -> Any | None:
+        if isinstance(kind, str):
+            row = self._row(kind, id)
+            return None if row is None else self._decoded(row)
+        row = self._row(kind_of(kind), id)
+        value = None if row is None else self._decoded(row)
+        return value if isinstance(value, kind) else None
 
     def get_unfolded(self, kind: str, id: str) -> Any | None:
         row = self._row(kind, id)
         return None if row is None else row.decode()
 
-    def select(self, kind: str, *, thread_id: str | None = None) -> list[Any]:
-        stored = self._stored(read_rows(self._conn, kind, thread_id))
-        rows = self._merged(kind, thread_id, stored, None)
-        return [self._decoded(r) for r in rows]
+    def select(self, kind: str | type[Any], *, thread_id: str | None = None) -> list[Any]:
+        name = kind if isinstance(kind, str) else kind_of(kind)
+        stored = self._stored(read_rows(self._conn, name, thread_id))
+        rows = self._merged(name, thread_id, stored, None)
+        return _typed(kind, [self._decoded(r) for r in rows])
 
     def select_by_status(
-        self, kind: str, statuses: Sequence[str], *, thread_id: str | None = None
+        self, kind: str | type[Any], statuses: Sequence[str], *, thread_id: str | None = None
     ) -> list[Any]:
-        stored = self._stored(read_rows_by_status(self._conn, kind, statuses, thread_id))
-        rows = self._merged(kind, thread_id, stored, frozenset(statuses))
-        return [self._decoded(r) for r in rows]
+        name = kind if isinstance(kind, str) else kind_of(kind)
+        stored = self._stored(read_rows_by_status(self._conn, name, statuses, thread_id))
+        rows = self._merged(name, thread_id, stored, frozenset(statuses))
+        return _typed(kind, [self._decoded(r) for r in rows])
 
     def _merged(
         self,
@@ -340,6 +313,11 @@ class DecideView:
             else:
                 rows.pop(r.id, None)
         return sorted(rows.values(), key=_order)
+
+
+def _typed(kind: str | type[Any], values: list[Any]) -> list[Any]:
+    """Of a typed read, the values of that type (a turn item variant of all items)."""
+    return values if isinstance(kind, str) else [v for v in values if isinstance(v, kind)]
 
 
 def _order(row: Row) -> tuple[int, str]:

@@ -1,0 +1,286 @@
+"""Ingest streaming: one provider runtime's event queue, into the log, in order.
+
+The adapter puts canonical events on an :class:`~t3orch.ingest.queue.EventQueue`
+(the core's port); this service takes them in batches and owns what stands
+between a frame's event and its commit:
+
+* **coalescing** of streamed deltas (``coalesce.DeltaCoalescer``);
+* **the in-flight bound**: mid-turn batches are queued on the writer, not
+  awaited, so one transaction carries many sessions' batches; at most
+  ``MAX_INFLIGHT_EVENTS`` of this stream's events are uncommitted at once;
+* **turn barriers**: events after a turn's end are not bound to it; a
+  completed turn's earlier events commit first, then its owner's barrier runs
+  (the checkpoint), then the end commits; a runtime's exit ends the turn;
+* **subagent barriers**: a subagent's end commits before its owner hears of it,
+  and a child that outlives its turn stays bound to that turn until it ends.
+
+The owner of the process (the supervisor) learns what happened through
+:class:`StreamOwner`, which it implements; the stream never reads what the
+owner does with it. Events go down only: queue → this → ``ingest_queued``
+(translate) → writer → store.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Protocol
+
+import attrs
+import trio
+
+from t3orch.domain.turn_items import Subagent
+from t3orch.ingest.binding import SessionBinding, TurnBinding
+from t3orch.ingest.coalesce import DeltaCoalescer
+from t3orch.ingest.queue import EventQueue
+from t3orch.provider_events import (
+    Diagnostic,
+    ItemCompleted,
+    ProviderEvent,
+    RuntimeExited,
+    SubagentEnded,
+    TurnCompleted,
+)
+from t3orch.store.inflight import MAX_INFLIGHT_EVENTS, InflightWindow
+from t3orch.store.writer import Ticket
+
+#: The event queue's bound: the provider is not read while this many events wait, so
+#: the stream takes at most this many (plus one frame's) per submission.
+MAX_INGEST_BATCH = 1024
+
+
+class Ingest(Protocol):
+    """Where batches go (``CoreService.ingest_queued``)."""
+
+    async def ingest_queued(
+        self, binding: SessionBinding, events: Sequence[ProviderEvent]
+    ) -> Ticket: ...
+
+
+class StreamOwner(Protocol):
+    """What the process's owner hears from the stream, in the events' order.
+
+    Called on the stream's task; ``turn_barrier`` and ``subagent_ended`` are the
+    barriers (awaited before the stream goes on); the rest are notices.
+    """
+
+    def observed(self, event: ProviderEvent) -> None:
+        """Each event as it is delivered (the daemon log's lifecycle lines)."""
+
+    def working(self) -> None:
+        """Events of a turn (or of a child outliving its turn) were queued."""
+
+    def turn_closing(self) -> None:
+        """A turn's end is about to commit: whoever sees it ended sees the owner idle."""
+
+    async def turn_barrier(self, run_id: str) -> None:
+        """A completed turn's events are committed, its end not yet (the checkpoint)."""
+
+    async def subagent_ended(self, run_id: str, child_native_thread_ref: str | None) -> None:
+        """A subagent's end is committed (its checkpoint)."""
+
+    async def exiting(self, event: RuntimeExited) -> None:
+        """The runtime's exit is about to commit (a crashed turn's recovery attempt)."""
+
+    def turn_ended(self, turn: TurnBinding | None, event: TurnCompleted) -> None:
+        """A turn's end is committed."""
+
+    def runtime_exited(self, event: RuntimeExited, turn: TurnBinding | None) -> None:
+        """The runtime's exit is committed; ``turn`` is the one it ended."""
+
+
+def subagent_end(event: ProviderEvent) -> tuple[str | None] | None:
+    """``(child native thread ref,)`` when ``event`` says a subagent finished, else None.
+
+    A subagent item completing (Claude's Task result; Codex's spawn call), or a
+    Codex child thread ending a turn (its ``subagent_turn_completed`` diagnostic).
+    """
+    if isinstance(event, ItemCompleted) and isinstance(event.content, Subagent):
+        return (event.content.child_native_thread_ref,)
+    if isinstance(event, Diagnostic) and event.code == "subagent_turn_completed":
+        ref = event.detail.get("threadId")
+        return (ref if isinstance(ref, str) else None,)
+    return None
+
+
+@attrs.define(eq=False)
+class IngestStream:
+    """One runtime's stream (see the module docstring). ``binding`` is replaced when
+    the owner's provider thread is (a resume fallback); ``active_turn`` is set by
+    :meth:`turn_started` and cleared when the turn's end is delivered."""
+
+    ingest: Ingest
+    binding: SessionBinding
+    owner: StreamOwner
+    #: The owner has a turn barrier (a checkpointer): a completed turn's events
+    #: commit before its end, with the barrier between.
+    turn_barrier: bool = False
+    #: The owner hears of subagents' ends (their checkpoints): each commits first.
+    subagent_barrier: bool = False
+    active_turn: TurnBinding | None = None
+    #: When the last batch of events arrived (trio time).
+    last_event_at: float = -math.inf
+    #: Set when the active turn ends (or the runtime does); replaced per turn.
+    turn_done: trio.Event = attrs.field(factory=trio.Event)
+    #: Set once the queue is drained after its close and everything committed.
+    done: trio.Event = attrs.field(factory=trio.Event)
+    #: Subagent item ref -> the ended turn it belongs to, while the provider still
+    #: runs its child (``TurnCompleted.continuing``) until its ``SubagentEnded``.
+    lingering: dict[str, TurnBinding] = attrs.field(factory=dict)
+    #: Child native thread ref -> its run, for the checkpoint after a lingering end.
+    _late_children: dict[str, str] = attrs.field(factory=dict)
+    _inflight: InflightWindow = attrs.field(factory=lambda: InflightWindow(MAX_INFLIGHT_EVENTS))
+
+    def turn_started(self, turn: TurnBinding) -> None:
+        self.active_turn = turn
+        self.turn_done = trio.Event()
+
+    async def run(
+        self, queue: EventQueue, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Take the queue's events until it is closed and drained; commit them all."""
+        coalescer = DeltaCoalescer()
+        task_status.started()
+        try:
+            async with queue:
+                while True:
+                    deadline = coalescer.next_deadline()
+                    batch: list[ProviderEvent] = []
+                    with trio.move_on_at(deadline if deadline is not None else math.inf):
+                        # Everything queued since the last take, in one call.
+                        batch = await queue.take()
+                        if not batch:
+                            break  # closed and drained
+                    now = trio.current_time()
+                    if batch:
+                        self.last_event_at = now
+                    ready: list[ProviderEvent] = []
+                    for event in batch:
+                        ready.extend(coalescer.push(event, now))
+                    ready.extend(coalescer.flush_due(now))
+                    await self._deliver(ready)
+                await self._deliver(coalescer.flush_all())
+                await self._inflight.drain()
+        finally:
+            self.done.set()
+
+    async def _deliver(self, events: list[ProviderEvent]) -> None:
+        if not events:
+            return
+        owner = self.owner
+        # Split at turn ends so events after a turn are not bound to it.
+        chunk: list[ProviderEvent] = []
+        for event in events:
+            chunk.append(event)
+            owner.observed(event)
+            if isinstance(event, RuntimeExited):
+                await owner.exiting(event)
+            ended = subagent_end(event)
+            run_id = self._subagent_run(ended)
+            if ended is not None and self.subagent_barrier and run_id is not None:
+                # Its end committed first, so the checkpoint finds the scope ended.
+                await self.commit(chunk)
+                chunk = []
+                await owner.subagent_ended(run_id, ended[0])
+                continue
+            if isinstance(event, SubagentEnded) and event.native_item_ref in self.lingering:
+                # Committed while still bound to its ended turn, then forgotten.
+                await self.commit(chunk)
+                chunk = []
+                done = self.lingering.pop(event.native_item_ref)
+                if event.child_native_thread_ref is not None:
+                    self._late_children[event.child_native_thread_ref] = done.run_id
+                continue
+            if isinstance(event, TurnCompleted) and event.status == "completed":
+                await self._completion_barrier(chunk)
+            if isinstance(event, (TurnCompleted, RuntimeExited)):
+                ending = self.active_turn
+                if isinstance(event, TurnCompleted):
+                    owner.turn_closing()
+                await self.commit(chunk, ends_turn=True)
+                chunk = []
+                if isinstance(event, TurnCompleted):
+                    if ending is not None and event.status == "completed":
+                        for ref in event.continuing:
+                            self.lingering[ref] = ending
+                    self.active_turn = None
+                    self.turn_done.set()
+                    owner.turn_ended(ending, event)
+                else:
+                    # The exit settled every child still running (release_session).
+                    self.lingering.clear()
+                    self._late_children.clear()
+                    self.active_turn = None
+                    self.turn_done.set()
+                    owner.runtime_exited(event, ending)
+        if chunk:
+            # Mid-turn events are queued, not awaited: the writer merges the queued
+            # batches of every session into few transactions (one fsync each).
+            ticket = await self.ingest.ingest_queued(self._bound(), chunk)
+            await self._inflight.add(ticket, len(chunk))
+            # Idleness counts from the end of the last turn: frames between turns
+            # (status, usage) are not work; a child outliving its parent's turn is.
+            if self.active_turn is not None or self.lingering:
+                owner.working()
+
+    async def _completion_barrier(self, chunk: list[ProviderEvent]) -> None:
+        """Text flushed and items final, then the owner's barrier, then the end.
+
+        Everything before the TurnCompleted is committed first; the barrier runs
+        while the run is still open; the caller then commits the TurnCompleted.
+        """
+        turn = self.active_turn
+        if not self.turn_barrier or turn is None:
+            return
+        before, last = chunk[:-1], chunk[-1]
+        if before:
+            await self.commit(before)
+        else:
+            # The turn's earlier events came in earlier batches, queued and not awaited
+            # (mid-turn batches never are). When a turn's frames arrive in one burst the
+            # TurnCompleted can be a batch of its own while those are still uncommitted:
+            # without this wait the checkpointer read a run that had not started yet,
+            # skipped it, and the run completed with no checkpoint and no diagnostic.
+            await self._inflight.drain()
+        chunk[:] = [last]
+        await self.owner.turn_barrier(turn.run_id)
+
+    async def commit(self, events: list[ProviderEvent], *, ends_turn: bool = False) -> None:
+        """Commit ``events`` after everything queued before them; wait for it.
+
+        ``ends_turn``: the events end the active turn. It stops counting as active
+        once they are queued, before the commit: whoever sees the ended run must
+        not find the stream still claiming the turn.
+        """
+        ticket = await self.ingest.ingest_queued(self._bound(), events)
+        if ends_turn:
+            self.active_turn = None
+        await self._inflight.drain()
+        await ticket.outcome()
+
+    async def end_unstarted_turn(self, turn: TurnBinding, event: TurnCompleted) -> None:
+        """A turn whose input never reached the provider ends here, bound to it by
+        name (an exit committed meanwhile may have cleared the active turn)."""
+        ticket = await self.ingest.ingest_queued(
+            attrs.evolve(self.binding, turn=turn, lingering=()), [event]
+        )
+        await self._inflight.drain()
+        await ticket.outcome()
+        # The stream never sees this turn end: it ended here.
+        self.active_turn = None
+        self.turn_done.set()
+
+    def _bound(self) -> SessionBinding:
+        """The binding for the next events: the active turn, and the ended turns whose
+        children still run (their events are bound to the turn that spawned them)."""
+        lingering = tuple(dict.fromkeys(self.lingering.values()))
+        return attrs.evolve(self.binding, turn=self.active_turn, lingering=lingering)
+
+    def _subagent_run(self, ended: tuple[str | None] | None) -> str | None:
+        """The run whose subagent just ended (one that outlived its turn: that turn's)."""
+        if ended is None:
+            return None
+        late = self._late_children.pop(ended[0], None) if ended[0] is not None else None
+        if late is not None:
+            return late
+        return None if self.active_turn is None else self.active_turn.run_id
