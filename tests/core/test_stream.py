@@ -17,7 +17,6 @@ from t3orch.ingest.binding import TurnBinding
 from t3orch.ingest.queue import EventQueue
 from t3orch.ingest.stream import IngestStream
 from t3orch.provider_events import (
-    AssistantText,
     ItemCompleted,
     ItemDelta,
     ItemStarted,
@@ -72,9 +71,9 @@ class Owner:
 def _reply(text: str) -> list[ProviderEvent]:
     return [
         TurnStarted(native_turn_ref="t1"),
-        ItemStarted(native_item_ref="m1", content=AssistantText()),
+        ItemStarted(native_item_ref="m1", content=AssistantMessage()),
         *[ItemDelta(native_item_ref="m1", text=c) for c in text],
-        ItemCompleted(native_item_ref="m1", content=AssistantText(text=text)),
+        ItemCompleted(native_item_ref="m1", content=AssistantMessage(text=text)),
         TurnCompleted(native_turn_ref="t1", status="completed"),
     ]
 
@@ -97,7 +96,7 @@ async def test_a_completed_turn_commits_its_items_then_the_barrier_then_its_end(
                 queue.put_all(_reply("hello"))
                 await stream.turn_done.wait()
                 # After the end: not bound to the ended turn.
-                queue.put(ItemStarted(native_item_ref="late", content=AssistantText()))
+                queue.put(ItemStarted(native_item_ref="late", content=AssistantMessage()))
                 queue.close()
         assert owner.heard == ["barrier", "closing", "ended completed"]
         # At the barrier the run was still open and its item final.
