@@ -166,24 +166,6 @@ class Subagent(TurnItemBase, tag="subagent"):
     output: Any = None
 
 
-TurnItem = (
-    UserMessage
-    | AssistantMessage
-    | Reasoning
-    | Plan
-    | FileChange
-    | CommandExecution
-    | FileSearch
-    | WebSearch
-    | ApprovalRequest
-    | CheckpointItem
-    | Compaction
-    | Handoff
-    | Fork
-    | DynamicTool
-    | Subagent
-)
-
 #: What an adapter says a provider item is (``ItemStarted``/``ItemCompleted.content``):
 #: the variants a provider item can be, unbound. The others are made by the core.
 ItemContent = (
@@ -199,6 +181,9 @@ ItemContent = (
     | DynamicTool
     | Subagent
 )
+
+#: Every turn item: what a provider item can be, and the ones the core makes.
+TurnItem = ItemContent | ApprovalRequest | CheckpointItem | Handoff | Fork
 
 #: The refs ingest sets; an item with one of them unset is not bound.
 BOUND_FIELDS = tuple(f for f in TurnItemBase.__struct_fields__ if f != "hidden")
