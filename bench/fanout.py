@@ -622,9 +622,7 @@ def _instrument(rec: Records, args: argparse.Namespace) -> None:
 
     CoreService.ingest_queued = timed_ingest  # type: ignore[method-assign]
 
-    prepare_batch = SQLiteStore.prepare_batch
-    write_batch = SQLiteStore.write_batch
-    commit_written = SQLiteStore.commit_written
+    commit_batch = SQLiteStore.commit_batch
     connect = SQLiteStore._connect
     commit_stmt = [0.0]
 
@@ -648,38 +646,19 @@ def _instrument(rec: Records, args: argparse.Namespace) -> None:
 
     SQLiteStore._connect = traced_connect  # type: ignore[method-assign]
 
-    # A batch is decided (prepare_batch, maybe while the batch ahead commits), then
-    # written and committed: its commit spans from its deciding to its COMMIT's end,
-    # its CPU is the three steps' (each on the thread that ran it).
-    deciding: dict[int, list[Any]] = {}
-
-    def timed_prepare(self: Any, submissions: Sequence[Any], behind: Any = None) -> Any:
+    # A batch is decided, written and committed in one call on the writer's thread:
+    # its commit spans the call, its CPU is that thread's during it.
+    def timed_commit(self: Any, submissions: Sequence[Any]) -> Any:
         start = time.monotonic()
         cpu = time.thread_time()
-        batch = prepare_batch(self, submissions, behind)
-        deciding[id(batch)] = [start, time.thread_time() - cpu, len(submissions)]
-        return batch
-
-    def timed_write(self: Any, batch: Any) -> None:
-        cpu = time.thread_time()
         try:
-            write_batch(self, batch)
-        finally:
-            deciding[id(batch)][1] += time.thread_time() - cpu
-
-    def timed_commit(self: Any, batch: Any) -> Any:
-        cpu = time.thread_time()
-        try:
-            return commit_written(self, batch)
+            return commit_batch(self, submissions)
         finally:
             end = time.monotonic()
-            start, spent, n = deciding.pop(id(batch))
-            spent += time.thread_time() - cpu
-            rec.commits.append((start, end, n, spent, end - commit_stmt[0]))
+            spent = time.thread_time() - cpu
+            rec.commits.append((start, end, len(submissions), spent, end - commit_stmt[0]))
 
-    SQLiteStore.prepare_batch = timed_prepare  # type: ignore[method-assign]
-    SQLiteStore.write_batch = timed_write  # type: ignore[method-assign]
-    SQLiteStore.commit_written = timed_commit  # type: ignore[method-assign]
+    SQLiteStore.commit_batch = timed_commit  # type: ignore[method-assign]
 
     publish = Broadcast.publish
 

@@ -37,11 +37,10 @@ Peak RSS of the process during the core phases is printed too (target < 150 MB).
    a raw ~18-character delta every ~51 ms per streaming item, an approval per turn
    (the request opens, the user answers after ``USER_THINK_S``, the provider
    resolves it), turn ends. Printed per variant, side by side in one run: the
-   store's machinery as it is, then without the key filter, without the deciding
-   thread (batches committed one after another) and
-   without the interpreter tuning; for each, the committed events/s, the CPU it
-   took (all threads, % of one core and µs per committed event), and the p50/p99
-   latency of an answer's commit and of a turn end's. With ``--variants`` the
+   daemon's process as it is, then without the interpreter tuning; for each, the
+   committed events/s, the CPU it took (all threads, % of one core and µs per
+   committed event), and the p50/p99 latency of an answer's commit and of a turn
+   end's. With ``--variants`` the
    append (1.) runs once per variant too.
 
 Run: ``python bench/store.py [--events N] [--rounds R] [--sync FULL|NORMAL] [--dir D] [--json]
@@ -565,38 +564,15 @@ USER_THINK_S = 0.5
 REALISTIC_DELTAS = (40, 20, 40)
 VARIANTS = (
     "as is",
-    "no key filter",
-    "no deciding thread",
     "no interpreter tuning",
 )
 
 
 @contextmanager
 def variant(name: str) -> Iterator[bool]:
-    """The store with one piece of its machinery taken out (the bench patches it, the
+    """The daemon's process with one setting taken out (the bench switches it, the
     product has no switch); yields whether the interpreter is tuned."""
-    from t3orch.store.sqlite import backend
-    from t3orch.store.sqlite.keyfilter import KeyFilter
-    from t3orch.store.writer import commit_in_order
-
-    saved = (backend.SQLiteStore._read_keys, backend.SQLiteStore.commit_loop)
-
-    def every_key(self: Any, staged: Any = None) -> KeyFilter:
-        keys = KeyFilter()
-        keys.everything = True  # nothing is known absent: every read is made
-        return keys
-
-    def in_order(self: Any, batches: Any) -> None:
-        commit_in_order(self)(batches)
-
-    if name == "no key filter":
-        backend.SQLiteStore._read_keys = every_key  # type: ignore[method-assign]
-    elif name == "no deciding thread":
-        backend.SQLiteStore.commit_loop = in_order  # type: ignore[method-assign]
-    try:
-        yield name != "no interpreter tuning"
-    finally:
-        backend.SQLiteStore._read_keys, backend.SQLiteStore.commit_loop = saved  # type: ignore[method-assign]
+    yield name != "no interpreter tuning"
 
 
 class _Stats:

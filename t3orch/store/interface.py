@@ -11,9 +11,9 @@ receipt there too, so a duplicate command id is a pure lookup.
 :class:`ReadModel` is the read side the API, the commands' callers and the
 supervisor use: typed entities (``get(Run, id) -> Run | None``), rows as stored
 (snapshots pass their JSON bodies through), windows of a thread's items, the
-log. How a backend batches, pipelines, caches or filters is its own business:
-the writer hands it batches through a :class:`BatchSource` and a backend that
-does nothing clever commits them with :func:`t3orch.store.writer.commit_in_order`.
+log. The single writer (``store/writer.py``) hands a backend one batch at a time,
+in queue order, on its own thread; how a backend writes a batch is its own
+business.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from t3orch.domain.request import RuntimeRequest
 from t3orch.domain.turn_items import TurnItem
 from t3orch.events import EventDraft, EventEnvelope
 from t3orch.ids import CommandId
-from t3orch.store.errors import CommandRejected, StoreError
+from t3orch.store.errors import CommandRejected
 from t3orch.store.kinds import Chunk, Row
 
 #: A stored entity type (``Run``, ``AppThread``, a turn item variant, …).
@@ -205,26 +205,3 @@ class ReadStore(ReadModel, Protocol):
 
 class Store(EventStore, ReadStore, Protocol):
     """A backend as the contract tests it: the write side and the reads of one store."""
-
-
-# -- how the writer hands a backend its batches ------------------------------------
-
-
-class BatchSource(Protocol):
-    """The writer's queue, seen from the thread that commits (see EventWriter)."""
-
-    def take(self, *, wait: bool) -> list[Submission] | None:
-        """The next batch; None once stopping (or, ``wait``-ing, once drained);
-        an empty list when nothing is queued and ``wait`` is False."""
-
-    def done(self, outcomes: list[Outcome] | StoreError) -> None:
-        """The outcomes (or the failure) of the oldest batch taken and not done:
-        batches are done in the order they were taken."""
-
-    @property
-    def stopping(self) -> bool:
-        """Stop after the transaction in flight (the writer was cancelled)."""
-
-
-#: Runs on the writer's thread: commit what ``BatchSource.take`` gives until it gives None.
-CommitLoop = Callable[[BatchSource], None]

@@ -1,12 +1,12 @@
 """The single writer: group commit on a writer thread, publish after commit.
 
 Callers ``await writer.submit(...)``. The writer thread takes whatever has queued
-up (at most ``max_batch`` submissions or ~``max_batch_events`` events), decides,
-writes and commits it in one transaction, and hands the outcomes to the event
-loop, which publishes the committed envelopes and wakes each caller. Under load
-batches grow by themselves; the store's commit loop takes them (the SQLite one
-decides the next batch while one commits, see ``store/sqlite/pipeline.py``), and
-the event loop is never a step between two batches. When idle a lone submission commits at once, so
+up (at most ``max_batch`` submissions or ~``max_batch_events`` events) and
+has the store decide, write and commit it in one transaction
+(``EventStore.commit_batch``), one batch after another, and hands the outcomes to
+the event loop, which publishes the committed envelopes and wakes each caller.
+Under load batches grow by themselves, and the event loop is never a step
+between two batches. When idle a lone submission commits at once, so
 latency stays at one commit, well under the 50 ms bound.
 """
 
@@ -25,7 +25,7 @@ from t3orch.events import EventEnvelope
 from t3orch.ids import CommandId
 from t3orch.store.broadcast import Broadcast
 from t3orch.store.errors import StoreClosed, StoreError
-from t3orch.store.interface import BatchSource, CommitLoop, Decide, EventStore, Outcome, Submission
+from t3orch.store.interface import Decide, EventStore, Outcome, Submission
 
 
 class Absorbing(Protocol):
@@ -97,20 +97,13 @@ class EventWriter:
         max_batch: int = 256,
         max_batch_events: int = 512,
         queue_size: int = 1024,
-        commit_loop: CommitLoop | None = None,
     ) -> None:
         self.store = store
-        #: How the writer thread commits batches: the backend's (SQLite pipelines
-        #: them), or one at a time.
-        self._commit_loop = commit_loop or commit_in_order(store)
-        #: Batches taken by the commit loop and not done yet, oldest first.
-        self._taken: deque[list[_Pending]] = deque()
         self.broadcast = broadcast or Broadcast()
         self.stats = WriterStats()
         self._max_batch = max_batch
         #: A batch is cut once its submissions carry this many events (by their
-        #: ``size``, else 1 each): a few hundred events per transaction, and what
-        #: queued beyond is decided while the batch is written.
+        #: ``size``, else 1 each): a few hundred events per transaction.
         self._max_batch_events = max_batch_events
         #: At most this many submissions queued or in a batch; more wait (backpressure).
         self._queue_size = queue_size
@@ -252,14 +245,28 @@ class EventWriter:
 
     # -- the writer thread ---------------------------------------------------------
 
-    def _take_batch(self, *, wait: bool) -> list[_Pending] | None:
-        """The next batch: None once stopping (or, waiting, once drained)."""
+    def _serve(self) -> None:
+        """Commit what is queued, a batch at a time in queue order, until stopped."""
+        try:
+            while (batch := self._take_batch()) is not None:
+                try:
+                    outcomes: list[Outcome] | StoreError = self.store.commit_batch(
+                        [p.submission for p in batch]
+                    )
+                except StoreError as exc:
+                    outcomes = exc
+                self._hand_back(batch, outcomes)
+        except BaseException as exc:  # a bug: stop, and let ``run`` raise it
+            self._crash = exc
+
+    def _take_batch(self) -> list[_Pending] | None:
+        """The next batch; None once stopping, or once closed and drained."""
         with self._work:
-            while wait and not self._queue and not self._ending:
+            while not self._queue and not self._ending:
                 self._idle = True
                 self._work.wait()
             self._idle = False
-            if self._stop_now or (wait and not self._queue):
+            if self._stop_now or not self._queue:
                 return None
             batch: list[_Pending] = []
             events = 0
@@ -272,34 +279,13 @@ class EventWriter:
                 events += getattr(p.submission.decide, "size", 1)
             return batch
 
-    # BatchSource, for the store's commit loop (on this thread).
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop_now
-
-    def take(self, *, wait: bool) -> list[Submission] | None:
-        batch = self._take_batch(wait=wait)
-        if batch is None:
-            return None
-        if batch:
-            self._taken.append(batch)
-        return [p.submission for p in batch]
-
-    def done(self, outcomes: list[Outcome] | StoreError) -> None:
-        """Give the event loop the oldest taken batch's outcomes (or its failure)."""
-        batch = self._taken.popleft()
+    def _hand_back(self, batch: list[_Pending], outcomes: list[Outcome] | StoreError) -> None:
+        """Give the event loop a batch's outcomes (or its failure)."""
         with self._lock:
             for p in batch:
                 del self._in_hand[id(p)]
         assert self._token is not None
         self._token.run_sync_soon(self._handoff.send_nowait, (batch, outcomes))
-
-    def _serve(self) -> None:
-        try:
-            self._commit_loop(self)
-        except BaseException as exc:  # a bug: stop, and let ``run`` raise it
-            self._crash = exc
 
     # -- back on the event loop ----------------------------------------------------
 
@@ -337,18 +323,3 @@ class EventWriter:
 
 
 _Handoff = tuple[list["_Pending"], list[Outcome] | StoreError]
-
-
-def commit_in_order(store: EventStore) -> CommitLoop:
-    """The plain commit loop: each batch in its own ``commit_batch``, one after another."""
-
-    def loop(batches: BatchSource) -> None:
-        while (submissions := batches.take(wait=True)) is not None:
-            try:
-                outcomes = store.commit_batch(submissions)
-            except StoreError as exc:
-                batches.done(exc)
-                continue
-            batches.done(outcomes)
-
-    return loop
