@@ -380,7 +380,9 @@ class CoreService:
         self, binding: SessionBinding, events: Sequence[ProviderEvent]
     ) -> Ticket:
         """Queue what a batch of adapter events means; the ticket says when it committed."""
-        return await self.writer.enqueue(IngestBatch(binding, list(events)), command_type="ingest")
+        return await self.writer.enqueue(
+            IngestBatch(binding, list(events)), command_type="ingest", size=len(events)
+        )
 
     async def reconcile(
         self, reason: str = "daemon_restart", swept: Mapping[str, int] | None = None

@@ -16,7 +16,6 @@ import math
 import threading
 from collections import deque
 from collections.abc import Sequence
-from typing import Protocol
 
 import attrs
 import trio
@@ -28,24 +27,10 @@ from t3orch.store.errors import StoreClosed, StoreError
 from t3orch.store.interface import Decide, EventStore, Outcome, Submission
 
 
-class Absorbing(Protocol):
-    """A decide that can take in the decide of a submission queued right behind it.
-
-    ``absorb`` returns False to refuse (another kind, another session); when it
-    returns True, both are one submission: they commit, or are rejected, together.
-    """
-
-    def absorb(self, later: Decide) -> bool: ...
-
-    @property
-    def size(self) -> int:
-        """How many events (roughly) it will decide: batches are cut by it."""
-
-
 class _Pending:
     """A queued submission and, once committed, its outcome (one per submission)."""
 
-    __slots__ = ("done", "failure", "outcome", "submission", "taken", "ticket")
+    __slots__ = ("done", "failure", "outcome", "submission", "ticket")
 
     def __init__(self, submission: Submission) -> None:
         self.submission = submission
@@ -53,8 +38,6 @@ class _Pending:
         self.done = trio.Event()
         self.outcome: Outcome | None = None
         self.failure: BaseException | None = None
-        #: The writer has taken it into a batch: nothing may join it any more.
-        self.taken = False
 
 
 class Ticket:
@@ -103,11 +86,11 @@ class EventWriter:
         self.stats = WriterStats()
         self._max_batch = max_batch
         #: A batch is cut once its submissions carry this many events (by their
-        #: ``size``, else 1 each): a few hundred events per transaction.
+        #: ``size``): a few hundred events per transaction.
         self._max_batch_events = max_batch_events
         #: At most this many submissions queued or in a batch; more wait (backpressure).
         self._queue_size = queue_size
-        #: Guards what the threads share: the queue, ``taken``, ``_in_hand``, the flags.
+        #: Guards what the threads share: the queue, ``_in_hand``, the flags.
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._queue: deque[_Pending] = deque()
@@ -123,8 +106,6 @@ class EventWriter:
         self._outstanding = 0
         self._room = trio.lowlevel.ParkingLot()
         self._closed = False
-        #: The last submission queued, while nothing is queued behind it.
-        self._tail: _Pending | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._handoff: trio.MemorySendChannel[_Handoff | None]
         #: An unexpected exception that stopped the writer thread (``run`` re-raises it).
@@ -147,44 +128,31 @@ class EventWriter:
         *,
         command_id: CommandId | None = None,
         command_type: str = "internal",
+        size: int = 1,
     ) -> Ticket:
         """Queue a submission without waiting for its commit (waits only for queue room).
 
         Submissions commit in the order they were queued. A producer that streams
         (a session's events) queues several and awaits them at its boundaries, so
-        one transaction can carry many of them instead of one fsync each.
-
-        A submission without a command id whose decide the last queued one absorbs
-        (``Absorbing``: a session's next batch of provider events right behind its
-        previous one) joins it instead of queueing, as long as the writer has not
-        taken it: the same ticket, one decision. The log's order is unchanged, as
-        nothing was queued between them.
+        one transaction can carry many of them instead of one fsync each. ``size``
+        is about how many events the decide will make (batches are cut by it).
         """
         if self._closed:
             raise StoreClosed("the event writer has stopped")
-        with self._lock:
-            tail = self._tail
-            if command_id is None and tail is not None and not tail.taken:
-                absorb = getattr(tail.submission.decide, "absorb", None)
-                if absorb is not None and tail.submission.command_id is None and absorb(decide):
-                    return tail.ticket
-            # Only a full queue is a reason to wait (that is the backpressure); a
-            # scheduler pass per queued batch showed up in the store bench.
-            if self._outstanding < self._queue_size:
-                return self._put(Submission(decide, command_id, command_type)).ticket
-            self._tail = None
+        submission = Submission(decide, command_id, command_type, size)
+        # Only a full queue is a reason to wait (that is the backpressure); a
+        # scheduler pass per queued batch showed up in the store bench.
         while self._outstanding >= self._queue_size:
             await self._room.park()
             if self._closed:
                 raise StoreClosed("the event writer has stopped")
         with self._lock:
-            return self._put(Submission(decide, command_id, command_type)).ticket
+            return self._put(submission).ticket
 
     def _put(self, submission: Submission) -> _Pending:
         """Queue ``submission`` (the lock held, room checked)."""
         pending = _Pending(submission)
         self._queue.append(pending)
-        self._tail = pending
         self._outstanding += 1
         if self._idle:
             self._work.notify()
@@ -273,10 +241,9 @@ class EventWriter:
             queue = self._queue
             while queue and len(batch) < self._max_batch and events < self._max_batch_events:
                 p = queue.popleft()
-                p.taken = True
                 batch.append(p)
                 self._in_hand[id(p)] = p
-                events += getattr(p.submission.decide, "size", 1)
+                events += p.submission.size
             return batch
 
     def _hand_back(self, batch: list[_Pending], outcomes: list[Outcome] | StoreError) -> None:
