@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, TypeVar, overload
+from typing import Any, Protocol, TypeVar
 
 import attrs
 import msgspec
@@ -37,37 +37,24 @@ E = TypeVar("E")
 
 
 class StateView(Protocol):
-    """Projection state as of the submission being decided (earlier ones included).
+    """Projection state as of the submission being decided (earlier ones included),
+    read by entity type: ``view.get(Run, id) -> Run | None`` (a turn item variant, or
+    ``TurnItemBase`` for any turn item)."""
 
-    ``kind`` is an entity type (``view.get(Run, id)``, typed) or a kind's name
-    (``view.get("run", id)``, untyped: the commands written before typed reads).
-    """
+    def get(self, entity: type[E], id: str) -> E | None: ...
 
-    @overload
-    def get(self, kind: type[E], id: str) -> E | None: ...
-    @overload
-    def get(self, kind: str, id: str) -> Any | None: ...
-
-    def get_unfolded(self, kind: str, id: str) -> Any | None:
-        """The row's value without streamed text not yet folded into it (a turn item
+    def get_unfolded(self, entity: type[E], id: str) -> E | None:
+        """The entity without streamed text not yet folded into it (a turn item
         still streaming): cheaper than ``get`` and the same outside the text fields."""
 
-    def exists(self, kind: str, id: str) -> bool: ...
+    def exists(self, entity: type, id: str) -> bool: ...
 
-    @overload
-    def select(self, kind: type[E], *, thread_id: str | None = None) -> list[E]: ...
-    @overload
-    def select(self, kind: str, *, thread_id: str | None = None) -> list[Any]: ...
+    def select(self, entity: type[E], *, thread_id: str | None = None) -> list[E]: ...
 
-    @overload
     def select_by_status(
-        self, kind: type[E], statuses: Sequence[str], *, thread_id: str | None = None
-    ) -> list[E]: ...
-    @overload
-    def select_by_status(
-        self, kind: str, statuses: Sequence[str], *, thread_id: str | None = None
-    ) -> list[Any]:
-        """Rows whose status is one of ``statuses`` (of one thread, if given): an
+        self, entity: type[E], statuses: Sequence[str], *, thread_id: str | None = None
+    ) -> list[E]:
+        """Entities whose status is one of ``statuses`` (of one thread, if given): an
         indexed read, unlike ``select`` of a whole thread's rows."""
 
     def now(self) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from t3orch.projections.projector import fold_item
 from t3orch.store.interface import CommandReceipt, Outcome
@@ -31,6 +31,7 @@ from t3orch.store.sqlite.rows import (
 KNOWN_ROWS = 16_384
 
 Key = tuple[str, str]
+E = TypeVar("E")
 #: A position cached for a row that was read and is not stored (positions are >= 0).
 ABSENT = -1
 
@@ -197,9 +198,10 @@ class DecideView:
             self._positions[(r.kind, r.id)] = r.position
         return rows
 
-    def exists(self, kind: str, id: str) -> bool:
+    def exists(self, entity: type, id: str) -> bool:
         # Rows are never deleted, so a row seen once exists for good: every streamed
         # delta asks about its item, and a hit here saves a query per delta.
+        kind = kind_of(entity)
         key = (kind, id)
         if key in self._known:
             return True
@@ -227,31 +229,29 @@ class DecideView:
         # Folded as a value: the decision wants the item, not its JSON.
         return fold_item(row.decode(), chunks) if chunks else row.decode()
 
-    def get(self, kind: str | type[Any], id: str) -> Any | None:
-        if isinstance(kind, str):
-            row = self._row(kind, id)
-            return None if row is None else self._decoded(row)
-        row = self._row(kind_of(kind), id)
+    def get(self, entity: type[E], id: str) -> E | None:
+        row = self._row(kind_of(entity), id)
         value = None if row is None else self._decoded(row)
-        return value if isinstance(value, kind) else None
+        return value if isinstance(value, entity) else None
 
-    def get_unfolded(self, kind: str, id: str) -> Any | None:
-        row = self._row(kind, id)
-        return None if row is None else row.decode()
+    def get_unfolded(self, entity: type[E], id: str) -> E | None:
+        row = self._row(kind_of(entity), id)
+        value = None if row is None else row.decode()
+        return value if isinstance(value, entity) else None
 
-    def select(self, kind: str | type[Any], *, thread_id: str | None = None) -> list[Any]:
-        name = kind if isinstance(kind, str) else kind_of(kind)
-        stored = self._stored(read_rows(self._conn, name, thread_id))
-        rows = self._merged(name, thread_id, stored, None)
-        return _typed(kind, [self._decoded(r) for r in rows])
+    def select(self, entity: type[E], *, thread_id: str | None = None) -> list[E]:
+        kind = kind_of(entity)
+        stored = self._stored(read_rows(self._conn, kind, thread_id))
+        rows = self._merged(kind, thread_id, stored, None)
+        return [v for r in rows if isinstance(v := self._decoded(r), entity)]
 
     def select_by_status(
-        self, kind: str | type[Any], statuses: Sequence[str], *, thread_id: str | None = None
-    ) -> list[Any]:
-        name = kind if isinstance(kind, str) else kind_of(kind)
-        stored = self._stored(read_rows_by_status(self._conn, name, statuses, thread_id))
-        rows = self._merged(name, thread_id, stored, frozenset(statuses))
-        return _typed(kind, [self._decoded(r) for r in rows])
+        self, entity: type[E], statuses: Sequence[str], *, thread_id: str | None = None
+    ) -> list[E]:
+        kind = kind_of(entity)
+        stored = self._stored(read_rows_by_status(self._conn, kind, statuses, thread_id))
+        rows = self._merged(kind, thread_id, stored, frozenset(statuses))
+        return [v for r in rows if isinstance(v := self._decoded(r), entity)]
 
     def _merged(
         self,
@@ -276,11 +276,6 @@ class DecideView:
             else:
                 rows.pop(r.id, None)
         return sorted(rows.values(), key=_order)
-
-
-def _typed(kind: str | type[Any], values: list[Any]) -> list[Any]:
-    """Of a typed read, the values of that type (a turn item variant of all items)."""
-    return values if isinstance(kind, str) else [v for v in values if isinstance(v, kind)]
 
 
 def _order(row: Row) -> tuple[int, str]:
