@@ -103,7 +103,7 @@ sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != _HERE]
 from adapters.transport import ExitStatus, LaunchSpec, OversizedLine  # noqa: E402
 from t3orch.api.auth import read_token  # noqa: E402
 from t3orch.ingest.coalesce import DEFAULT_WINDOW_S  # noqa: E402
-from t3orch.process_tuning import raise_descriptor_limit, tune_interpreter  # noqa: E402
+from t3orch.process_tuning import raise_descriptor_limit  # noqa: E402
 
 #: Issue 6: p99 end-to-end latency to a subscriber.
 TARGET_P99_MS = 20.0
@@ -757,9 +757,6 @@ async def _daemon_main(args: argparse.Namespace, rec: Records) -> None:
     )
     async with trio.open_nursery() as nursery:
         daemon = await nursery.start(run_daemon, config, Path(args.daemon_child))
-        # The interpreter settings ``t3orch serve`` applies once its daemon is ready
-        # (this child stands for that process).
-        tune_interpreter()
         if args.switch_interval is not None:
             sys.setswitchinterval(args.switch_interval / 1000)
         print(json.dumps({"pid": os.getpid(), "port": daemon.port}), flush=True)
