@@ -2,8 +2,10 @@
 
 A runtime's ingest stream (``ingest/stream.py``) queues its batches
 (``EventWriter.enqueue``) instead of awaiting each commit, so one transaction
-carries many batches. The window counts events, not tickets (a coalescer flush
-is mostly one delta, a turn's end dozens): a producer waits once more than
+carries many batches. Batches queued back to back
+join one submission and share its ticket; counting tickets would then count
+batches, and a session would stop after a few dozen events although only one
+submission is queued. The window counts events: a producer waits once more than
 ``limit`` of its events are uncommitted (that is its backpressure; the writer's
 queue bounds all producers together).
 """
@@ -14,8 +16,8 @@ from collections import deque
 
 from t3orch.store.writer import Ticket
 
-#: A session's bound on its uncommitted events: room for a batch being committed and
-#: a couple queued behind it (a transaction holds a few hundred).
+#: A session's bound on its uncommitted events: room for a batch being written, one
+#: being decided and one queued (a transaction holds a few hundred).
 MAX_INFLIGHT_EVENTS = 1024
 
 
@@ -40,8 +42,11 @@ class InflightWindow:
         Committed tickets at the head are collected on the way, so a failed commit
         surfaces at the producer's next batch, not at its turn's end.
         """
-        self._tickets.append(ticket)
-        self._counts.append(events)
+        if self._tickets and self._tickets[-1] is ticket:
+            self._counts[-1] += events
+        else:
+            self._tickets.append(ticket)
+            self._counts.append(events)
         self._events += events
         while self._tickets and (self._events > self._limit or self._tickets[0].done):
             await self._pop()

@@ -77,8 +77,6 @@ class Submission(msgspec.Struct, frozen=True):
     decide: Decide
     command_id: CommandId | None = None
     command_type: str = "internal"
-    #: About how many events it will decide: the writer cuts batches by it.
-    size: int = 1
 
 
 @attrs.frozen

@@ -16,6 +16,7 @@ import math
 import threading
 from collections import deque
 from collections.abc import Sequence
+from typing import Any, Generic, TypeVar
 
 import attrs
 import trio
@@ -26,18 +27,43 @@ from t3orch.store.broadcast import Broadcast
 from t3orch.store.errors import StoreClosed, StoreError
 from t3orch.store.interface import Decide, EventStore, Outcome, Submission
 
+T = TypeVar("T")
+
+#: At most this many items in one joined pile: a joined submission is decided, and
+#: rejected, as a whole, and a session streaming faster than the log keeps several
+#: submissions queued instead of one that grows without end.
+MAX_PILE = 128
+
+
+class Pile(Generic[T]):
+    """The items a queued submission will decide (a session's provider events), as a
+    list that later submissions with the same ``key`` add theirs to until the writer
+    takes it: group commit's join is this list growing, under the writer's lock, and
+    nothing is called. The decide holds the same list and reads it when it runs."""
+
+    __slots__ = ("items", "key")
+
+    def __init__(self, key: object, items: list[T]) -> None:
+        self.key = key
+        self.items = items
+
 
 class _Pending:
     """A queued submission and, once committed, its outcome (one per submission)."""
 
-    __slots__ = ("done", "failure", "outcome", "submission", "ticket")
+    __slots__ = ("done", "failure", "outcome", "pile", "size", "submission", "taken", "ticket")
 
-    def __init__(self, submission: Submission) -> None:
+    def __init__(self, submission: Submission, size: int, pile: Pile[Any] | None) -> None:
         self.submission = submission
+        #: About how many events it will decide: batches are cut by it.
+        self.size = size
+        self.pile = pile
         self.ticket = Ticket(self)
         self.done = trio.Event()
         self.outcome: Outcome | None = None
         self.failure: BaseException | None = None
+        #: The writer has taken it into a batch: its pile grows no more.
+        self.taken = False
 
 
 class Ticket:
@@ -85,12 +111,12 @@ class EventWriter:
         self.broadcast = broadcast or Broadcast()
         self.stats = WriterStats()
         self._max_batch = max_batch
-        #: A batch is cut once its submissions carry this many events (by their
-        #: ``size``): a few hundred events per transaction.
+        #: A batch is cut once its submissions carry this many events (by the
+        #: ``size`` each was queued with): a few hundred events per transaction.
         self._max_batch_events = max_batch_events
         #: At most this many submissions queued or in a batch; more wait (backpressure).
         self._queue_size = queue_size
-        #: Guards what the threads share: the queue, ``_in_hand``, the flags.
+        #: Guards what the threads share: the queue, ``taken``, ``_in_hand``, the flags.
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._queue: deque[_Pending] = deque()
@@ -106,6 +132,8 @@ class EventWriter:
         self._outstanding = 0
         self._room = trio.lowlevel.ParkingLot()
         self._closed = False
+        #: The last submission queued, while nothing is queued behind it.
+        self._tail: _Pending | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._handoff: trio.MemorySendChannel[_Handoff | None]
         #: An unexpected exception that stopped the writer thread (``run`` re-raises it).
@@ -129,6 +157,7 @@ class EventWriter:
         command_id: CommandId | None = None,
         command_type: str = "internal",
         size: int = 1,
+        pile: Pile[T] | None = None,
     ) -> Ticket:
         """Queue a submission without waiting for its commit (waits only for queue room).
 
@@ -136,23 +165,49 @@ class EventWriter:
         (a session's events) queues several and awaits them at its boundaries, so
         one transaction can carry many of them instead of one fsync each. ``size``
         is about how many events the decide will make (batches are cut by it).
+
+        A submission with a ``pile`` and no command id joins the last one queued
+        when that one has a pile of the same key and the writer has not taken it:
+        its items are added to that pile (at most ``MAX_PILE``) and it shares that
+        ticket; one decision. A submission costs more than the one delta a
+        coalescer flush mostly carries: at throughput (bench/store.py) a session's
+        flushes queue back to back. Nothing was queued between them, so the log's
+        order is the same.
         """
         if self._closed:
             raise StoreClosed("the event writer has stopped")
-        submission = Submission(decide, command_id, command_type, size)
-        # Only a full queue is a reason to wait (that is the backpressure); a
-        # scheduler pass per queued batch showed up in the store bench.
+        submission = Submission(decide, command_id, command_type)
+        with self._lock:
+            tail = self._tail
+            if pile is not None and command_id is None and tail is not None:
+                into = tail.pile
+                if (
+                    into is not None
+                    and not tail.taken
+                    and tail.submission.command_id is None
+                    and (into.key is pile.key or into.key == pile.key)
+                    and len(into.items) + len(pile.items) <= MAX_PILE
+                ):
+                    into.items.extend(pile.items)
+                    tail.size += size
+                    return tail.ticket
+            # Only a full queue is a reason to wait (that is the backpressure); a
+            # scheduler pass per queued batch showed up in the store bench.
+            if self._outstanding < self._queue_size:
+                return self._put(submission, size, pile).ticket
+            self._tail = None
         while self._outstanding >= self._queue_size:
             await self._room.park()
             if self._closed:
                 raise StoreClosed("the event writer has stopped")
         with self._lock:
-            return self._put(submission).ticket
+            return self._put(submission, size, pile).ticket
 
-    def _put(self, submission: Submission) -> _Pending:
+    def _put(self, submission: Submission, size: int, pile: Pile[Any] | None) -> _Pending:
         """Queue ``submission`` (the lock held, room checked)."""
-        pending = _Pending(submission)
+        pending = _Pending(submission, size, pile)
         self._queue.append(pending)
+        self._tail = pending
         self._outstanding += 1
         if self._idle:
             self._work.notify()
@@ -241,9 +296,10 @@ class EventWriter:
             queue = self._queue
             while queue and len(batch) < self._max_batch and events < self._max_batch_events:
                 p = queue.popleft()
+                p.taken = True
                 batch.append(p)
                 self._in_hand[id(p)] = p
-                events += p.submission.size
+                events += p.size
             return batch
 
     def _hand_back(self, batch: list[_Pending], outcomes: list[Outcome] | StoreError) -> None:

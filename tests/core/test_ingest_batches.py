@@ -1,4 +1,4 @@
-"""Queued ingest batches in the writer, and completions that carry their text."""
+"""Queued ingest batches joining in the writer, and completions that carry their text."""
 
 from __future__ import annotations
 
@@ -89,9 +89,7 @@ def _rows_equal_a_rebuild(core: Core) -> None:
         assert compare(core.reader.all_rows(), rebuilt) == []
 
 
-async def test_each_queued_batch_is_its_own_submission_in_queue_order(tmp_path: Path) -> None:
-    """Batches queued while the writer is busy are taken together, but each keeps its
-    own decision and outcome: a session's, another's and a command's alike."""
+async def test_a_sessions_batches_queued_back_to_back_are_one_submission(tmp_path: Path) -> None:
     async with open_core(tmp_path / "e.db") as core:
         svc = core.service
         t1, b1 = await _streaming(core)
@@ -101,34 +99,51 @@ async def test_each_queued_batch_is_its_own_submission_in_queue_order(tmp_path: 
             a = await svc.ingest_queued(b1, _delta("a"))
             b = await svc.ingest_queued(b1, _delta("b"))
             c = await svc.ingest_queued(b2, _delta("c"))
-            command = await core.writer.enqueue(
-                IngestBatch(b1, _delta("d")), command_id=CommandId("cmd_1"), command_type="ingest"
-            )
-            e = await svc.ingest_queued(b1, _delta("e"))
-        outcomes = [await t.outcome() for t in (a, b, c, command, e)]
-        assert core.writer.stats.submissions - before == 1 + 5
-        assert len({id(o) for o in outcomes}) == 5
-        texts = [[ev.payload.text for ev in o.events] for o in outcomes]  # type: ignore[union-attr]
-        assert texts == [["a"], ["b"], ["c"], ["d"], ["e"]]
-        assert [t for kind, t in _log(core) if kind == "turn_item.delta"] == [*"abcde"]
-        assert (_reply(core, t1)["text"], _reply(core, t2)["text"]) == ("abde", "c")
+            d = await svc.ingest_queued(b1, _delta("d"))
+        oa, ob, oc, od = [await t.outcome() for t in (a, b, c, d)]
+        # b joined a; d queued behind another session's batch stays apart (log order).
+        assert core.writer.stats.submissions - before == 1 + 3
+        assert oa is ob and oa is not od
+        texts = [[e.payload.text for e in o.events] for o in (oa, oc, od)]  # type: ignore[union-attr]
+        assert texts == [["a", "b"], ["c"], ["d"]]
+        assert [t for kind, t in _log(core) if kind == "turn_item.delta"] == ["a", "b", "c", "d"]
+        assert (_reply(core, t1)["text"], _reply(core, t2)["text"]) == ("abd", "c")
         _rows_equal_a_rebuild(core)
 
 
-async def test_the_inflight_window_counts_events_not_tickets(tmp_path: Path) -> None:
+async def test_the_inflight_window_counts_events_not_joined_batches(tmp_path: Path) -> None:
     async with open_core(tmp_path / "e.db") as core:
         tid, b = await _streaming(core)
-        window = InflightWindow(limit=4)
+        window = InflightWindow(limit=3)
+        # Joined batches share one ticket: the window holds one submission of 3 events.
         async with _writer_busy(core):
-            await window.add(await core.service.ingest_queued(b, _delta("a")), 1)
-            await window.add(await core.service.ingest_queued(b, _delta("b")), 2)
-            assert (len(window), window.events) == (2, 3)
-        # Two more events are over the limit: add waits for the oldest commits first.
-        await window.add(await core.service.ingest_queued(b, _delta("c")), 2)
-        assert window.events <= 4
+            for text in "abc":
+                await window.add(await core.service.ingest_queued(b, _delta(text)), 1)
+            assert (len(window), window.events) == (1, 3)
+        # One more event is over the limit: add waits for that commit, then returns.
+        await window.add(await core.service.ingest_queued(b, _delta("d")), 1)
+        assert window.events <= 3
         await window.drain()
         assert (len(window), window.events) == (0, 0)
-        assert _reply(core, tid)["text"] == "abc"
+        assert _reply(core, tid)["text"] == "abcd"
+
+
+async def test_nothing_joins_a_taken_batch_or_a_command(tmp_path: Path) -> None:
+    async with open_core(tmp_path / "e.db") as core:
+        tid, b = await _streaming(core)
+        before = core.writer.stats.submissions
+        first = await core.service.ingest_queued(b, _delta("a"))
+        # Once a submission queued after it is being decided, the writer has taken it.
+        async with _writer_busy(core):
+            second = await core.service.ingest_queued(b, _delta("b"))
+            command = await core.writer.enqueue(
+                IngestBatch(b, _delta("c")), command_id=CommandId("cmd_1"), command_type="ingest"
+            )
+            behind = await core.service.ingest_queued(b, _delta("d"))
+        outcomes = [await t.outcome() for t in (first, second, command, behind)]
+        assert core.writer.stats.submissions - before == 4 + 1
+        assert [len(o.events) for o in outcomes] == [1, 1, 1, 1]
+        assert _reply(core, tid)["text"] == "abcd"
 
 
 async def test_completions_carrying_their_text_after_stored_deltas(tmp_path: Path) -> None:

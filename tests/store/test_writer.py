@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import trio
@@ -20,7 +21,7 @@ from t3orch.store.interface import Decision, Outcome, StateView
 from t3orch.store.open import open_log
 from t3orch.store.sqlite.backend import SQLiteStore
 from t3orch.store.sqlite.staging import PreparedBatch
-from t3orch.store.writer import EventWriter
+from t3orch.store.writer import EventWriter, Pile, Ticket
 from tests.store.contract import ITEM, diag, put_item, stream
 
 _WAIT_S = 10
@@ -131,3 +132,49 @@ async def test_a_batch_sees_the_text_streamed_by_the_batch_committed_before_it(
     # The item's text as stored in the log (batch 1) and staged in its own batch.
     assert outcomes[-1].result == "hello!"
     assert [e.sequence for o in outcomes for e in o.events] == [1, 2, 3, 4]
+
+
+async def test_piles_of_one_key_queued_back_to_back_join_as_data(tmp_path: Path) -> None:
+    """The join is the writer's: it extends the queued pile; the decide is a plain
+    function reading the list it was given (nothing is asked of it)."""
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(view: StateView) -> Decision:
+        entered.set()
+        release.wait(_WAIT_S)
+        return Decision([])
+
+    def noting(items: list[str]) -> Callable[[StateView], Decision]:
+        def decide(view: StateView) -> Decision:
+            drafts = [
+                EventDraft(
+                    payload=ProviderDiagnostic(
+                        provider_session_id=None, level="info", code="c", message=text
+                    )
+                )
+                for text in items
+            ]
+            return Decision(drafts, list(items))
+
+        return decide
+
+    async def queue(key: str, *texts: str) -> Ticket:
+        items = list(texts)
+        pile = Pile(key, items)
+        return await log.writer.enqueue(noting(items), size=len(items), pile=pile)
+
+    async with open_log(tmp_path / "p.db") as log:
+        with trio.fail_after(_WAIT_S):
+            held = await log.writer.enqueue(hold)
+            assert await trio.to_thread.run_sync(entered.wait, _WAIT_S)
+            a = await queue("s1", "a")
+            b = await queue("s1", "b", "c")
+            c = await queue("s2", "d")
+            d = await queue("s1", "e")
+            release.set()
+            await held.outcome()
+            oa, ob, oc, od = [await t.outcome() for t in (a, b, c, d)]
+    # b joined a; d stays apart, behind another key's pile (the log's order).
+    assert oa is ob and oa is not od
+    assert (oa.result, oc.result, od.result) == (["a", "b", "c"], ["d"], ["e"])
+    assert [e.sequence for o in (oa, oc, od) for e in o.events] == [1, 2, 3, 4, 5]
