@@ -103,7 +103,7 @@ sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != _HERE]
 from adapters.transport import ExitStatus, LaunchSpec, OversizedLine  # noqa: E402
 from t3orch.api.auth import read_token  # noqa: E402
 from t3orch.ingest.coalesce import DEFAULT_WINDOW_S  # noqa: E402
-from t3orch.process_tuning import raise_descriptor_limit, tune_interpreter  # noqa: E402
+from t3orch.process_tuning import raise_descriptor_limit  # noqa: E402
 
 #: Issue 6: p99 end-to-end latency to a subscriber.
 TARGET_P99_MS = 20.0
@@ -622,9 +622,7 @@ def _instrument(rec: Records, args: argparse.Namespace) -> None:
 
     CoreService.ingest_queued = timed_ingest  # type: ignore[method-assign]
 
-    prepare_batch = SQLiteStore.prepare_batch
-    write_batch = SQLiteStore.write_batch
-    commit_written = SQLiteStore.commit_written
+    commit_batch = SQLiteStore.commit_batch
     connect = SQLiteStore._connect
     commit_stmt = [0.0]
 
@@ -648,38 +646,19 @@ def _instrument(rec: Records, args: argparse.Namespace) -> None:
 
     SQLiteStore._connect = traced_connect  # type: ignore[method-assign]
 
-    # A batch is decided (prepare_batch, maybe while the batch ahead commits), then
-    # written and committed: its commit spans from its deciding to its COMMIT's end,
-    # its CPU is the three steps' (each on the thread that ran it).
-    deciding: dict[int, list[Any]] = {}
-
-    def timed_prepare(self: Any, submissions: Sequence[Any], behind: Any = None) -> Any:
+    # A batch is decided, written and committed in one call on the writer's thread:
+    # its commit spans the call, its CPU is that thread's during it.
+    def timed_commit(self: Any, submissions: Sequence[Any]) -> Any:
         start = time.monotonic()
         cpu = time.thread_time()
-        batch = prepare_batch(self, submissions, behind)
-        deciding[id(batch)] = [start, time.thread_time() - cpu, len(submissions)]
-        return batch
-
-    def timed_write(self: Any, batch: Any) -> None:
-        cpu = time.thread_time()
         try:
-            write_batch(self, batch)
-        finally:
-            deciding[id(batch)][1] += time.thread_time() - cpu
-
-    def timed_commit(self: Any, batch: Any) -> Any:
-        cpu = time.thread_time()
-        try:
-            return commit_written(self, batch)
+            return commit_batch(self, submissions)
         finally:
             end = time.monotonic()
-            start, spent, n = deciding.pop(id(batch))
-            spent += time.thread_time() - cpu
-            rec.commits.append((start, end, n, spent, end - commit_stmt[0]))
+            spent = time.thread_time() - cpu
+            rec.commits.append((start, end, len(submissions), spent, end - commit_stmt[0]))
 
-    SQLiteStore.prepare_batch = timed_prepare  # type: ignore[method-assign]
-    SQLiteStore.write_batch = timed_write  # type: ignore[method-assign]
-    SQLiteStore.commit_written = timed_commit  # type: ignore[method-assign]
+    SQLiteStore.commit_batch = timed_commit  # type: ignore[method-assign]
 
     publish = Broadcast.publish
 
@@ -778,9 +757,6 @@ async def _daemon_main(args: argparse.Namespace, rec: Records) -> None:
     )
     async with trio.open_nursery() as nursery:
         daemon = await nursery.start(run_daemon, config, Path(args.daemon_child))
-        # The interpreter settings ``t3orch serve`` applies once its daemon is ready
-        # (this child stands for that process).
-        tune_interpreter()
         if args.switch_interval is not None:
             sys.setswitchinterval(args.switch_interval / 1000)
         print(json.dumps({"pid": os.getpid(), "port": daemon.port}), flush=True)

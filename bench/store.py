@@ -36,22 +36,17 @@ Peak RSS of the process during the core phases is printed too (target < 150 MB).
    (``t3orch/ingest/stream.py``: queue, coalescer, in-flight bound, turn barrier):
    a raw ~18-character delta every ~51 ms per streaming item, an approval per turn
    (the request opens, the user answers after ``USER_THINK_S``, the provider
-   resolves it), turn ends. Printed per variant, side by side in one run: the
-   store's machinery as it is, then without the key filter, without the deciding
-   thread (batches committed one after another) and
-   without the interpreter tuning; for each, the committed events/s, the CPU it
-   took (all threads, % of one core and µs per committed event), and the p50/p99
-   latency of an answer's commit and of a turn end's. With ``--variants`` the
-   append (1.) runs once per variant too.
+   resolves it), turn ends. Printed: the committed events/s, the CPU it took (all
+   threads, % of one core and µs per committed event), and the p50/p99 latency of
+   an answer's commit and of a turn end's.
 
 Run: ``python bench/store.py [--events N] [--rounds R] [--sync FULL|NORMAL] [--dir D] [--json]
-[--realistic-s S] [--realistic-only] [--variants]``.
+[--realistic-s S] [--realistic-only]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import itertools
 import json
 import multiprocessing
@@ -87,7 +82,6 @@ from t3orch.ingest.binding import SessionBinding
 from t3orch.ingest.coalesce import DEFAULT_WINDOW_S, DeltaCoalescer
 from t3orch.ingest.queue import EventQueue
 from t3orch.ingest.stream import MAX_INGEST_BATCH, IngestStream
-from t3orch.process_tuning import reset_interpreter, tune_interpreter
 from t3orch.projections.views import thread_detail
 from t3orch.provider_events import (
     ItemCompleted,
@@ -294,13 +288,7 @@ async def play_session(
         )
 
 
-async def append_phase(
-    db: Path, events: int, sessions: int, sync: Sync, tuned: bool = True
-) -> dict[str, Any]:
-    # The interpreter settings of the daemon process (``t3orch serve``).
-    reset_interpreter()
-    if tuned:
-        tune_interpreter()
+async def append_phase(db: Path, events: int, sessions: int, sync: Sync) -> dict[str, Any]:
     # The provider side is generated before the clock starts: producing text and
     # coalescing raw deltas is the supervisor's work, not the log's, and it would
     # share the GIL with the writer it is meant to measure.
@@ -563,40 +551,6 @@ USER_THINK_S = 0.5
 #: Raw deltas per streamed item of a realistic turn: the reply before the command,
 #: the command's output, the reply after it (~2, ~1 and ~2 s at provider cadence).
 REALISTIC_DELTAS = (40, 20, 40)
-VARIANTS = (
-    "as is",
-    "no key filter",
-    "no deciding thread",
-    "no interpreter tuning",
-)
-
-
-@contextmanager
-def variant(name: str) -> Iterator[bool]:
-    """The store with one piece of its machinery taken out (the bench patches it, the
-    product has no switch); yields whether the interpreter is tuned."""
-    from t3orch.store.sqlite import backend
-    from t3orch.store.sqlite.keyfilter import KeyFilter
-    from t3orch.store.writer import commit_in_order
-
-    saved = (backend.SQLiteStore._read_keys, backend.SQLiteStore.commit_loop)
-
-    def every_key(self: Any, staged: Any = None) -> KeyFilter:
-        keys = KeyFilter()
-        keys.everything = True  # nothing is known absent: every read is made
-        return keys
-
-    def in_order(self: Any, batches: Any) -> None:
-        commit_in_order(self)(batches)
-
-    if name == "no key filter":
-        backend.SQLiteStore._read_keys = every_key  # type: ignore[method-assign]
-    elif name == "no deciding thread":
-        backend.SQLiteStore.commit_loop = in_order  # type: ignore[method-assign]
-    try:
-        yield name != "no interpreter tuning"
-    finally:
-        backend.SQLiteStore._read_keys, backend.SQLiteStore.commit_loop = saved  # type: ignore[method-assign]
 
 
 class _Stats:
@@ -763,60 +717,25 @@ async def realistic_phase(db: Path, sessions: int, seconds: float, sync: Sync) -
     }
 
 
-def realistic(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
-    out = []
-    for name in VARIANTS:
-        with variant(name) as tuned:
-            reset_interpreter()
-            if tuned:
-                tune_interpreter()
-            db = root / f"realistic-{VARIANTS.index(name)}.db"
-            r = trio.run(realistic_phase, db, args.realistic_sessions, args.realistic_s, args.sync)
-            if args.variants:
-                a = trio.run(
-                    append_phase,
-                    root / f"append-{name}.db",
-                    args.events,
-                    args.sessions,
-                    args.sync,
-                    tuned,
-                )
-                r["append_events_per_s"] = a["events_per_s"]
-        reset_interpreter()
-        r["variant"] = name
-        out.append(r)
-        for f in root.glob("realistic-*.db*"):
-            f.unlink()
-        for f in root.glob("append-*.db*"):
-            f.unlink()
-    return out
+def realistic(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    db = root / "realistic.db"
+    r = trio.run(realistic_phase, db, args.realistic_sessions, args.realistic_s, args.sync)
+    for f in root.glob("realistic.db*"):
+        f.unlink()
+    return r
 
 
-def print_realistic(rows: list[dict[str, Any]]) -> None:
-    r0 = rows[0]
+def print_realistic(r: dict[str, Any]) -> None:
     turn_s = sum(REALISTIC_DELTAS) * RAW_DELTA_EVERY_S + USER_THINK_S
     print(
-        f"realistic load: {r0['sessions']} sessions at provider cadence (a raw delta every "
+        f"realistic load: {r['sessions']} sessions at provider cadence (a raw delta every "
         f"{RAW_DELTA_EVERY_S * 1e3:.0f} ms per streaming item, an approval answered after "
-        f"{USER_THINK_S:g} s and a turn end per ~{turn_s:.0f} s"
-        f" turn), {r0['seconds']:.0f} s per variant:"
+        f"{USER_THINK_S:g} s and a turn end per ~{turn_s:.0f} s turn) for {r['seconds']:.0f} s: "
+        f"{r['events_per_s']:.0f} events/s, {r['turns']} turns, {r['approvals']} approvals; "
+        f"CPU {r['cpu_pct']:.1f}% of a core ({r['cpu_us_per_event']:.0f} us per committed event); "
+        f"answer commit p50/p99 {r['answer_p50_ms']:.1f} / {r['answer_p99_ms']:.1f} ms, "
+        f"turn end p50/p99 {r['turn_end_p50_ms']:.1f} / {r['turn_end_p99_ms']:.1f} ms"
     )
-    head = (
-        f"  {'variant':<22} {'events/s':>8} {'turns':>5} {'CPU %':>6} {'us/event':>8} "
-        f"{'answer p50/p99 ms':>18} {'turn end p50/p99 ms':>20}"
-    )
-    if "append_events_per_s" in r0:
-        head += f" {'append events/s':>16}"
-    print(head)
-    for r in rows:
-        line = (
-            f"  {r['variant']:<22} {r['events_per_s']:8.0f} {r['turns']:5d} {r['cpu_pct']:6.1f} "
-            f"{r['cpu_us_per_event']:8.0f} {r['answer_p50_ms']:8.1f} / {r['answer_p99_ms']:7.1f} "
-            f"{r['turn_end_p50_ms']:9.1f} / {r['turn_end_p99_ms']:8.1f}"
-        )
-        if "append_events_per_s" in r:
-            line += f" {r['append_events_per_s']:16,.0f}"
-        print(line)
 
 
 # -- driver ---------------------------------------------------------------------------------
@@ -845,10 +764,6 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         core_db = root / f"core{n}.db"
         append = trio.run(append_phase, core_db, args.events, args.sessions, sync)
         append["peak_rss_mb"] = peak_rss_mb()
-        # Each round stands for a fresh daemon: what the last one froze out of the
-        # collector's sight (tune_interpreter) is garbage now.
-        gc.unfreeze()
-        gc.collect()
         achieved = max(1, round(append["events_per_commit"]))
         bare = bare_apart(core_db, root / f"bare{n}.db", achieved, sync)
         rounds.append(
@@ -972,18 +887,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--detail-item-bytes", type=int, default=1024)
     p.add_argument("--detail-per-turn", type=int, default=1000)
     p.add_argument("--detail-runs", type=int, default=7)
-    p.add_argument("--realistic-s", type=float, default=10.0, help="per variant (10; 0: skip)")
+    p.add_argument("--realistic-s", type=float, default=10.0, help="seconds (10; 0: skip)")
     p.add_argument("--realistic-sessions", type=int, default=20)
     p.add_argument("--realistic-only", action="store_true", help="only the realistic load")
-    p.add_argument("--variants", action="store_true", help="also the append (1.) once per variant")
     args = p.parse_args(argv)
     if args.realistic_only:
         with tempfile.TemporaryDirectory(prefix="store-bench-", dir=args.dir) as tmp:
-            rows = realistic(args, Path(tmp))
+            row = realistic(args, Path(tmp))
         if args.json:
-            print(json.dumps(rows, indent=2))
+            print(json.dumps(row, indent=2))
         else:
-            print_realistic(rows)
+            print_realistic(row)
         return 0
     if args.dir is not None:
         args.dir.mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,7 @@ from t3orch.core import Core, open_core
 from t3orch.daemonlog import raw_dir
 from t3orch.domain.provider import ProcessOwner
 from t3orch.domain.vocab import ProviderKind
-from t3orch.process_tuning import raise_descriptor_limit, tune_interpreter
+from t3orch.process_tuning import raise_descriptor_limit
 from t3orch.provider_versions import probe_all
 from t3orch.state import prepare_state_dir, state_dir_identity
 from t3orch.store.errors import StateDirInvalid
@@ -280,10 +280,6 @@ async def serve_until_signalled(config: Config, state_dir: Path) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             daemon: Daemon = await nursery.start(run_daemon, config, state_dir)
-            # Startup objects live for the daemon's life: kept out of every collection
-            # (full passes over them stalled event fan-out by 50-110 ms in
-            # bench/fanout.py); see process_tuning on the settings.
-            tune_interpreter()
             log.info("serving %s (api port %s, pid %d)", state_dir, daemon.port, os.getpid())
 
             async def stop() -> None:

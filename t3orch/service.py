@@ -45,7 +45,7 @@ from t3orch.ingest.translate import IngestBatch, ingest_many
 from t3orch.provider_events import ProviderEvent
 from t3orch.store.errors import CommandRejected
 from t3orch.store.interface import Decide, Outcome
-from t3orch.store.writer import EventWriter, Ticket
+from t3orch.store.writer import EventWriter, Pile, Ticket
 
 
 @attrs.frozen
@@ -380,7 +380,12 @@ class CoreService:
         self, binding: SessionBinding, events: Sequence[ProviderEvent]
     ) -> Ticket:
         """Queue what a batch of adapter events means; the ticket says when it committed."""
-        return await self.writer.enqueue(IngestBatch(binding, list(events)), command_type="ingest")
+        batch = IngestBatch(binding, list(events))
+        # The pile is the batch's own list: a batch of the session queued behind it
+        # may be added to it (see EventWriter.enqueue).
+        return await self.writer.enqueue(
+            batch, command_type="ingest", size=len(batch.events), pile=Pile(binding, batch.events)
+        )
 
     async def reconcile(
         self, reason: str = "daemon_restart", swept: Mapping[str, int] | None = None

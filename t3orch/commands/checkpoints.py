@@ -8,6 +8,8 @@ import msgspec
 
 from t3orch.commands.threads import require_thread
 from t3orch.domain.checkpoint import Checkpoint, CheckpointFileSummary, CheckpointScope
+from t3orch.domain.node import ExecutionNode
+from t3orch.domain.provider import ProviderThread
 from t3orch.domain.run import Run
 from t3orch.domain.turn_items import CheckpointItem
 from t3orch.domain.vocab import RUN_TERMINAL
@@ -29,9 +31,9 @@ def summaries(files: Sequence[FileStat]) -> list[CheckpointFileSummary]:
 
 def latest_checkpoint(view: StateView, thread_id: str, before_ordinal: int) -> Checkpoint | None:
     """The checkpoint of the newest run before ``before_ordinal`` that has one (not rolled back)."""
-    runs = {r.id: r for r in view.select("run", thread_id=thread_id)}
+    runs = {r.id: r for r in view.select(Run, thread_id=thread_id)}
     best: Checkpoint | None = None
-    for cp in view.select("checkpoint", thread_id=thread_id):
+    for cp in view.select(Checkpoint, thread_id=thread_id):
         run = runs.get(cp.run_id) if cp.run_id else None
         if run is None or run.status == "rolled_back" or cp.status != "ready":
             continue
@@ -48,7 +50,7 @@ def record_checkpoint(
     """A root run's checkpoint: its scope, the checkpoint, the run's link and an item."""
 
     def decide(view: StateView) -> Decision:
-        run = view.get("run", run_id)
+        run = view.get(Run, run_id)
         if run is None:
             raise CommandRejected("unknown_run", f"no run {run_id!r}")
         ch = Changes(view)
@@ -88,7 +90,7 @@ def record_checkpoint(
         )
         ch.emit(CheckpointUpserted(checkpoint=checkpoint))
         ch.put("run", msgspec.structs.replace(run, checkpoint_id=cp_id))
-        node = view.get("node", run.root_node_id)
+        node = view.get(ExecutionNode, run.root_node_id)
         if node is not None:
             ch.put("node", msgspec.structs.replace(node, checkpoint_scope_id=scope_id))
         ch.put(
@@ -121,13 +123,11 @@ def record_child_checkpoint(
     """
 
     def decide(view: StateView) -> Decision:
-        scope = view.get("checkpoint_scope", scope_id)
+        scope = view.get(CheckpointScope, scope_id)
         if scope is None or scope.advances_app_run_count:
             raise CommandRejected("unknown_scope", f"no child checkpoint scope {scope_id!r}")
         n = 1 + sum(
-            1
-            for c in view.select("checkpoint", thread_id=scope.thread_id)
-            if c.scope_id == scope.id
+            1 for c in view.select(Checkpoint, thread_id=scope.thread_id) if c.scope_id == scope.id
         )
         cp_id = derived_id(CheckpointId, scope.id, str(n))
         ch = Changes(view)
@@ -205,13 +205,13 @@ def record_undo_checkpoint(
 
     def decide(view: StateView) -> Decision:
         require_thread(view, thread_id)
-        live = [r for r in view.select("run", thread_id=thread_id) if r.status != "rolled_back"]
+        live = [r for r in view.select(Run, thread_id=thread_id) if r.status != "rolled_back"]
         if not live:
             raise CommandRejected("no_runs", f"thread {thread_id} has no run to roll back from")
         latest = max(live, key=lambda r: r.ordinal)
         assert latest.root_node_id is not None
         n = 1 + sum(
-            1 for s in view.select("checkpoint_scope", thread_id=thread_id) if s.kind == "manual"
+            1 for s in view.select(CheckpointScope, thread_id=thread_id) if s.kind == "manual"
         )
         now = view.now()
         scope_id = derived_id(CheckpointScopeId, thread_id, "undo", checkpoint_id)
@@ -299,21 +299,21 @@ def rollback(
 
     def decide(view: StateView) -> Decision:
         thread = require_thread(view, thread_id)
-        cp = require_run_checkpoint(view.get("checkpoint", checkpoint_id), checkpoint_id, thread_id)
+        cp = require_run_checkpoint(view.get(Checkpoint, checkpoint_id), checkpoint_id, thread_id)
         ch = Changes(view)
         now = view.now()
-        runs = view.select("run", thread_id=thread_id)
+        runs = view.select(Run, thread_id=thread_id)
         if any(r.status not in RUN_TERMINAL for r in runs):
             raise CommandRejected("run_active", f"thread {thread_id} has a run in progress")
         keep = target_ordinal(cp, runs)
         later = [r for r in runs if r.ordinal > keep and r.status != "rolled_back"]
         for r in later:
             ch.put("run", msgspec.structs.replace(r, status="rolled_back"))
-            for n in view.select("node", thread_id=thread_id):
+            for n in view.select(ExecutionNode, thread_id=thread_id):
                 if n.run_id == r.id and n.status != "rolled_back":
                     ch.put("node", msgspec.structs.replace(n, status="rolled_back"))
         later_ids = {r.id for r in later}
-        for other in view.select("checkpoint", thread_id=thread_id):
+        for other in view.select(Checkpoint, thread_id=thread_id):
             stays = other.status != "ready" or is_undo_checkpoint(other)
             if other.run_id in later_ids and not stays:
                 ch.emit(
@@ -321,14 +321,14 @@ def rollback(
                 )
         active = thread.active_provider_thread_id
         for pt_id, last in reverted.items():
-            pt = view.get("provider_thread", pt_id)
+            pt = view.get(ProviderThread, pt_id)
             if pt is not None:
                 ch.put(
                     "provider_thread",
                     msgspec.structs.replace(pt, last_run_ordinal=last, updated_at=now),
                 )
         for pt_id in closed:
-            pt = view.get("provider_thread", pt_id)
+            pt = view.get(ProviderThread, pt_id)
             if pt is not None:
                 ch.put(
                     "provider_thread", msgspec.structs.replace(pt, status="closed", updated_at=now)

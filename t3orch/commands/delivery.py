@@ -34,7 +34,7 @@ def earlier_runs(view: StateView, run: Run) -> list[Run]:
     return sorted(
         (
             r
-            for r in view.select("run", thread_id=run.thread_id)
+            for r in view.select(Run, thread_id=run.thread_id)
             if r.ordinal < run.ordinal and r.status != "rolled_back"
         ),
         key=lambda r: r.ordinal,
@@ -67,7 +67,7 @@ def accumulated_delta_chars(view: StateView, pt: ProviderThread) -> int:
     """The size of the delta handoffs ``pt`` was given (superseded ones excluded)."""
     total = 0
     for handoff_id in pt.handoff_ids:
-        h = view.get("context_handoff", handoff_id)
+        h = view.get(ContextHandoff, handoff_id)
         if h is not None and h.strategy == "delta_since_target_last_seen" and h.status == "ready":
             total += len(h.summary_text)
     return total
@@ -98,7 +98,7 @@ def delta_overflow(view: StateView, run: Run, pt: ProviderThread, limit: int) ->
 def _providers(view: StateView, runs: list[Run]) -> str:
     kinds = set()
     for r in runs:
-        src = view.get("provider_thread", r.provider_thread_id) if r.provider_thread_id else None
+        src = view.get(ProviderThread, r.provider_thread_id) if r.provider_thread_id else None
         if src is not None:
             kinds.add(src.provider)
     return ", ".join(sorted(kinds)) or "another provider"
@@ -111,7 +111,7 @@ def _missed_handoff(ch: Changes, view: StateView, run: Run, pt: ProviderThread) 
     earlier = earlier_runs(view, run)
     sources: dict[str, ProviderThread] = {}
     for r in missed:
-        src = view.get("provider_thread", r.provider_thread_id) if r.provider_thread_id else None
+        src = view.get(ProviderThread, r.provider_thread_id) if r.provider_thread_id else None
         if src is not None:
             sources[src.id] = src
     from_pts = list(sources.values())
@@ -174,7 +174,7 @@ def _waiting(ch: Changes, view: StateView, run: Run, pt: ProviderThread) -> list
         from_providers = sorted(
             {
                 p.provider
-                for p in (view.get("provider_thread", i) for i in h.from_provider_thread_ids)
+                for p in (view.get(ProviderThread, i) for i in h.from_provider_thread_ids)
                 if p is not None
             }
         )
@@ -191,8 +191,8 @@ def prepare_handoff(run_id: str, provider_thread_id: str) -> Decide:
     """
 
     def decide(view: StateView) -> Decision:
-        run = view.get("run", run_id)
-        pt = view.get("provider_thread", provider_thread_id)
+        run = view.get(Run, run_id)
+        pt = view.get(ProviderThread, provider_thread_id)
         if run is None or pt is None:
             return Decision([], None)
         ch = Changes(view)

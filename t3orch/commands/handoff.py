@@ -26,6 +26,7 @@ from t3orch.domain.context import (
     RunOrdinalRange,
 )
 from t3orch.domain.provider import ProviderThread
+from t3orch.domain.run import Run
 from t3orch.domain.thread import AppThread
 from t3orch.domain.turn_items import Handoff
 from t3orch.events import ContextHandoffUpserted, ContextTransferUpserted
@@ -102,10 +103,10 @@ def replace_provider_thread(
     def decide(view: StateView) -> Decision:
         thread = require_thread(view, thread_id)
         old_id = thread.active_provider_thread_id
-        old = view.get("provider_thread", old_id) if old_id else None
+        old = view.get(ProviderThread, old_id) if old_id else None
         if old is None:
             raise CommandRejected("no_provider_thread", f"thread {thread_id} has none to replace")
-        run = view.get("run", target_run_id)
+        run = view.get(Run, target_run_id)
         if run is None:
             raise CommandRejected("unknown_run", f"no run {target_run_id!r}")
         why, old_status, tag, intro = reason, "error", "resume_fallback", _RESUME_FAILED
@@ -129,7 +130,7 @@ def replace_provider_thread(
         handoff_id = derived_id(ContextHandoffId, transfer_id)
         runs = [
             r
-            for r in view.select("run", thread_id=thread_id)
+            for r in view.select(Run, thread_id=thread_id)
             if r.ordinal < run.ordinal and r.status != "rolled_back"
         ]
         covered = RunOrdinalRange(from_=1, to=max((r.ordinal for r in runs), default=0))

@@ -8,7 +8,7 @@ See ``docs/lineage.md`` for the rules.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -25,8 +25,8 @@ from t3orch.domain.context import (
     RunOrdinalRange,
 )
 from t3orch.domain.message import ConversationMessage
-from t3orch.domain.provider import ProviderThread, ProviderThreadForkSource
-from t3orch.domain.run import Run
+from t3orch.domain.provider import ProviderThread, ProviderThreadForkSource, ProviderTurn
+from t3orch.domain.run import Run, RunAttempt
 from t3orch.domain.thread import AppThread, AppThreadLineage, ModelSelection
 from t3orch.domain.turn_items import Handoff
 from t3orch.domain.vocab import (
@@ -62,7 +62,7 @@ _DEAD_PT = frozenset({"error", "closed", "archived"})
 
 def fork_transfer(view: StateView, thread_id: str) -> ContextTransfer | None:
     """The ``fork`` transfer that created ``thread_id``, if it is a fork."""
-    for t in view.select("context_transfer", thread_id=thread_id):
+    for t in view.select(ContextTransfer, thread_id=thread_id):
         if t.type == "fork" and t.target_thread_id == thread_id:
             assert isinstance(t, ContextTransfer)
             return t
@@ -70,7 +70,7 @@ def fork_transfer(view: StateView, thread_id: str) -> ContextTransfer | None:
 
 
 def _runs(view: StateView, thread_id: str) -> dict[str, Run]:
-    return {r.id: r for r in view.select("run", thread_id=thread_id)}
+    return {r.id: r for r in view.select(Run, thread_id=thread_id)}
 
 
 def history(
@@ -90,11 +90,11 @@ def history(
     if wanted is None:
         transfer = fork_transfer(view, thread_id)
         if transfer is not None and transfer.source_point.run_id is not None:
-            source = view.get("run", transfer.source_point.run_id)
+            source = view.get(Run, transfer.source_point.run_id)
             if source is not None:
                 out.extend(history(view, source.thread_id, up_to_ordinal=source.ordinal))
     runs = _runs(view, thread_id)
-    for m in view.select("message", thread_id=thread_id):
+    for m in view.select(ConversationMessage, thread_id=thread_id):
         run = runs.get(m.run_id) if m.run_id else None
         if run is not None and run.status == "rolled_back":
             continue
@@ -126,7 +126,7 @@ def resumable_provider_thread(
     set, no ``ownerNodeId``); a replaced one is ``error`` and never picked again.
     """
     best: ProviderThread | None = None
-    for pt in view.select("provider_thread", thread_id=thread_id):
+    for pt in view.select(ProviderThread, thread_id=thread_id):
         if pt.provider != provider or pt.owner_node_id is not None or pt.status in _DEAD_PT:
             continue
         if best is None or (pt.last_run_ordinal or 0, pt.created_at) >= (
@@ -174,7 +174,7 @@ def switch_provider(thread_id: str, provider: ProviderKind) -> Decide:
                 updated_at=now,
             ),
         )
-        for run in view.select("run", thread_id=thread_id):
+        for run in view.select(Run, thread_id=thread_id):
             if run.status == "queued":
                 ch.put("run", msgspec.structs.replace(run, provider=provider))
         result["providerThreadId"] = back.id if back else None
@@ -258,7 +258,7 @@ def deliver(
     run: Run,
     target: ProviderThread,
     *,
-    from_providers: list[str],
+    from_providers: Sequence[str],
 ) -> None:
     """The handoff goes to ``run``: the run's link, the provider thread's list, an item."""
     now = ch.now()
@@ -285,7 +285,7 @@ def deliver(
             updated_at=now,
             handoff_id=handoff.id,
             strategy=handoff.strategy,
-            from_providers=from_providers,
+            from_providers=list(from_providers),
             to_provider=target.provider,
         ),
     )
@@ -342,7 +342,7 @@ def fork_thread(
         )
         ch.emit(ThreadUpserted(thread=fork))
         pt = (
-            view.get("provider_thread", source.provider_thread_id)
+            view.get(ProviderThread, source.provider_thread_id)
             if source is not None and source.provider_thread_id
             else None
         )
@@ -393,11 +393,11 @@ def finished_run(view: StateView, thread_id: str, run_id: str | None, verb: str)
     if run_id is None:
         done = [
             r
-            for r in view.select("run", thread_id=thread_id)
+            for r in view.select(Run, thread_id=thread_id)
             if r.status in RUN_TERMINAL and r.status != "rolled_back"
         ]
         return max(done, key=lambda r: r.ordinal) if done else None
-    run = view.get("run", run_id)
+    run = view.get(Run, run_id)
     if run is None or run.thread_id != thread_id:
         raise CommandRejected("unknown_run", f"no run {run_id!r} on thread {thread_id}")
     if run.status not in RUN_TERMINAL:
@@ -413,10 +413,10 @@ def finished_run(view: StateView, thread_id: str, run_id: str | None, verb: str)
 def _native_turn_ref(view: StateView, run: Run | None) -> str | None:
     if run is None or run.active_attempt_id is None:
         return None
-    attempt = view.get("run_attempt", run.active_attempt_id)
+    attempt = view.get(RunAttempt, run.active_attempt_id)
     if attempt is None or attempt.provider_turn_id is None:
         return None
-    turn = view.get("provider_turn", attempt.provider_turn_id)
+    turn = view.get(ProviderTurn, attempt.provider_turn_id)
     return None if turn is None else turn.native_turn_ref
 
 
@@ -424,13 +424,13 @@ def resolve_fork_native(transfer_id: str, provider_thread_id: str, native_ref: s
     """The fork's first runtime forked the source natively into ``native_ref``."""
 
     def decide(view: StateView) -> Decision:
-        transfer = view.get("context_transfer", transfer_id)
-        pt = view.get("provider_thread", provider_thread_id)
+        transfer = view.get(ContextTransfer, transfer_id)
+        pt = view.get(ProviderThread, provider_thread_id)
         if transfer is None or pt is None:
             raise CommandRejected("unknown_transfer", f"no transfer {transfer_id!r}")
         ch = Changes(view)
         source_run = (
-            view.get("run", transfer.source_point.run_id) if transfer.source_point.run_id else None
+            view.get(Run, transfer.source_point.run_id) if transfer.source_point.run_id else None
         )
         ch.emit(
             ContextTransferUpserted(
@@ -466,15 +466,15 @@ def resolve_fork_portable(
     """No native fork: the fork's first run gets the source history up to the source point."""
 
     def decide(view: StateView) -> Decision:
-        transfer = view.get("context_transfer", transfer_id)
-        pt = view.get("provider_thread", provider_thread_id)
-        run = view.get("run", run_id)
+        transfer = view.get(ContextTransfer, transfer_id)
+        pt = view.get(ProviderThread, provider_thread_id)
+        run = view.get(Run, run_id)
         if transfer is None or pt is None or run is None:
             raise CommandRejected("unknown_transfer", f"no transfer {transfer_id!r}")
         if run.context_handoff_id is not None:
             return Decision([], None)
         source_run = (
-            view.get("run", transfer.source_point.run_id) if transfer.source_point.run_id else None
+            view.get(Run, transfer.source_point.run_id) if transfer.source_point.run_id else None
         )
         if source_run is None:
             return Decision([], None)
@@ -485,7 +485,7 @@ def resolve_fork_portable(
             "the fork point, from the application's own history:\n\n" + body
         )
         src_pt = (
-            view.get("provider_thread", source_run.provider_thread_id)
+            view.get(ProviderThread, source_run.provider_thread_id)
             if source_run.provider_thread_id
             else None
         )

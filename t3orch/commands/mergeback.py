@@ -28,6 +28,7 @@ from t3orch.commands.threads import require_thread
 from t3orch.domain.context import ContextSourcePoint, ContextTransfer, RunOrdinalRange
 from t3orch.domain.provider import ProviderThread
 from t3orch.domain.run import Run
+from t3orch.domain.thread import AppThread
 from t3orch.events import ContextTransferUpserted
 from t3orch.ids import ContextTransferId, ThreadId
 from t3orch.ingest.changes import Changes
@@ -41,7 +42,7 @@ _DELIVERED = ("resolved_portable", "consumed")
 def _merges(view: StateView, source_id: str, target_id: str) -> list[ContextTransfer]:
     out = [
         t
-        for t in view.select("context_transfer", thread_id=target_id)
+        for t in view.select(ContextTransfer, thread_id=target_id)
         if t.type == "merge_back" and t.source_thread_id == source_id
     ]
     return sorted(out, key=lambda t: t.created_at)
@@ -50,17 +51,17 @@ def _merges(view: StateView, source_id: str, target_id: str) -> list[ContextTran
 def covered_runs(view: StateView, transfer: ContextTransfer) -> list[Run]:
     """The source's own runs the transfer carries: after its base, up to its source point."""
     source = transfer.source_point
-    end = view.get("run", source.run_id) if source.run_id else None
+    end = view.get(Run, source.run_id) if source.run_id else None
     if end is None:
         return []
     after = 0
     base = transfer.base_point
     if base is not None and base.thread_id == source.thread_id and base.run_id is not None:
-        base_run = view.get("run", base.run_id)
+        base_run = view.get(Run, base.run_id)
         after = base_run.ordinal if base_run is not None else 0
     runs = [
         r
-        for r in view.select("run", thread_id=source.thread_id)
+        for r in view.select(Run, thread_id=source.thread_id)
         if after < r.ordinal <= end.ordinal and r.status != "rolled_back"
     ]
     return sorted(runs, key=lambda r: r.ordinal)
@@ -110,7 +111,7 @@ def merge_back(
             fork = fork_transfer(view, source.id)
             if fork is not None and fork.source_thread_id == target.id:
                 base = fork.source_point
-        pt = view.get("provider_thread", run.provider_thread_id) if run.provider_thread_id else None
+        pt = view.get(ProviderThread, run.provider_thread_id) if run.provider_thread_id else None
         transfer = ContextTransfer(
             id=transfer_id,
             type="merge_back",
@@ -157,7 +158,7 @@ def materialize(ch: Changes, view: StateView, run: Run, pt: ProviderThread) -> l
     texts = []
     pending = [
         t
-        for t in view.select("context_transfer", thread_id=run.thread_id)
+        for t in view.select(ContextTransfer, thread_id=run.thread_id)
         if t.type == "merge_back" and t.status == "pending"
     ]
     for transfer in sorted(pending, key=lambda t: t.created_at):
@@ -172,7 +173,7 @@ def materialize(ch: Changes, view: StateView, run: Run, pt: ProviderThread) -> l
                 )
             )
             continue
-        source = view.get("thread", transfer.source_thread_id)
+        source = view.get(AppThread, transfer.source_thread_id)
         title = source.title if source is not None else transfer.source_thread_id
         span = RunOrdinalRange(from_=covered[0].ordinal, to=covered[-1].ordinal)
         text = (
@@ -182,7 +183,7 @@ def materialize(ch: Changes, view: StateView, run: Run, pt: ProviderThread) -> l
             + render(history(view, transfer.source_thread_id, run_ids=[r.id for r in covered]))
         )
         src_pts = {
-            r.provider_thread_id: view.get("provider_thread", r.provider_thread_id)
+            r.provider_thread_id: view.get(ProviderThread, r.provider_thread_id)
             for r in covered
             if r.provider_thread_id
         }

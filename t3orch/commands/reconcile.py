@@ -10,11 +10,14 @@ from collections.abc import Mapping
 
 import msgspec
 
-from t3orch.domain.request import NotResumableCapability
+from t3orch.domain.provider import ProviderSession, ProviderThread
+from t3orch.domain.request import NotResumableCapability, RuntimeRequest
+from t3orch.domain.turn_items import TurnItemBase
 from t3orch.domain.vocab import TURN_ITEM_TERMINAL
 from t3orch.events import RuntimeReconciled
 from t3orch.ingest.changes import Changes
 from t3orch.store.interface import Decide, Decision, StateView
+from t3orch.store.kinds import entity_of
 
 _LIVE = {
     "run": (("queued", "starting", "running", "waiting"), "interrupted"),
@@ -32,7 +35,7 @@ def reconcile(reason: str = "daemon_restart", swept: Mapping[str, int] | None = 
         now = view.now()
         counts: dict[str, int] = {}
         for kind, (live, settled) in _LIVE.items():
-            rows = view.select_by_status(kind, live)
+            rows = view.select_by_status(entity_of(kind), live)
             for row in rows:
                 fields: dict[str, object] = {"status": settled}
                 if hasattr(row, "completed_at"):
@@ -44,14 +47,14 @@ def reconcile(reason: str = "daemon_restart", swept: Mapping[str, int] | None = 
                     fields["error"] = reason
                 ch.put(kind, msgspec.structs.replace(row, **fields))
             counts[kind] = len(rows)
-        items = view.select_by_status("turn_item", ("pending", "running", "waiting"))
+        items = view.select_by_status(TurnItemBase, ("pending", "running", "waiting"))
         for item in items:
             if item.status not in TURN_ITEM_TERMINAL:
                 ch.put(
                     "turn_item", msgspec.structs.replace(item, status="interrupted", updated_at=now)
                 )
         counts["turn_item"] = len(items)
-        requests = view.select_by_status("runtime_request", ("pending",))
+        requests = view.select_by_status(RuntimeRequest, ("pending",))
         for req in requests:
             ch.put(
                 "runtime_request",
@@ -64,7 +67,7 @@ def reconcile(reason: str = "daemon_restart", swept: Mapping[str, int] | None = 
             )
         counts["runtime_request"] = len(requests)
         sessions = view.select_by_status(
-            "provider_session", ("starting", "ready", "running", "waiting")
+            ProviderSession, ("starting", "ready", "running", "waiting")
         )
         for s in sessions:
             ch.put(
@@ -74,7 +77,7 @@ def reconcile(reason: str = "daemon_restart", swept: Mapping[str, int] | None = 
                 ),
             )
         counts["provider_session"] = len(sessions)
-        threads = view.select_by_status("provider_thread", ("active", "idle"))
+        threads = view.select_by_status(ProviderThread, ("active", "idle"))
         for pt in threads:
             # The native ref is kept: the next piece of work resumes it.
             ch.put(

@@ -18,11 +18,14 @@ import msgspec
 from t3orch.commands.lineage import history, render
 from t3orch.domain.context import (
     ContextHandoff,
+    ContextTransfer,
     ContextTransferResolution,
     DeltaContextResolution,
     PortableContextResolution,
     RunOrdinalRange,
 )
+from t3orch.domain.provider import ProviderThread
+from t3orch.domain.run import Run
 from t3orch.domain.vocab import ContextHandoffStrategy
 from t3orch.ids import ContextHandoffId, derived_id
 from t3orch.ingest.changes import Changes
@@ -38,14 +41,14 @@ _LIVE_PT = ("not_loaded", "idle", "active")
 
 
 def _require_handoff(view: StateView, handoff_id: str) -> ContextHandoff:
-    h = view.get("context_handoff", handoff_id)
+    h = view.get(ContextHandoff, handoff_id)
     if h is None:
         raise CommandRejected("unknown_handoff", f"no context handoff {handoff_id!r}")
     assert isinstance(h, ContextHandoff)
     if h.status == "superseded":
         newer = [
             x.id
-            for x in view.select("context_handoff", thread_id=h.thread_id)
+            for x in view.select(ContextHandoff, thread_id=h.thread_id)
             if x.transfer_id == h.transfer_id and x.status != "superseded"
         ]
         raise CommandRejected(
@@ -62,7 +65,7 @@ def _require_handoff(view: StateView, handoff_id: str) -> ContextHandoff:
 
 def _text(view: StateView, h: ContextHandoff, strategy: str, covered: RunOrdinalRange) -> str:
     # A fork's or a merge-back's handoff covers the runs of the thread it came from.
-    transfer = view.get("context_transfer", h.transfer_id)
+    transfer = view.get(ContextTransfer, h.transfer_id)
     about = (
         transfer.source_thread_id
         if transfer is not None and transfer.type in ("fork", "merge_back")
@@ -70,7 +73,7 @@ def _text(view: StateView, h: ContextHandoff, strategy: str, covered: RunOrdinal
     )
     runs = [
         r
-        for r in view.select("run", thread_id=about)
+        for r in view.select(Run, thread_id=about)
         if covered.from_ <= r.ordinal <= covered.to and r.status != "rolled_back"
     ]
     if strategy == "full_thread_summary":
@@ -96,7 +99,7 @@ def regenerate_handoff(handoff_id: str, strategy: ContextHandoffStrategy | None 
                 "bad_strategy",
                 f"strategy {kind!r} cannot be regenerated; use one of {', '.join(REGENERABLE)}",
             )
-        pt = view.get("provider_thread", h.to_provider_thread_id)
+        pt = view.get(ProviderThread, h.to_provider_thread_id)
         if pt is None or pt.status not in _LIVE_PT:
             state = "gone" if pt is None else pt.status
             raise CommandRejected(
@@ -104,7 +107,7 @@ def regenerate_handoff(handoff_id: str, strategy: ContextHandoffStrategy | None 
                 f"handoff {handoff_id} was for provider thread {h.to_provider_thread_id}, "
                 f"which is {state}: its next run starts a new one with a fresh summary anyway",
             )
-        run = view.get("run", h.target_run_id)
+        run = view.get(Run, h.target_run_id)
         if run is None or run.status == "rolled_back":
             raise CommandRejected(
                 "run_rolled_back",
@@ -135,7 +138,7 @@ def regenerate_handoff(handoff_id: str, strategy: ContextHandoffStrategy | None 
         )
         ch.put("context_handoff", new)
         ch.put("context_handoff", msgspec.structs.replace(h, status="superseded", updated_at=now))
-        transfer = view.get("context_transfer", h.transfer_id)
+        transfer = view.get(ContextTransfer, h.transfer_id)
         if transfer is not None:
             resolution: ContextTransferResolution = (
                 DeltaContextResolution(context_handoff_id=new_id)

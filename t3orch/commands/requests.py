@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import msgspec
 
-from t3orch.domain.request import REQUEST_DECISIONS, LiveCapability
+from t3orch.domain.request import REQUEST_DECISIONS, LiveCapability, RuntimeRequest
 from t3orch.ingest.changes import Changes
 from t3orch.store.errors import CommandRejected
 from t3orch.store.interface import Decide, Decision, StateView
@@ -27,7 +27,7 @@ def claim_request(request_id: str, decision: str) -> Decide:
         )
 
     def decide(view: StateView) -> Decision:
-        req = view.get("runtime_request", request_id)
+        req = view.get(RuntimeRequest, request_id)
         if req is None:
             raise CommandRejected("unknown_request", f"no runtime request {request_id!r}")
         # An answer already recorded decides first, whatever the provider did with it

@@ -4,7 +4,7 @@ import msgspec
 
 from t3orch.commands.threads import require_thread
 from t3orch.domain.node import ExecutionNode
-from t3orch.domain.provider import ProviderTurn
+from t3orch.domain.provider import ProviderThread, ProviderTurn
 from t3orch.domain.run import Run, RunAttempt
 from t3orch.domain.turn_items import UserMessage
 from t3orch.domain.vocab import RUN_TERMINAL, RunAttemptReason
@@ -34,7 +34,7 @@ def send_message(thread_id: str, text: str, run_id: RunId) -> Decide:
         if thread.archived_at is not None:
             raise CommandRejected("thread_archived", f"thread {thread_id} is archived")
         ch = Changes(view)
-        ordinal = len(view.select("run", thread_id=thread_id)) + 1
+        ordinal = len(view.select(Run, thread_id=thread_id)) + 1
         root = derived_id(NodeId, run_id, "root")
         message_id = derived_id(MessageId, run_id, "user")
         now = view.now()
@@ -104,19 +104,19 @@ def begin_attempt(
     """
 
     def decide(view: StateView) -> Decision:
-        run = view.get("run", run_id)
+        run = view.get(Run, run_id)
         if run is None:
             raise CommandRejected("unknown_run", f"no run {run_id!r}")
         if run.status in RUN_TERMINAL:
             raise CommandRejected("run_finished", f"run {run_id} already ended {run.status}")
-        pt = view.get("provider_thread", provider_thread_id)
+        pt = view.get(ProviderThread, provider_thread_id)
         if pt is None:
             raise CommandRejected(
                 "unknown_provider_thread", f"no provider thread {provider_thread_id}"
             )
         ch = Changes(view)
         attempts = [
-            a for a in view.select("run_attempt", thread_id=run.thread_id) if a.run_id == run.id
+            a for a in view.select(RunAttempt, thread_id=run.thread_id) if a.run_id == run.id
         ]
         ordinal = len(attempts) + 1
         now = view.now()
@@ -129,6 +129,8 @@ def begin_attempt(
         attempt_id = derived_id(RunAttemptId, run.id, str(ordinal))
         turn_id = derived_id(ProviderTurnId, provider_thread_id, run.id, str(ordinal))
         root = run.root_node_id
+        if root is None:  # every run is created with its root node (send_message)
+            raise CommandRejected("run_without_root", f"run {run_id} has no root node")
         ch.put(
             "provider_turn",
             ProviderTurn(
@@ -166,7 +168,7 @@ def begin_attempt(
                 provider_thread_id=provider_thread_id,
             ),
         )
-        node = view.get("node", root)
+        node = view.get(ExecutionNode, root)
         if node is not None:
             ch.put(
                 "node",
@@ -189,7 +191,7 @@ def fail_queued_run(run_id: str, reason: str) -> Decide:
     """A run that could not be dispatched (no runtime could start) ends ``failed``."""
 
     def decide(view: StateView) -> Decision:
-        run = view.get("run", run_id)
+        run = view.get(Run, run_id)
         if run is None or run.status in RUN_TERMINAL:
             return Decision([])
         ch = Changes(view)
@@ -198,7 +200,7 @@ def fail_queued_run(run_id: str, reason: str) -> Decide:
             "run",
             msgspec.structs.replace(run, status="failed", completed_at=now, last_error=reason),
         )
-        node = view.get("node", run.root_node_id) if run.root_node_id else None
+        node = view.get(ExecutionNode, run.root_node_id) if run.root_node_id else None
         if node is not None:
             ch.put("node", msgspec.structs.replace(node, status="failed", completed_at=now))
         return Decision(ch.drafts)
@@ -212,7 +214,7 @@ def add_run_input(run_id: str, text: str, item_id: TurnItemId) -> Decide:
         raise CommandRejected("empty_message", "a message needs some text")
 
     def decide(view: StateView) -> Decision:
-        run = view.get("run", run_id)
+        run = view.get(Run, run_id)
         if run is None:
             raise CommandRejected("unknown_run", f"no run {run_id!r}")
         if run.status in RUN_TERMINAL:

@@ -54,7 +54,7 @@ def open_session(
         )
         pt = None
         if thread.active_provider_thread_id is not None:
-            pt = view.get("provider_thread", thread.active_provider_thread_id)
+            pt = view.get(ProviderThread, thread.active_provider_thread_id)
             if pt is not None and pt.provider != kind:
                 pt = None
         if pt is None:
@@ -108,7 +108,7 @@ def record_process(
 
     def decide(view: StateView) -> Decision:
         ch = Changes(view)
-        s = view.get("provider_session", session_id)
+        s = view.get(ProviderSession, session_id)
         if s is not None:
             ch.put(
                 "provider_session",

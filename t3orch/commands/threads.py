@@ -111,13 +111,13 @@ def delete_thread(thread_id: str) -> Decide:
     """
 
     def decide(view: StateView) -> Decision:
-        thread = view.get("thread", thread_id)
+        thread = view.get(AppThread, thread_id)
         if thread is None:
             raise CommandRejected("unknown_thread", f"no thread {thread_id!r}")
         assert isinstance(thread, AppThread)
         if thread.deleted_at is not None:
             return Decision([], {"threadId": thread_id, "deletedAt": thread.deleted_at})
-        live = view.select_by_status("run", _LIVE_RUN, thread_id=thread_id)
+        live = view.select_by_status(Run, _LIVE_RUN, thread_id=thread_id)
         if live:
             run = live[0]
             assert isinstance(run, Run)
@@ -181,7 +181,7 @@ def configure_thread(
 
 def require_thread(view: StateView, thread_id: str) -> AppThread:
     """The thread a command acts on: a deleted one (a tombstone) takes no command."""
-    thread = view.get("thread", thread_id)
+    thread = view.get(AppThread, thread_id)
     if thread is None:
         raise CommandRejected("unknown_thread", f"no thread {thread_id!r}")
     assert isinstance(thread, AppThread)

@@ -29,6 +29,7 @@ from t3orch.events import (
 from t3orch.ids import ThreadId, TurnItemId
 from t3orch.projections.projector import apply_delta
 from t3orch.store.interface import StateView
+from t3orch.store.kinds import entity_of
 
 _WRAP: dict[str, Any] = {
     "thread": lambda v: ThreadUpserted(thread=v),
@@ -67,7 +68,11 @@ class Changes:
         key = (kind, id)
         if key in self._existing:
             return True
-        if key in self._overlay or self._read.get(key) is not None or self.view.exists(kind, id):
+        if (
+            key in self._overlay
+            or self._read.get(key) is not None
+            or self.view.exists(entity_of(kind), id)
+        ):
             self._existing.add(key)
             return True
         return False
@@ -87,7 +92,7 @@ class Changes:
             return hit
         # Stored state cannot change under a decision except through its own puts.
         if key not in self._read:
-            self._read[key] = self.view.get(kind, id)
+            self._read[key] = self.view.get(entity_of(kind), id)
         return self._read[key]
 
     def get_unfolded(self, kind: str, id: str) -> Any | None:
@@ -101,11 +106,13 @@ class Changes:
         if key in self._read:
             return self._read[key]
         if key not in self._unfolded:
-            self._unfolded[key] = self.view.get_unfolded(kind, id)
+            self._unfolded[key] = self.view.get_unfolded(entity_of(kind), id)
         return self._unfolded[key]
 
     def select(self, kind: str, *, thread_id: str) -> list[Any]:
-        return self._with_overlay(kind, thread_id, self.view.select(kind, thread_id=thread_id))
+        return self._with_overlay(
+            kind, thread_id, self.view.select(entity_of(kind), thread_id=thread_id)
+        )
 
     def select_by_status(self, kind: str, statuses: Sequence[str], *, thread_id: str) -> list[Any]:
         """A thread's rows with one of ``statuses``, as this decision sees them.
@@ -114,7 +121,7 @@ class Changes:
         thousands of finished items, and reading them all at every turn's end made
         turn ends cost more the longer a thread grew.
         """
-        stored = self.view.select_by_status(kind, statuses, thread_id=thread_id)
+        stored = self.view.select_by_status(entity_of(kind), statuses, thread_id=thread_id)
         return self._with_overlay(kind, thread_id, stored, frozenset(statuses))
 
     def _with_overlay(

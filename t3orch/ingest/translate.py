@@ -127,18 +127,9 @@ def ingest_many(view: StateView, b: SessionBinding, events: list[ProviderEvent])
     return Decision(events=ch.drafts)
 
 
-#: At most this many provider events in one joined ingest submission.
-MAX_JOINED_EVENTS = 128
-
-
 class IngestBatch:
-    """``ingest_many`` of one session's queued events, as a writer submission.
-
-    A batch of the same session queued right behind it joins it (``absorb``, see
-    ``EventWriter.enqueue``): the pump queues one submission per coalescer flush,
-    mostly a single delta, and a submission costs more than the event it carries.
-    Joined, they decide as one batch would; the log is the same.
-    """
+    """``ingest_many`` of one session's queued events, as a writer submission (a
+    decide the writer calls on its thread; it holds the events it was given)."""
 
     __slots__ = ("binding", "events")
 
@@ -148,22 +139,6 @@ class IngestBatch:
 
     def __call__(self, view: StateView) -> Decision:
         return ingest_many(view, self.binding, self.events)
-
-    @property
-    def size(self) -> int:
-        return len(self.events)
-
-    def absorb(self, later: object) -> bool:
-        if not isinstance(later, IngestBatch):
-            return False
-        if later.binding is not self.binding and later.binding != self.binding:
-            return False
-        # Capped, so a session streaming faster than the log has several
-        # submissions queued: the writer decides the next while it writes one.
-        if len(self.events) + len(later.events) > MAX_JOINED_EVENTS:
-            return False
-        self.events.extend(later.events)
-        return True
 
 
 def _correlation(b: SessionBinding, event: ProviderEvent) -> Correlation:

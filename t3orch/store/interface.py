@@ -11,16 +11,16 @@ receipt there too, so a duplicate command id is a pure lookup.
 :class:`ReadModel` is the read side the API, the commands' callers and the
 supervisor use: typed entities (``get(Run, id) -> Run | None``), rows as stored
 (snapshots pass their JSON bodies through), windows of a thread's items, the
-log. How a backend batches, pipelines, caches or filters is its own business:
-the writer hands it batches through a :class:`BatchSource` and a backend that
-does nothing clever commits them with :func:`t3orch.store.writer.commit_in_order`.
+log. The single writer (``store/writer.py``) hands a backend one batch at a time,
+in queue order, on its own thread; how a backend writes a batch is its own
+business.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, TypeVar, overload
+from typing import Any, Protocol, TypeVar
 
 import attrs
 import msgspec
@@ -29,7 +29,7 @@ from t3orch.domain.request import RuntimeRequest
 from t3orch.domain.turn_items import TurnItem
 from t3orch.events import EventDraft, EventEnvelope
 from t3orch.ids import CommandId
-from t3orch.store.errors import CommandRejected, StoreError
+from t3orch.store.errors import CommandRejected
 from t3orch.store.kinds import Chunk, Row
 
 #: A stored entity type (``Run``, ``AppThread``, a turn item variant, …).
@@ -37,37 +37,24 @@ E = TypeVar("E")
 
 
 class StateView(Protocol):
-    """Projection state as of the submission being decided (earlier ones included).
+    """Projection state as of the submission being decided (earlier ones included),
+    read by entity type: ``view.get(Run, id) -> Run | None`` (a turn item variant, or
+    ``TurnItemBase`` for any turn item)."""
 
-    ``kind`` is an entity type (``view.get(Run, id)``, typed) or a kind's name
-    (``view.get("run", id)``, untyped: the commands written before typed reads).
-    """
+    def get(self, entity: type[E], id: str) -> E | None: ...
 
-    @overload
-    def get(self, kind: type[E], id: str) -> E | None: ...
-    @overload
-    def get(self, kind: str, id: str) -> Any | None: ...
-
-    def get_unfolded(self, kind: str, id: str) -> Any | None:
-        """The row's value without streamed text not yet folded into it (a turn item
+    def get_unfolded(self, entity: type[E], id: str) -> E | None:
+        """The entity without streamed text not yet folded into it (a turn item
         still streaming): cheaper than ``get`` and the same outside the text fields."""
 
-    def exists(self, kind: str, id: str) -> bool: ...
+    def exists(self, entity: type, id: str) -> bool: ...
 
-    @overload
-    def select(self, kind: type[E], *, thread_id: str | None = None) -> list[E]: ...
-    @overload
-    def select(self, kind: str, *, thread_id: str | None = None) -> list[Any]: ...
+    def select(self, entity: type[E], *, thread_id: str | None = None) -> list[E]: ...
 
-    @overload
     def select_by_status(
-        self, kind: type[E], statuses: Sequence[str], *, thread_id: str | None = None
-    ) -> list[E]: ...
-    @overload
-    def select_by_status(
-        self, kind: str, statuses: Sequence[str], *, thread_id: str | None = None
-    ) -> list[Any]:
-        """Rows whose status is one of ``statuses`` (of one thread, if given): an
+        self, entity: type[E], statuses: Sequence[str], *, thread_id: str | None = None
+    ) -> list[E]:
+        """Entities whose status is one of ``statuses`` (of one thread, if given): an
         indexed read, unlike ``select`` of a whole thread's rows."""
 
     def now(self) -> str:
@@ -205,26 +192,3 @@ class ReadStore(ReadModel, Protocol):
 
 class Store(EventStore, ReadStore, Protocol):
     """A backend as the contract tests it: the write side and the reads of one store."""
-
-
-# -- how the writer hands a backend its batches ------------------------------------
-
-
-class BatchSource(Protocol):
-    """The writer's queue, seen from the thread that commits (see EventWriter)."""
-
-    def take(self, *, wait: bool) -> list[Submission] | None:
-        """The next batch; None once stopping (or, ``wait``-ing, once drained);
-        an empty list when nothing is queued and ``wait`` is False."""
-
-    def done(self, outcomes: list[Outcome] | StoreError) -> None:
-        """The outcomes (or the failure) of the oldest batch taken and not done:
-        batches are done in the order they were taken."""
-
-    @property
-    def stopping(self) -> bool:
-        """Stop after the transaction in flight (the writer was cancelled)."""
-
-
-#: Runs on the writer's thread: commit what ``BatchSource.take`` gives until it gives None.
-CommitLoop = Callable[[BatchSource], None]

@@ -59,6 +59,22 @@ _KIND_OF_TYPE: dict[type, str] = {
 }
 
 
+#: The type read for each kind's rows (any turn item variant is a ``TurnItemBase``).
+_TYPE_OF_KIND: dict[str, type] = {
+    **{name: tp for tp, name in _KIND_OF_TYPE.items()},
+    "turn_item": TurnItemBase,
+}
+
+
+def entity_of(kind: str) -> type[Any]:
+    """The entity type a kind's rows hold (for reads by kind name, such as
+    ``Changes``'); ``usage`` and unknown names are programming errors."""
+    tp = _TYPE_OF_KIND.get(kind)
+    if tp is None:
+        raise TypeError(f"{kind!r} is not a kind of entity")
+    return tp
+
+
 def kind_of(entity: type) -> str:
     """The kind that stores ``entity`` (a turn item variant, or ``TurnItemBase``, is a
     ``turn_item``); a type no kind stores is a programming error."""

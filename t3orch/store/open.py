@@ -78,7 +78,7 @@ async def open_log(
         store.close()
         raise
     broadcast = Broadcast()
-    writer = EventWriter(store, broadcast, max_batch=max_batch, commit_loop=store.commit_loop)
+    writer = EventWriter(store, broadcast, max_batch=max_batch)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(_run_shielded, writer)

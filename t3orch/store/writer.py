@@ -1,12 +1,12 @@
 """The single writer: group commit on a writer thread, publish after commit.
 
 Callers ``await writer.submit(...)``. The writer thread takes whatever has queued
-up (at most ``max_batch`` submissions or ~``max_batch_events`` events), decides,
-writes and commits it in one transaction, and hands the outcomes to the event
-loop, which publishes the committed envelopes and wakes each caller. Under load
-batches grow by themselves; the store's commit loop takes them (the SQLite one
-decides the next batch while one commits, see ``store/sqlite/pipeline.py``), and
-the event loop is never a step between two batches. When idle a lone submission commits at once, so
+up (at most ``max_batch`` submissions or ~``max_batch_events`` events) and
+has the store decide, write and commit it in one transaction
+(``EventStore.commit_batch``), one batch after another, and hands the outcomes to
+the event loop, which publishes the committed envelopes and wakes each caller.
+Under load batches grow by themselves, and the event loop is never a step
+between two batches. When idle a lone submission commits at once, so
 latency stays at one commit, well under the 50 ms bound.
 """
 
@@ -16,7 +16,7 @@ import math
 import threading
 from collections import deque
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Generic, TypeVar
 
 import attrs
 import trio
@@ -25,35 +25,44 @@ from t3orch.events import EventEnvelope
 from t3orch.ids import CommandId
 from t3orch.store.broadcast import Broadcast
 from t3orch.store.errors import StoreClosed, StoreError
-from t3orch.store.interface import BatchSource, CommitLoop, Decide, EventStore, Outcome, Submission
+from t3orch.store.interface import Decide, EventStore, Outcome, Submission
+
+T = TypeVar("T")
+
+#: At most this many items in one joined pile: a joined submission is decided, and
+#: rejected, as a whole, and a session streaming faster than the log keeps several
+#: submissions queued instead of one that grows without end.
+MAX_PILE = 128
 
 
-class Absorbing(Protocol):
-    """A decide that can take in the decide of a submission queued right behind it.
+class Pile(Generic[T]):
+    """The items a queued submission will decide (a session's provider events), as a
+    list that later submissions with the same ``key`` add theirs to until the writer
+    takes it: group commit's join is this list growing, under the writer's lock, and
+    nothing is called. The decide holds the same list and reads it when it runs."""
 
-    ``absorb`` returns False to refuse (another kind, another session); when it
-    returns True, both are one submission: they commit, or are rejected, together.
-    """
+    __slots__ = ("items", "key")
 
-    def absorb(self, later: Decide) -> bool: ...
-
-    @property
-    def size(self) -> int:
-        """How many events (roughly) it will decide: batches are cut by it."""
+    def __init__(self, key: object, items: list[T]) -> None:
+        self.key = key
+        self.items = items
 
 
 class _Pending:
     """A queued submission and, once committed, its outcome (one per submission)."""
 
-    __slots__ = ("done", "failure", "outcome", "submission", "taken", "ticket")
+    __slots__ = ("done", "failure", "outcome", "pile", "size", "submission", "taken", "ticket")
 
-    def __init__(self, submission: Submission) -> None:
+    def __init__(self, submission: Submission, size: int, pile: Pile[Any] | None) -> None:
         self.submission = submission
+        #: About how many events it will decide: batches are cut by it.
+        self.size = size
+        self.pile = pile
         self.ticket = Ticket(self)
         self.done = trio.Event()
         self.outcome: Outcome | None = None
         self.failure: BaseException | None = None
-        #: The writer has taken it into a batch: nothing may join it any more.
+        #: The writer has taken it into a batch: its pile grows no more.
         self.taken = False
 
 
@@ -97,20 +106,13 @@ class EventWriter:
         max_batch: int = 256,
         max_batch_events: int = 512,
         queue_size: int = 1024,
-        commit_loop: CommitLoop | None = None,
     ) -> None:
         self.store = store
-        #: How the writer thread commits batches: the backend's (SQLite pipelines
-        #: them), or one at a time.
-        self._commit_loop = commit_loop or commit_in_order(store)
-        #: Batches taken by the commit loop and not done yet, oldest first.
-        self._taken: deque[list[_Pending]] = deque()
         self.broadcast = broadcast or Broadcast()
         self.stats = WriterStats()
         self._max_batch = max_batch
-        #: A batch is cut once its submissions carry this many events (by their
-        #: ``size``, else 1 each): a few hundred events per transaction, and what
-        #: queued beyond is decided while the batch is written.
+        #: A batch is cut once its submissions carry this many events (by the
+        #: ``size`` each was queued with): a few hundred events per transaction.
         self._max_batch_events = max_batch_events
         #: At most this many submissions queued or in a batch; more wait (backpressure).
         self._queue_size = queue_size
@@ -154,42 +156,56 @@ class EventWriter:
         *,
         command_id: CommandId | None = None,
         command_type: str = "internal",
+        size: int = 1,
+        pile: Pile[T] | None = None,
     ) -> Ticket:
         """Queue a submission without waiting for its commit (waits only for queue room).
 
         Submissions commit in the order they were queued. A producer that streams
         (a session's events) queues several and awaits them at its boundaries, so
-        one transaction can carry many of them instead of one fsync each.
+        one transaction can carry many of them instead of one fsync each. ``size``
+        is about how many events the decide will make (batches are cut by it).
 
-        A submission without a command id whose decide the last queued one absorbs
-        (``Absorbing``: a session's next batch of provider events right behind its
-        previous one) joins it instead of queueing, as long as the writer has not
-        taken it: the same ticket, one decision. The log's order is unchanged, as
-        nothing was queued between them.
+        A submission with a ``pile`` and no command id joins the last one queued
+        when that one has a pile of the same key and the writer has not taken it:
+        its items are added to that pile (at most ``MAX_PILE``) and it shares that
+        ticket; one decision. A submission costs more than the one delta a
+        coalescer flush mostly carries: at throughput (bench/store.py) a session's
+        flushes queue back to back. Nothing was queued between them, so the log's
+        order is the same.
         """
         if self._closed:
             raise StoreClosed("the event writer has stopped")
+        submission = Submission(decide, command_id, command_type)
         with self._lock:
             tail = self._tail
-            if command_id is None and tail is not None and not tail.taken:
-                absorb = getattr(tail.submission.decide, "absorb", None)
-                if absorb is not None and tail.submission.command_id is None and absorb(decide):
+            if pile is not None and command_id is None and tail is not None:
+                into = tail.pile
+                if (
+                    into is not None
+                    and not tail.taken
+                    and tail.submission.command_id is None
+                    and (into.key is pile.key or into.key == pile.key)
+                    and len(into.items) + len(pile.items) <= MAX_PILE
+                ):
+                    into.items.extend(pile.items)
+                    tail.size += size
                     return tail.ticket
             # Only a full queue is a reason to wait (that is the backpressure); a
             # scheduler pass per queued batch showed up in the store bench.
             if self._outstanding < self._queue_size:
-                return self._put(Submission(decide, command_id, command_type)).ticket
+                return self._put(submission, size, pile).ticket
             self._tail = None
         while self._outstanding >= self._queue_size:
             await self._room.park()
             if self._closed:
                 raise StoreClosed("the event writer has stopped")
         with self._lock:
-            return self._put(Submission(decide, command_id, command_type)).ticket
+            return self._put(submission, size, pile).ticket
 
-    def _put(self, submission: Submission) -> _Pending:
+    def _put(self, submission: Submission, size: int, pile: Pile[Any] | None) -> _Pending:
         """Queue ``submission`` (the lock held, room checked)."""
-        pending = _Pending(submission)
+        pending = _Pending(submission, size, pile)
         self._queue.append(pending)
         self._tail = pending
         self._outstanding += 1
@@ -252,14 +268,28 @@ class EventWriter:
 
     # -- the writer thread ---------------------------------------------------------
 
-    def _take_batch(self, *, wait: bool) -> list[_Pending] | None:
-        """The next batch: None once stopping (or, waiting, once drained)."""
+    def _serve(self) -> None:
+        """Commit what is queued, a batch at a time in queue order, until stopped."""
+        try:
+            while (batch := self._take_batch()) is not None:
+                try:
+                    outcomes: list[Outcome] | StoreError = self.store.commit_batch(
+                        [p.submission for p in batch]
+                    )
+                except StoreError as exc:
+                    outcomes = exc
+                self._hand_back(batch, outcomes)
+        except BaseException as exc:  # a bug: stop, and let ``run`` raise it
+            self._crash = exc
+
+    def _take_batch(self) -> list[_Pending] | None:
+        """The next batch; None once stopping, or once closed and drained."""
         with self._work:
-            while wait and not self._queue and not self._ending:
+            while not self._queue and not self._ending:
                 self._idle = True
                 self._work.wait()
             self._idle = False
-            if self._stop_now or (wait and not self._queue):
+            if self._stop_now or not self._queue:
                 return None
             batch: list[_Pending] = []
             events = 0
@@ -269,37 +299,16 @@ class EventWriter:
                 p.taken = True
                 batch.append(p)
                 self._in_hand[id(p)] = p
-                events += getattr(p.submission.decide, "size", 1)
+                events += p.size
             return batch
 
-    # BatchSource, for the store's commit loop (on this thread).
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop_now
-
-    def take(self, *, wait: bool) -> list[Submission] | None:
-        batch = self._take_batch(wait=wait)
-        if batch is None:
-            return None
-        if batch:
-            self._taken.append(batch)
-        return [p.submission for p in batch]
-
-    def done(self, outcomes: list[Outcome] | StoreError) -> None:
-        """Give the event loop the oldest taken batch's outcomes (or its failure)."""
-        batch = self._taken.popleft()
+    def _hand_back(self, batch: list[_Pending], outcomes: list[Outcome] | StoreError) -> None:
+        """Give the event loop a batch's outcomes (or its failure)."""
         with self._lock:
             for p in batch:
                 del self._in_hand[id(p)]
         assert self._token is not None
         self._token.run_sync_soon(self._handoff.send_nowait, (batch, outcomes))
-
-    def _serve(self) -> None:
-        try:
-            self._commit_loop(self)
-        except BaseException as exc:  # a bug: stop, and let ``run`` raise it
-            self._crash = exc
 
     # -- back on the event loop ----------------------------------------------------
 
@@ -337,18 +346,3 @@ class EventWriter:
 
 
 _Handoff = tuple[list["_Pending"], list[Outcome] | StoreError]
-
-
-def commit_in_order(store: EventStore) -> CommitLoop:
-    """The plain commit loop: each batch in its own ``commit_batch``, one after another."""
-
-    def loop(batches: BatchSource) -> None:
-        while (submissions := batches.take(wait=True)) is not None:
-            try:
-                outcomes = store.commit_batch(submissions)
-            except StoreError as exc:
-                batches.done(exc)
-                continue
-            batches.done(outcomes)
-
-    return loop

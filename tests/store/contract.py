@@ -229,6 +229,29 @@ class StoreContract:
         out = store.commit_batch([upsert(1), Submission(check)])
         assert out[1].result == "seen"
 
+    def test_a_decide_reads_entities_by_type(self, open_store: OpenStore) -> None:
+        store = open_store()
+        store.commit_batch([upsert(1), put_item("hel"), stream("lo")])
+
+        def check(view: StateView) -> Decision:
+            assert view.exists(AppThread, "thr_0001")
+            assert not view.exists(AppThread, "thr_0009")
+            folded = view.get(AssistantMessage, ITEM)
+            unfolded = view.get_unfolded(AssistantMessage, ITEM)
+            assert folded is not None and folded.text == "hello"
+            assert unfolded is not None and unfolded.text == "hel"
+            # Another variant of the same kind is not that item.
+            assert view.get(UserMessage, ITEM) is None
+            assert [i.id for i in view.select(TurnItemBase, thread_id="thr_0001")] == [ITEM]
+            running = view.select_by_status(TurnItemBase, ["running"], thread_id="thr_0001")
+            assert [i.id for i in running] == [ITEM]
+            assert view.select_by_status(AssistantMessage, ["completed"]) == []
+            return Decision([], "read")
+
+        (out,) = store.commit_batch([Submission(check)])
+        assert out.error is None, out.error
+        assert out.result == "read"
+
     def test_duplicate_command_id_returns_first_result_and_writes_nothing(
         self, open_store: OpenStore
     ) -> None:

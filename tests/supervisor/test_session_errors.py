@@ -18,6 +18,7 @@ import msgspec
 from adapters.protocol import ProviderAdapter, RawFrameSink, RuntimeConfig
 from adapters.transport import ProcessLauncher
 from supervisor.providers import StandinAdapter, standin_settings
+from t3orch.domain.thread import AppThread
 from t3orch.domain.vocab import ProviderKind
 from t3orch.events import EventDraft, ProviderDiagnostic, ThreadUpserted
 from t3orch.ingest.queue import EventQueue
@@ -60,7 +61,7 @@ async def _store_cwd(r: Rig, thread_id: str, cwd: str) -> None:
     """The thread's cwd as a store written before cwd was checked may hold it."""
 
     def decide(view: StateView) -> Decision:
-        thread = msgspec.structs.replace(view.get("thread", thread_id), cwd=cwd)
+        thread = msgspec.structs.replace(view.get(AppThread, thread_id), cwd=cwd)
         return Decision([EventDraft(payload=ThreadUpserted(thread=thread))])
 
     await r.core.writer.submit(decide)

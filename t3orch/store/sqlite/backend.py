@@ -30,10 +30,8 @@ from t3orch.store.errors import (
     StoreError,
     StoreFull,
 )
-from t3orch.store.interface import BatchSource, CommandReceipt, Outcome, Submission
+from t3orch.store.interface import CommandReceipt, Outcome, Submission
 from t3orch.store.kinds import Chunk, Row, kind_of
-from t3orch.store.sqlite.keyfilter import KeyFilter
-from t3orch.store.sqlite.pipeline import pipelined
 from t3orch.store.sqlite.rows import (
     ROW_COLUMNS,
     UPSERT_ROW,
@@ -123,20 +121,9 @@ class SQLiteStore:
         self._clock = clock
         self._ids = ids or IdFactory()
         self._conn = self._connect(synchronous, wal_autocheckpoint)
-        #: Where deciding reads (see staging.DecideView): its own connection, so a
-        #: batch is decided while the writing connection commits the one ahead.
-        self._decide_conn = self._conn
-        if not readonly and self.path != ":memory:":
-            self._decide_conn = self._open_decide_conn()
         #: Row keys known to exist; see ``DecideView.exists``. A batch that fails to
-        #: commit may have made keys known, so it clears them (forget_prepared).
+        #: commit may have made keys known, so it clears them.
         self._known: dict[tuple[str, str], None] = {}
-        #: Row keys that may exist (see keyfilter): deciding skips reads of new rows.
-        try:
-            self._keys = KeyFilter() if readonly else self._read_keys()
-        except BaseException:
-            self.close()
-            raise
         self._next_sequence = self._head() + 1
 
     # -- opening ---------------------------------------------------------------
@@ -205,127 +192,57 @@ class SQLiteStore:
                 f"(this one supports up to {SCHEMA_VERSION}); upgrade t3orch — nothing was changed"
             )
 
-    def _open_decide_conn(self) -> sqlite3.Connection:
-        try:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA query_only = 1")
-            conn.execute("PRAGMA busy_timeout = 5000")
-            # Deciding reads items and nodes back while the log grows: 16 MB of
-            # page cache keeps them (the default 2 MB is mostly index pages).
-            conn.execute("PRAGMA cache_size = -16384")
-        except sqlite3.Error as exc:
-            self._conn.close()
-            raise _translate(exc, self.path) from exc
-        return conn
-
-    def _read_keys(self, staged: PreparedBatch | None = None) -> KeyFilter:
-        try:
-            return KeyFilter.of_table(self._decide_conn, staged.overlay if staged else ())
-        except sqlite3.Error as exc:
-            raise _translate(exc, self.path) from exc
-
     def close(self) -> None:
-        if self._decide_conn is not self._conn:
-            self._decide_conn.close()
         self._conn.close()
 
     # -- writing ---------------------------------------------------------------
-
-    @property
-    def pipelined(self) -> bool:
-        """Deciding reads on a connection of its own: a batch may be decided while the
-        one ahead of it is written (an in-memory database has one connection)."""
-        return self._decide_conn is not self._conn
-
-    def commit_loop(self, batches: BatchSource) -> None:
-        """The writer thread's loop (``EventWriter(commit_loop=...)``): pipelined when
-        deciding has its own connection, else one batch after another."""
-        pipelined(self, batches)
 
     @property
     def location(self) -> str:
         return self.path
 
     def commit_batch(self, submissions: Sequence[Submission]) -> list[Outcome]:
-        batch = self.prepare_batch(submissions)
-        self.write_batch(batch)
-        return self.commit_written(batch)
-
-    def prepare_batch(
-        self, submissions: Sequence[Submission], behind: PreparedBatch | None = None
-    ) -> PreparedBatch:
-        """Decide ``submissions`` on top of the committed state and of ``behind`` (the
-        batch written just before them, committed or not). Writes nothing."""
+        """Decide the batch inside its write transaction (one snapshot, the single
+        writer's), then write what it staged and commit."""
         if self.readonly:
             raise StoreError(f"{self.path}: opened read-only")
-        if behind is None:
-            head, stored = self._next_sequence, self._next_sequence - 1
-        else:
-            head, stored = behind.next_sequence, behind.first_sequence - 1
-        if self._keys.full:
-            # Rebuilt at twice the table's size: the table has every row committed
-            # before the batch ahead, whose rows are in its overlay.
-            self._keys = self._read_keys(behind)
-        view = DecideView(
-            self._decide_conn,
-            iso(self._clock()),
-            self._known,
-            self._keys,
-            next_sequence=head,
-            stored_head=stored,
-            behind=behind,
-        )
-        reading = self.pipelined
-        try:
-            if reading:
-                # One read transaction for the batch: one snapshot, and the page cache
-                # checked once for the writer's commits instead of at every read.
-                self._decide_conn.execute("BEGIN")
-            try:
-                view.batch.outcomes.extend([self._run_one(view, sub) for sub in submissions])
-            finally:
-                if reading:
-                    self._decide_conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._known.clear()
-            raise _translate(exc, self.path) from exc
-        except BaseException:
-            self._known.clear()
-            raise
-        return view.batch
-
-    def write_batch(self, batch: PreparedBatch) -> None:
-        """Write a prepared batch into a new transaction, left open for ``commit_written``
-        (so the batch behind it can be decided while it commits)."""
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
-            if batch.rows:
-                conn.executemany(UPSERT_ROW, batch.rows.values())
-            if batch.receipts:
-                conn.executemany(
-                    _INSERT_RECEIPT, [_receipt_row(r) for r in batch.receipts.values()]
-                )
-            # In sequence order, one executemany per run of rows of one shape: inserted
-            # out of order, the log's B-trees cost more than the extra calls.
-            for width, rows in itertools.groupby(batch.events, len):
-                conn.executemany(_INSERT_EVENT if width == _EVENT_WIDTH else _INSERT_STREAMED, rows)
-            if batch.last_sequence:
-                conn.execute(
-                    "UPDATE projection_state SET last_sequence = ? WHERE name = 'rows'",
-                    (batch.last_sequence,),
-                )
+            batch = self._decided(submissions)
+            self._write(batch)
+            conn.execute("COMMIT")
         except BaseException as exc:
-            self._rollback(exc)
-
-    def commit_written(self, batch: PreparedBatch) -> list[Outcome]:
-        """Commit the transaction ``write_batch`` left open; the batch's outcomes."""
-        try:
-            self._conn.execute("COMMIT")
-        except BaseException as exc:
+            # What the batch made known may not exist (see DecideView.exists).
+            self._known.clear()
             self._rollback(exc)
         self._next_sequence = batch.next_sequence
         return batch.outcomes
+
+    def _decided(self, submissions: Sequence[Submission]) -> PreparedBatch:
+        """Each submission decided on the stored state and the ones before it. Writes nothing."""
+        view = DecideView(
+            self._conn, iso(self._clock()), self._known, next_sequence=self._next_sequence
+        )
+        view.batch.outcomes.extend([self._run_one(view, sub) for sub in submissions])
+        return view.batch
+
+    def _write(self, batch: PreparedBatch) -> None:
+        """A decided batch's rows, receipts and events, into the open transaction."""
+        conn = self._conn
+        if batch.rows:
+            conn.executemany(UPSERT_ROW, batch.rows.values())
+        if batch.receipts:
+            conn.executemany(_INSERT_RECEIPT, [_receipt_row(r) for r in batch.receipts.values()])
+        # In sequence order, one executemany per run of rows of one shape: inserted
+        # out of order, the log's B-trees cost more than the extra calls.
+        for width, rows in itertools.groupby(batch.events, len):
+            conn.executemany(_INSERT_EVENT if width == _EVENT_WIDTH else _INSERT_STREAMED, rows)
+        if batch.last_sequence:
+            conn.execute(
+                "UPDATE projection_state SET last_sequence = ? WHERE name = 'rows'",
+                (batch.last_sequence,),
+            )
 
     def _rollback(self, exc: BaseException) -> NoReturn:
         with contextlib.suppress(sqlite3.Error):
@@ -334,16 +251,9 @@ class SQLiteStore:
             raise _translate(exc, self.path) from exc
         raise exc
 
-    def forget_prepared(self) -> None:
-        """A batch failed to commit: what was decided on top of it is thrown away, and
-        so are the rows it made known (see ``DecideView.exists``)."""
-        self._known.clear()
-
     def _run_one(self, view: DecideView, sub: Submission) -> Outcome:
         if sub.command_id is not None:
-            existing = view.receipt(sub.command_id) or self._receipt(
-                sub.command_id, self._decide_conn
-            )
+            existing = view.receipt(sub.command_id) or self._receipt(sub.command_id)
             if existing is not None:
                 return Outcome(
                     result=existing.result,
@@ -477,18 +387,12 @@ class SQLiteStore:
         ).fetchone()
         return int(seq)
 
-    def _receipt(
-        self, command_id: CommandId, conn: sqlite3.Connection | None = None
-    ) -> CommandReceipt | None:
-        row = (
-            (conn or self._conn)
-            .execute(
-                "SELECT command_id, command_type, accepted_at, result_sequence, result "
-                "FROM command_receipts WHERE command_id = ?",
-                (command_id,),
-            )
-            .fetchone()
-        )
+    def _receipt(self, command_id: CommandId) -> CommandReceipt | None:
+        row = self._conn.execute(
+            "SELECT command_id, command_type, accepted_at, result_sequence, result "
+            "FROM command_receipts WHERE command_id = ?",
+            (command_id,),
+        ).fetchone()
         if row is None:
             return None
         return CommandReceipt(

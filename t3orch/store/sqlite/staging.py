@@ -1,29 +1,23 @@
-"""A batch decided ahead of its write: the state view deciding sees, and what it staged.
+"""A batch decided before it is written: the state view deciding sees, and what it staged.
 
-The writer decides batch N+1 while batch N is written and committed: SQLite runs
-without the GIL, so Python deciding one batch overlaps SQL writing the other.
-Deciding therefore never reads through the writing connection. A
-:class:`DecideView` reads committed state on a connection of its own and lays
-over it, newest first, what this batch staged and what the batch ahead of it
-(written, perhaps not committed yet) staged. Rows a batch wrote are in its
-overlay, so a read sees the same value whether or not that batch has committed
-meanwhile; the log's own reads (streamed text) stop at the last sequence known
-committed before the batch ahead, the rest of the text is in memory.
-
-If the batch ahead fails to commit, the batch decided behind it is thrown away
-and decided again: nothing of it was written or published.
+The store decides a whole batch inside its write transaction, then writes it with
+one ``executemany`` per table. Until then nothing a submission decides is in
+SQLite: a :class:`DecideView` reads the stored rows and lays over them what the
+batch's earlier submissions staged, so a submission sees the ones before it, and
+a rejected one is dropped from memory alone (no savepoint per submission). A
+turn item's streamed text is read from the log up to the stored head; this
+batch's own deltas are in memory.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from t3orch.projections.projector import fold_item
 from t3orch.store.interface import CommandReceipt, Outcome
 from t3orch.store.kinds import Chunk, Row, kind_of
-from t3orch.store.sqlite.keyfilter import KeyFilter
 from t3orch.store.sqlite.rows import (
     TERMINAL_ITEM,
     read_chunks,
@@ -37,6 +31,7 @@ from t3orch.store.sqlite.rows import (
 KNOWN_ROWS = 16_384
 
 Key = tuple[str, str]
+E = TypeVar("E")
 #: A position cached for a row that was read and is not stored (positions are >= 0).
 ABSENT = -1
 
@@ -63,7 +58,7 @@ class PreparedBatch:
         self.events: list[tuple[Any, ...]] = []
         #: One upsert per row: the last values written, the first position.
         self.rows: dict[Key, tuple[Any, ...]] = {}
-        #: The rows as the batch left them, for reads of the batch behind it.
+        #: The rows as the batch left them, for reads of its later submissions.
         self.overlay: dict[Key, Row] = {}
         self.receipts: dict[str, CommandReceipt] = {}
         #: Streamed text of kept submissions, by item.
@@ -86,19 +81,12 @@ class DecideView:
         conn: sqlite3.Connection,
         now: str,
         known: dict[Key, None],
-        keys: KeyFilter,
         *,
         next_sequence: int,
-        stored_head: int,
-        behind: PreparedBatch | None,
     ) -> None:
         self._conn = conn
         self._now = now
         self._known = known
-        self._keys = keys
-        #: The log in SQLite is read up to here; later text is in the overlays.
-        self._stored_head = stored_head
-        self._behind = behind
         self.batch = PreparedBatch(next_sequence)
         self.next_sequence = next_sequence
         #: Where the current submission's events start, and its first sequence.
@@ -151,13 +139,8 @@ class DecideView:
         else:
             stored = self._positions.get(key)
             if stored is None:
-                # Not in the filter: certainly not stored, no need to ask.
-                stored = read_position(self._conn, r.kind, r.id) if key in self._keys else ABSENT
-            if stored is None or stored == ABSENT:
-                position = r.position
-                self._keys.add(key)
-            else:
-                position = stored
+                stored = read_position(self._conn, r.kind, r.id)
+            position = r.position if stored is None or stored == ABSENT else stored
         self.batch.rows[key] = (
             r.kind,
             r.id,
@@ -174,11 +157,8 @@ class DecideView:
             self._remember(key)
 
     def receipt(self, command_id: str) -> CommandReceipt | None:
-        """A receipt this batch or the batch ahead staged (the store reads the rest)."""
-        hit = self.batch.receipts.get(command_id)
-        if hit is None and self._behind is not None:
-            hit = self._behind.receipts.get(command_id)
-        return hit
+        """A receipt this batch staged (the store reads the rest)."""
+        return self.batch.receipts.get(command_id)
 
     # -- RowSink ------------------------------------------------------------------
 
@@ -202,19 +182,13 @@ class DecideView:
     # -- StateView ------------------------------------------------------------------
 
     def _staged(self, key: Key) -> Row | None:
-        hit = self.batch.overlay.get(key)
-        if hit is None and self._behind is not None:
-            hit = self._behind.overlay.get(key)
-        return hit
+        return self.batch.overlay.get(key)
 
     def _row(self, kind: str, id: str) -> Row | None:
         key = (kind, id)
         staged = self._staged(key)
         if staged is not None:
             return staged
-        if key not in self._keys:
-            self._positions[key] = ABSENT
-            return None
         row = read_row(self._conn, kind, id)
         self._positions[key] = ABSENT if row is None else row.position
         return row
@@ -224,17 +198,15 @@ class DecideView:
             self._positions[(r.kind, r.id)] = r.position
         return rows
 
-    def exists(self, kind: str, id: str) -> bool:
+    def exists(self, entity: type, id: str) -> bool:
         # Rows are never deleted, so a row seen once exists for good: every streamed
         # delta asks about its item, and a hit here saves a query per delta.
+        kind = kind_of(entity)
         key = (kind, id)
         if key in self._known:
             return True
         if self._staged(key) is not None:
             return True
-        if key not in self._keys:
-            self._positions[key] = ABSENT
-            return False
         row = read_row(self._conn, kind, id)
         self._positions[key] = ABSENT if row is None else row.position
         if row is not None:
@@ -251,42 +223,35 @@ class DecideView:
         if row.kind != "turn_item" or row.status in TERMINAL_ITEM:
             return row.decode()
         after = row.updated_seq
-        chunks = (
-            read_chunks(self._conn, row, upto=self._stored_head)
-            if after < self._stored_head
-            else []
-        )
-        for batch in (self._behind, self.batch):
-            if batch is not None:
-                chunks += [c for c in batch.chunks.get(row.id, ()) if c.seq > after]
+        # The log holds the text up to the batch's first sequence; the rest is staged.
+        chunks = read_chunks(self._conn, row) if after < self.batch.first_sequence - 1 else []
+        chunks += [c for c in self.batch.chunks.get(row.id, ()) if c.seq > after]
         # Folded as a value: the decision wants the item, not its JSON.
         return fold_item(row.decode(), chunks) if chunks else row.decode()
 
-    def get(self, kind: str | type[Any], id: str) -> Any | None:
-        if isinstance(kind, str):
-            row = self._row(kind, id)
-            return None if row is None else self._decoded(row)
-        row = self._row(kind_of(kind), id)
+    def get(self, entity: type[E], id: str) -> E | None:
+        row = self._row(kind_of(entity), id)
         value = None if row is None else self._decoded(row)
-        return value if isinstance(value, kind) else None
+        return value if isinstance(value, entity) else None
 
-    def get_unfolded(self, kind: str, id: str) -> Any | None:
-        row = self._row(kind, id)
-        return None if row is None else row.decode()
+    def get_unfolded(self, entity: type[E], id: str) -> E | None:
+        row = self._row(kind_of(entity), id)
+        value = None if row is None else row.decode()
+        return value if isinstance(value, entity) else None
 
-    def select(self, kind: str | type[Any], *, thread_id: str | None = None) -> list[Any]:
-        name = kind if isinstance(kind, str) else kind_of(kind)
-        stored = self._stored(read_rows(self._conn, name, thread_id))
-        rows = self._merged(name, thread_id, stored, None)
-        return _typed(kind, [self._decoded(r) for r in rows])
+    def select(self, entity: type[E], *, thread_id: str | None = None) -> list[E]:
+        kind = kind_of(entity)
+        stored = self._stored(read_rows(self._conn, kind, thread_id))
+        rows = self._merged(kind, thread_id, stored, None)
+        return [v for r in rows if isinstance(v := self._decoded(r), entity)]
 
     def select_by_status(
-        self, kind: str | type[Any], statuses: Sequence[str], *, thread_id: str | None = None
-    ) -> list[Any]:
-        name = kind if isinstance(kind, str) else kind_of(kind)
-        stored = self._stored(read_rows_by_status(self._conn, name, statuses, thread_id))
-        rows = self._merged(name, thread_id, stored, frozenset(statuses))
-        return _typed(kind, [self._decoded(r) for r in rows])
+        self, entity: type[E], statuses: Sequence[str], *, thread_id: str | None = None
+    ) -> list[E]:
+        kind = kind_of(entity)
+        stored = self._stored(read_rows_by_status(self._conn, kind, statuses, thread_id))
+        rows = self._merged(kind, thread_id, stored, frozenset(statuses))
+        return [v for r in rows if isinstance(v := self._decoded(r), entity)]
 
     def _merged(
         self,
@@ -299,9 +264,7 @@ class DecideView:
         its row, or drops it when it left ``statuses``; order stays (position, id)."""
         staged = [
             r
-            for batch in (self._behind, self.batch)
-            if batch is not None
-            for (k, _), r in batch.overlay.items()
+            for (k, _), r in self.batch.overlay.items()
             if k == kind and (thread_id is None or r.thread_id == thread_id)
         ]
         if not staged:
@@ -313,11 +276,6 @@ class DecideView:
             else:
                 rows.pop(r.id, None)
         return sorted(rows.values(), key=_order)
-
-
-def _typed(kind: str | type[Any], values: list[Any]) -> list[Any]:
-    """Of a typed read, the values of that type (a turn item variant of all items)."""
-    return values if isinstance(kind, str) else [v for v in values if isinstance(v, kind)]
 
 
 def _order(row: Row) -> tuple[int, str]:
