@@ -70,7 +70,12 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 def read_version(conn: psycopg.Connection[tuple[object, ...]]) -> int:
     """The store's schema version; 0 for a database t3orch never wrote to."""
-    row = conn.execute("SELECT to_regclass('t3orch.schema_version') IS NOT NULL").fetchone()
+    # A query of the catalog, not to_regclass: its cache may not show a table another
+    # daemon's migration created after this session's lookups (the lock is advisory).
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables "
+        "WHERE schemaname = 't3orch' AND tablename = 'schema_version')"
+    ).fetchone()
     if row is None or not row[0]:
         return 0
     got = conn.execute("SELECT version FROM t3orch.schema_version").fetchone()
