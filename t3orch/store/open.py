@@ -156,7 +156,7 @@ async def _open_postgres_log(
                 async with trio.open_nursery() as writing:
                     await writing.start(_run_shielded, writer)
                     try:
-                        yield OpenLog(store, reader, writer, broadcast, store.location)
+                        yield OpenLog(store, reader, writer, broadcast, url)
                     finally:
                         writer.close()
             finally:
