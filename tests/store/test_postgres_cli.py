@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import random
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import psycopg
 from t3orch.store.postgres.backend import PostgresStore
 from tests.daemon.support import config_file, rpc, serve
 from tests.pg import PgServer
-from tests.store.test_crash import _run_until_killed
+from tests.store.test_crash import kill_rounds
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -114,22 +113,6 @@ def test_a_bad_store_url_is_one_line_and_exit_2(tmp_path: Path, pg_server: PgSer
 def test_sigkill_of_a_writer_on_postgres_loses_no_acknowledged_event(pg_url: str) -> None:
     """tests/store/test_crash.py against the PostgreSQL log: a writer process streaming
     through the core is SIGKILLed at random points; every acknowledged event is there."""
-    rng = random.Random(20261201)
-    acknowledged: dict[int, str] = {}
-    for _ in range(8):
-        for seq, event_id in _run_until_killed(pg_url, rng.uniform(0.0, 0.3)):
-            assert seq not in acknowledged, f"sequence {seq} acknowledged twice"
-            acknowledged[seq] = event_id
-        store = PostgresStore(pg_url, readonly=True)
-        try:
-            stored = {e.sequence: e.event_id for e in store.iter_events()}
-            seqs = sorted(stored)
-            assert seqs == list(range(1, len(seqs) + 1)), "gap or duplicate in sequences"
-            missing = {s: e for s, e in acknowledged.items() if stored.get(s) != e}
-            assert not missing, f"acknowledged events lost: {sorted(missing)[:10]}"
-            assert store.projection_sequence() == store.last_sequence()
-        finally:
-            store.close()
-    assert len(acknowledged) > 8
+    kill_rounds(pg_url, lambda: PostgresStore(pg_url), 8, 20261201)
     check = _cli("check", "--store", pg_url)
     assert check.returncode == 0, check.stderr

@@ -108,13 +108,25 @@ def connect(url: str) -> Conn:
         raise StoreError(f"{redacted(url)}: not a PostgreSQL URL: {exc}") from exc
 
 
+#: A session of ours left idle inside a transaction this long (a client that hung
+#: mid-commit, holding the head row) is ended by the server, so other daemons go on.
+IDLE_IN_TRANSACTION_S = 60
+
+
+def _configure(conn: Conn) -> None:
+    conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'")
+
+
 def open_pool(url: str, *, max_size: int = 4) -> ConnectionPool[Conn]:
-    """A pool of autocommit connections (transactions are explicit)."""
+    """A pool of autocommit connections (transactions are explicit). Waiting for a
+    connection is bounded like connecting: a server gone is a StoreError, not a hang."""
     pool: ConnectionPool[Conn] = ConnectionPool(
         url,
         min_size=1,
         max_size=max_size,
         kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
+        configure=_configure,
+        timeout=CONNECT_TIMEOUT_S * 2,
         open=True,
         name="t3orch",
     )
