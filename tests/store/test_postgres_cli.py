@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,21 +12,12 @@ from typing import Any
 import psycopg
 
 from t3orch.store.postgres.backend import PostgresStore
+from tests.cli.test_store_cli import _cli
 from tests.daemon.support import config_file, rpc, serve
 from tests.pg import PgServer
 from tests.store.test_crash import kill_rounds
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "t3orch.cli.main", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def _wait(predicate: Any, within: float) -> Any:
@@ -75,6 +64,10 @@ def test_serve_on_a_store_url_then_check_events_and_threads_read_it(
     threads = _cli("threads", "--state-dir", str(state), "--store", pg_url, "--json")
     assert threads.returncode == 0, threads.stderr
     assert thread_id in threads.stdout
+    # `logs THREAD` finds the thread's provider sessions in that store.
+    logs = _cli("logs", thread_id, "--state-dir", str(state), "--store", pg_url)
+    assert logs.returncode == 0, logs.stderr
+    assert "pss_" in logs.stdout
 
 
 def test_check_finds_a_projection_row_that_differs_from_the_log(pg_url: str) -> None:
