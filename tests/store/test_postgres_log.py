@@ -235,3 +235,29 @@ async def test_a_commit_reaches_another_daemons_subscriber_quickly(pg_url: str) 
             latencies.append(trio.current_time() - started)
     latencies.sort()
     assert latencies[len(latencies) // 2] < 0.25, latencies
+
+
+async def test_a_lost_listening_connection_is_reopened_and_nothing_is_missed(
+    pg_url: str,
+) -> None:
+    async with open_core(pg_url) as a, open_core(pg_url) as b:
+        sub = a.broadcast.subscribe()
+
+        def end_listeners() -> int:
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                ended = conn.execute(
+                    "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM "
+                    "pg_stat_activity WHERE datname = current_database() "
+                    "AND query LIKE 'LISTEN%') AS t"
+                ).fetchone()
+            return int(ended[0]) if ended else 0
+
+        assert await trio.to_thread.run_sync(end_listeners) == 2  # a's and b's
+        # Committed while nobody listens: a's follower must still publish them.
+        first = await b.writer.submit(diag(3).decide)
+        later = await b.writer.submit(diag(1).decide)
+        got: list[EventEnvelope] = []
+        with trio.fail_after(10):
+            while len(got) < 4:
+                got += await sub.batch()
+        assert [e.sequence for e in got] == [e.sequence for e in (*first.events, *later.events)]
