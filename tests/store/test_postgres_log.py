@@ -261,3 +261,26 @@ async def test_a_lost_listening_connection_is_reopened_and_nothing_is_missed(
             while len(got) < 4:
                 got += await sub.batch()
         assert [e.sequence for e in got] == [e.sequence for e in (*first.events, *later.events)]
+
+
+async def test_connections_the_server_ended_cost_no_commit_and_no_read(pg_url: str) -> None:
+    """A server restart (or an administrator) ends every pooled connection: the next
+    commit and the next read go through on new ones, nothing written twice."""
+    async with open_core(pg_url) as core:
+        await core.writer.submit(diag(1).decide)
+
+        def end_all() -> int:
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                ended = conn.execute(
+                    "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM "
+                    "pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid()) AS t"
+                ).fetchone()
+            return int(ended[0]) if ended else 0
+
+        assert await trio.to_thread.run_sync(end_all) >= 2
+        out = await core.writer.submit(diag(2).decide)
+        assert [e.sequence for e in out.events] == [2, 3]
+        assert await trio.to_thread.run_sync(end_all) >= 1
+        assert core.reader.last_sequence() == 3
+        assert [e.sequence for e in core.reader.read_events()] == [1, 2, 3]

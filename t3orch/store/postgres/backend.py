@@ -86,14 +86,25 @@ def translate(exc: psycopg.Error, where: str) -> StoreError:
 
 
 def _guarded(method: _F) -> _F:
-    """Reads raise StoreError (naming the store), never a bare psycopg error."""
+    """Reads raise StoreError (naming the store), never a bare psycopg error. A read
+    whose pooled connection the server had ended (a restart) is tried once more on a
+    checked pool: reads repeat harmlessly (not inside a snapshot: its state is gone)."""
 
     @functools.wraps(method)
     def wrapper(self: PostgresStore, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
+        except psycopg.OperationalError as exc:
+            if self._in_snapshot():
+                raise translate(exc, self.location) from exc
+            first = exc
         except psycopg.Error as exc:
             raise translate(exc, self.location) from exc
+        try:
+            self._pool.check()
+            return method(self, *args, **kwargs)
+        except psycopg.Error as exc:
+            raise translate(exc, self.location) from first
 
     return cast(_F, wrapper)
 
@@ -198,6 +209,9 @@ class PostgresStore:
         if self._own_pool:
             self._pool.close()
 
+    def _in_snapshot(self) -> bool:
+        return getattr(self._local, "snapshot", None) is not None
+
     @contextlib.contextmanager
     def _conn(self) -> Iterator[Conn]:
         held: Conn | None = getattr(self._local, "snapshot", None)
@@ -213,15 +227,40 @@ class PostgresStore:
         if self.readonly:
             raise StoreError(f"{self._where}: opened read-only")
         try:
-            with self._pool.connection() as conn, conn.transaction():
-                # The serialization point of every daemon's commits (module docstring).
-                row = conn.execute(
-                    "SELECT last_sequence FROM t3orch.log_head FOR UPDATE"
-                ).fetchone()
-                head = int(row[0]) if row else 0
-                view = BatchView(conn, iso(self._clock()), head, self._known)
-                view.batch.outcomes.extend([self._run_one(conn, view, s) for s in submissions])
-                self._write(conn, view)
+            return self._commit(submissions)
+        except _ConnectionLost:
+            # Gone before its COMMIT was sent: nothing was written. Decided again on a
+            # checked pool (deciding is a function of the view: it may run twice).
+            self._pool.check()
+            try:
+                return self._commit(submissions)
+            except _ConnectionLost as lost:
+                raise translate(lost.error, self._where) from lost.error
+
+    def _commit(self, submissions: Sequence[Submission]) -> list[Outcome]:
+        committing = False
+        try:
+            with self._pool.connection() as conn:
+                try:
+                    with conn.transaction():
+                        # The serialization point of every daemon's commits (module doc).
+                        row = conn.execute(
+                            "SELECT last_sequence FROM t3orch.log_head FOR UPDATE"
+                        ).fetchone()
+                        head = int(row[0]) if row else 0
+                        view = BatchView(conn, iso(self._clock()), head, self._known)
+                        view.batch.outcomes.extend(
+                            [self._run_one(conn, view, s) for s in submissions]
+                        )
+                        self._write(conn, view)
+                        committing = True
+                except psycopg.OperationalError as exc:
+                    if conn.broken and not committing:
+                        raise _ConnectionLost(exc) from exc
+                    raise
+        except _ConnectionLost:
+            self._known.clear()
+            raise
         except psycopg.Error as exc:
             self._known.clear()
             raise translate(exc, self._where) from exc
@@ -498,6 +537,14 @@ class PostgresStore:
                     conn.execute("COMMIT")
         except psycopg.Error as exc:
             raise translate(exc, self._where) from exc
+
+
+class _ConnectionLost(Exception):
+    """The server ended the connection before the batch's COMMIT was sent."""
+
+    def __init__(self, error: psycopg.OperationalError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _receipt(conn: Conn, command_id: str) -> CommandReceipt | None:
