@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from t3orch.store.postgres.backend import PostgresStore
 from tests.cli.test_store_cli import _cli
 from tests.daemon.support import config_file, rpc, serve
 from tests.pg import PgServer
+from tests.store.contract import upsert
 from tests.store.test_crash import kill_rounds
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,8 +75,6 @@ def test_serve_on_a_store_url_then_check_events_and_threads_read_it(
 
 def test_check_finds_a_projection_row_that_differs_from_the_log(pg_url: str) -> None:
     store = PostgresStore(pg_url)
-    from tests.store.contract import upsert
-
     store.commit_batch([upsert(1), upsert(2)])
     store.close()
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -109,3 +110,26 @@ def test_sigkill_of_a_writer_on_postgres_loses_no_acknowledged_event(pg_url: str
     kill_rounds(pg_url, lambda: PostgresStore(pg_url), 8, 20261201)
     check = _cli("check", "--store", pg_url)
     assert check.returncode == 0, check.stderr
+
+
+def test_events_follow_on_a_store_url_prints_later_commits(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    try:
+        store.commit_batch([upsert(1)])
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "t3orch.cli.main", "events", "--follow", "--store", pg_url],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            assert json.loads(proc.stdout.readline())["sequence"] == 1
+            store.commit_batch([upsert(2)])  # another process's commit, after the start
+            assert json.loads(proc.stdout.readline())["sequence"] == 2
+        finally:
+            proc.kill()
+            proc.communicate(timeout=10)
+    finally:
+        store.close()
