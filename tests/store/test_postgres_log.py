@@ -100,6 +100,9 @@ def test_an_unreachable_server_or_bad_url_is_one_clear_line(pg_server: PgServer)
     text = str(caught.value)
     assert "\n" not in text and "cannot connect" in text and "127.0.0.1:1" in text
     assert "secret" not in text  # the password is never printed
+    with pytest.raises(StoreError) as caught:
+        PostgresStore("postgresql://t3orch@127.0.0.1:1/x?password=secret2&connect_timeout=2")
+    assert "secret2" not in str(caught.value) and "cannot connect" in str(caught.value)
     with pytest.raises(StoreError, match="cannot connect"):
         PostgresStore("postgresql://t3orch@127.0.0.1:1/x?sslmode=bogus")
     with pytest.raises(StoreError, match="does not exist"):

@@ -22,7 +22,7 @@ import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 import psycopg
@@ -68,13 +68,21 @@ def is_postgres_url(location: str) -> bool:
 
 
 def redacted(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    """The URL without its password (in the user part or the query), for messages."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # not even a URL: nothing in it can be told apart
+        return "the store URL"
+    if parts.password is not None:
+        host = parts.hostname or ""
+        netloc = f"{parts.username}:***@{host}" + (f":{port}" if port else "")
+        parts = parts._replace(netloc=netloc)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if any(k == "password" for k, _ in query):
+        hidden = [(k, "***" if k == "password" else v) for k, v in query]
+        parts = parts._replace(query=urlencode(hidden, safe="*"))
+    return urlunsplit(parts)
 
 
 def translate(exc: psycopg.Error, where: str) -> StoreError:
