@@ -89,6 +89,13 @@ def test_a_bad_store_url_is_one_line_and_exit_2(tmp_path: Path, pg_server: PgSer
         ("check", "--store", "mysql://x@127.0.0.1/db"),
         ("events", "--store", "postgresql://t3orch:hunter2@127.0.0.1:1/nowhere"),
         ("check", "--store", pg_server.url("no_such_database")),
+        (
+            "serve",
+            "--state-dir",
+            str(tmp_path / "s2"),
+            "--store",
+            "postgresql://t3orch:hunter2@127.0.0.1:1/x",
+        ),
     ]
     for argv in cases:
         out = _cli(*argv)
