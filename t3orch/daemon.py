@@ -15,6 +15,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -192,7 +193,7 @@ async def run_daemon(
     with exclusive_state_dir(state_dir):
         owner = process_owner(state_dir)
         notifier.status("opening the store")
-        async with open_core(db, synchronous=d.synchronous) as core:
+        async with open_core(config.store.url or db, synchronous=d.synchronous) as core:
             core.service.process_owner = owner
             notifier.status("settling the previous run")
             reconciled = await settle_previous_run(
@@ -219,7 +220,9 @@ async def run_daemon(
             async with trio.open_nursery() as nursery:
                 await nursery.start(manager.run)
                 try:
-                    endpoints = await nursery.start(serve_api, core, manager, d)
+                    endpoints = await nursery.start(
+                        partial(serve_api, state_dir=state_dir), core, manager, d
+                    )
                     port = endpoints.port
                     daemon = Daemon(core, manager, state_dir, port, reconciled, notifier)
                     _write_status_file(

@@ -19,7 +19,7 @@ import trio
 
 from t3orch.api.topics import check_topic, read_view
 from t3orch.cli.client import ApiClient, DaemonNotRunning, connect
-from t3orch.cli.invocation import command_id, command_name, print_json, socket_path
+from t3orch.cli.invocation import command_id, command_name, print_json, socket_path, store_url
 from t3orch.state import prepare_state_dir
 from t3orch.store.errors import StateDirInvalid
 from t3orch.store.interface import ReadStore
@@ -84,12 +84,14 @@ def run_reader(args: argparse.Namespace, fn: Command, run_client: Runner) -> int
     path = socket_path(args)
     if _daemon_answers(path):
         return run_client(args, fn)
-    db = prepare_state_dir(path.parent, create=False)
-    if not db.exists():
-        raise StateDirInvalid(
-            f"no t3orch daemon is running for {path.parent}, and it holds no store"
-        )
-    store = open_reader(db)
+    url = store_url(args)
+    if url is None:
+        db = prepare_state_dir(path.parent, create=False)
+        if not db.exists():
+            raise StateDirInvalid(
+                f"no t3orch daemon is running for {path.parent}, and it holds no store"
+            )
+    store = open_reader(url or db)
     try:
         return trio.run(fn, StoreClient(store), args)
     except DaemonNotRunning as exc:
