@@ -1,18 +1,25 @@
 """Startup reconciliation: settle everything a dead daemon left in flight.
 
 Runs once, before any client is served, as one submission (one transaction):
-after it, nothing claims to be running that no live process backs.
+after it, nothing claims to be running that no live process backs. In a fleet
+(several daemons on one log) a daemon settles only what it owned: another
+daemon's runs are backed by that daemon's processes, live or not, and are
+settled by it when it returns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import msgspec
 
+from t3orch.domain.provider import ProviderSession
 from t3orch.domain.request import NotResumableCapability
+from t3orch.domain.thread import AppThread
 from t3orch.domain.vocab import TURN_ITEM_TERMINAL
 from t3orch.events import RuntimeReconciled
+from t3orch.ids import DaemonId
 from t3orch.ingest.changes import Changes
 from t3orch.store.interface import Decide, Decision, StateView
 
@@ -24,15 +31,43 @@ _LIVE = {
 }
 
 
-def reconcile(reason: str = "daemon_restart", swept: Mapping[str, int] | None = None) -> Decide:
-    """``swept``: what the orphan sweep before it did, recorded with the settling counts."""
+def _ours(view: StateView, me: DaemonId | None) -> Callable[[str, Any], bool]:
+    """Whether a row in flight is ``me``'s to settle: not of another daemon's thread or
+    session (a row without an owner is the local daemon's; ``me`` None: every row)."""
+    if me is None:
+        return lambda kind, row: True
+    threads = {t.id for t in view.select(AppThread) if t.owner_daemon_id not in (None, me)}
+    sessions = {s.id for s in view.select(ProviderSession) if s.owner_daemon_id not in (None, me)}
+
+    def ours(kind: str, row: Any) -> bool:
+        match kind:
+            case "provider_session":
+                return row.id not in sessions
+            case "provider_thread":
+                return row.app_thread_id not in threads and row.provider_session_id not in sessions
+            case "provider_turn":
+                node = view.get("node", row.node_id)
+                return node is None or node.thread_id not in threads
+        return getattr(row, "thread_id", None) not in threads
+
+    return ours
+
+
+def reconcile(
+    reason: str = "daemon_restart",
+    swept: Mapping[str, int] | None = None,
+    owner: DaemonId | None = None,
+) -> Decide:
+    """``swept``: what the orphan sweep before it did, recorded with the settling counts;
+    ``owner``: the daemon settling (only its own rows), None for every row."""
 
     def decide(view: StateView) -> Decision:
         ch = Changes(view)
         now = view.now()
+        ours = _ours(view, owner)
         counts: dict[str, int] = {}
         for kind, (live, settled) in _LIVE.items():
-            rows = view.select_by_status(kind, live)
+            rows = [r for r in view.select_by_status(kind, live) if ours(kind, r)]
             for row in rows:
                 fields: dict[str, object] = {"status": settled}
                 if hasattr(row, "completed_at"):
@@ -44,14 +79,22 @@ def reconcile(reason: str = "daemon_restart", swept: Mapping[str, int] | None = 
                     fields["error"] = reason
                 ch.put(kind, msgspec.structs.replace(row, **fields))
             counts[kind] = len(rows)
-        items = view.select_by_status("turn_item", ("pending", "running", "waiting"))
+        items = [
+            i
+            for i in view.select_by_status("turn_item", ("pending", "running", "waiting"))
+            if ours("turn_item", i)
+        ]
         for item in items:
             if item.status not in TURN_ITEM_TERMINAL:
                 ch.put(
                     "turn_item", msgspec.structs.replace(item, status="interrupted", updated_at=now)
                 )
         counts["turn_item"] = len(items)
-        requests = view.select_by_status("runtime_request", ("pending",))
+        requests = [
+            r
+            for r in view.select_by_status("runtime_request", ("pending",))
+            if ours("runtime_request", r)
+        ]
         for req in requests:
             ch.put(
                 "runtime_request",
@@ -63,9 +106,13 @@ def reconcile(reason: str = "daemon_restart", swept: Mapping[str, int] | None = 
                 ),
             )
         counts["runtime_request"] = len(requests)
-        sessions = view.select_by_status(
-            "provider_session", ("starting", "ready", "running", "waiting")
-        )
+        sessions = [
+            s
+            for s in view.select_by_status(
+                "provider_session", ("starting", "ready", "running", "waiting")
+            )
+            if ours("provider_session", s)
+        ]
         for s in sessions:
             ch.put(
                 "provider_session",
@@ -74,7 +121,11 @@ def reconcile(reason: str = "daemon_restart", swept: Mapping[str, int] | None = 
                 ),
             )
         counts["provider_session"] = len(sessions)
-        threads = view.select_by_status("provider_thread", ("active", "idle"))
+        threads = [
+            t
+            for t in view.select_by_status("provider_thread", ("active", "idle"))
+            if ours("provider_thread", t)
+        ]
         for pt in threads:
             # The native ref is kept: the next piece of work resumes it.
             ch.put(

@@ -19,12 +19,20 @@ import trio
 from t3orch.clock import WallClock, system_clock
 from t3orch.ids import IdFactory
 from t3orch.store.broadcast import Broadcast
-from t3orch.store.interface import ReadStore, Store
+from t3orch.store.interface import DaemonRegistry, ReadStore, Store
 from t3orch.store.sqlite.backend import SQLiteStore, Synchronous
 from t3orch.store.sqlite.checkpointer import SAFETY_PAGES, WalCheckpointer
+from t3orch.store.sqlite.registry import SQLiteRegistry
 from t3orch.store.writer import EventWriter
 
-__all__ = ["OpenLog", "Synchronous", "open_log", "open_reader", "open_writable"]
+__all__ = [
+    "OpenLog",
+    "Synchronous",
+    "open_log",
+    "open_reader",
+    "open_registry",
+    "open_writable",
+]
 
 
 @attrs.define
@@ -42,6 +50,11 @@ class OpenLog:
 def open_reader(path: str | Path) -> ReadStore:
     """A read-only store (it must exist; a store needing migration is refused)."""
     return SQLiteStore(path, readonly=True)
+
+
+def open_registry(location: str | Path, *, readonly: bool = False) -> DaemonRegistry:
+    """The fleet's daemon registry of the store at ``location`` (which must exist)."""
+    return SQLiteRegistry(location, readonly=readonly)
 
 
 def open_writable(
