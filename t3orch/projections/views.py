@@ -17,7 +17,6 @@ from t3orch.domain.run import TokenUsage, add_usage
 from t3orch.domain.turn_items import Fork
 from t3orch.domain.vocab import RUN_TERMINAL
 from t3orch.ids import ThreadId, TurnItemId, derived_id
-from t3orch.store.interface import DaemonRecord
 from t3orch.store.kinds import Row
 
 
@@ -65,7 +64,18 @@ class ThreadHost(msgspec.Struct, rename="camel"):
 FleetHosts = Mapping[str, ThreadHost]
 
 
-def fleet_hosts(daemons: Sequence[DaemonRecord], now: float) -> dict[str, ThreadHost]:
+class _Daemon(Protocol):
+    """A registry row as the reads need it (``store.interface.DaemonRecord``)."""
+
+    @property
+    def daemon_id(self) -> str: ...
+    @property
+    def host(self) -> str: ...
+
+    def online(self, now: float) -> bool: ...
+
+
+def fleet_hosts(daemons: Sequence[_Daemon], now: float) -> dict[str, ThreadHost]:
     return {d.daemon_id: ThreadHost(d.daemon_id, d.host, d.online(now)) for d in daemons}
 
 
