@@ -163,9 +163,25 @@ class ProvidersConfig:
 
 
 @attrs.frozen
+class StoreConfig:
+    #: A ``postgresql://`` URL: the log shared by several daemons. ``None``: the
+    #: embedded SQLite file in the state dir.
+    url: str | None = None
+
+
+@attrs.frozen
 class Config:
     daemon: DaemonConfig = attrs.field(factory=DaemonConfig)
     providers: ProvidersConfig = attrs.field(factory=ProvidersConfig)
+    store: StoreConfig = attrs.field(factory=StoreConfig)
+
+
+def store_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot name a store (None: it can). Only the scheme is checked here:
+    the server says the rest when the store opens."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return None
+    return f"{url!r} is not a PostgreSQL URL (postgresql://user@host:port/database)"
 
 
 # -- structuring -----------------------------------------------------------------
@@ -363,6 +379,8 @@ def _validate(cfg: Config) -> list[str]:
             f"daemon.backoff_initial_s: {d.backoff_initial_s} is above "
             f"daemon.backoff_max_s ({d.backoff_max_s})"
         )
+    if cfg.store.url is not None and (problem := store_url_problem(cfg.store.url)):
+        out.append(f"store.url: {problem}")
     for name in ("codex", "claude", "standin"):
         command = getattr(cfg.providers, name).command
         if command is not None and (not command or not command[0]):

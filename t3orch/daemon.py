@@ -15,6 +15,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, closing, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -201,7 +202,7 @@ async def run_daemon(
         owner = process_owner(state_dir)
         daemon_id = load_or_create_daemon_id(state_dir)
         notifier.status("opening the store")
-        async with open_core(db, synchronous=d.synchronous) as core:
+        async with open_core(config.store.url or db, synchronous=d.synchronous) as core:
             reg = stack.enter_context(closing(open_registry(core.location)))
             core.service.process_owner = owner
             # What this daemon creates is its own, and it settles only what it owned.
@@ -241,7 +242,9 @@ async def run_daemon(
                 await nursery.start(manager.run)
                 try:
                     routed = RoutedOperations(manager, membership, core.reader)
-                    endpoints = await nursery.start(serve_api, core, routed, d)
+                    endpoints = await nursery.start(
+                        partial(serve_api, state_dir=state_dir), core, routed, d
+                    )
                     port = endpoints.port
                     membership.listening(_api_url(d.advertise_host or d.api_host, port))
                     await nursery.start(membership.run)

@@ -9,6 +9,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+#: The real PostgreSQL server fixtures (`pg_server`, `pg_url`), for any test that asks.
+pytest_plugins = ("tests.pg",)
+
 
 def _children() -> dict[int, psutil.Process]:
     try:

@@ -65,19 +65,21 @@ async def serve_api(
     operations: Operations,
     config: DaemonConfig,
     *,
+    state_dir: Path | None = None,
     task_status: trio.TaskStatus[ApiEndpoints] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serves the API until cancelled; ``nursery.start`` returns the bound endpoints.
 
-    The state dir is the one holding the core's database, so the token, socket
-    and port file always sit next to the store they give access to.
+    The token, socket and port file go in ``state_dir``: by default the one holding
+    the core's database, so they sit next to the store they give access to (a store
+    on a server names it: the daemon's own state dir).
     """
     if not _loopback(config.api_host) and not config.api_allow_remote:
         raise ApiBindRefused(
             f"refusing to bind the API to non-loopback {config.api_host!r}: "
             "set daemon.api_allow_remote = true to allow it"
         )
-    state_dir = Path(core.location).parent
+    state_dir = state_dir or Path(core.location).parent
     token = load_or_create_token(state_dir)
     sock_path = state_dir / SOCKET_FILE
     port_file = state_dir / PORT_FILE

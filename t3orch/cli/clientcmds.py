@@ -22,7 +22,13 @@ import trio
 
 from t3orch.cli import threadcmds
 from t3orch.cli.client import ApiClient, ApiError, DaemonNotRunning, ThreadView, connect
-from t3orch.cli.invocation import command_id, command_name, print_json, socket_path
+from t3orch.cli.invocation import (
+    add_store_option,
+    command_id,
+    command_name,
+    print_json,
+    socket_path,
+)
 from t3orch.domain.vocab import RUN_TERMINAL, TURN_ITEM_TERMINAL
 
 Command = Callable[[ApiClient, argparse.Namespace], Awaitable[int]]
@@ -43,6 +49,7 @@ def register(
     add("status", "the daemon's status: pid, uptime, sessions, writer, API", cmd_status)
     p = sub.add_parser("threads", help="list threads (reads the store when no daemon runs)")
     common(p)
+    add_store_option(p)
     p.add_argument("--all", action="store_true", help="archived and deleted threads too")
     p.set_defaults(handler=lambda args: threadcmds.run_reader(args, cmd_threads, run_client))
     # Only the leaf takes the common options: argparse lets a subparser's defaults
@@ -99,6 +106,7 @@ def register(
     p.add_argument("run")
     p = sub.add_parser("show", help="a thread's runs and turn items (daemon optional)")
     common(p)
+    add_store_option(p)
     p.set_defaults(handler=lambda args: threadcmds.run_reader(args, cmd_show, run_client))
     p.add_argument("thread")
     p = add("watch", "live turn items of a thread (Ctrl-C to stop)", cmd_watch)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+import attrs
 import trio
 
-from t3orch.config import load_config
+from t3orch.cli.invocation import store_url
+from t3orch.config import StoreConfig, load_config
 from t3orch.state import prepare_state_dir, resolve_state_dir
 
 
@@ -15,6 +17,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from t3orch.daemon import serve_until_signalled
 
     config = load_config(args.config)
+    url = store_url(args)
+    if url is not None:
+        config = attrs.evolve(config, store=StoreConfig(url=url))
     state_dir = resolve_state_dir(
         args.state_dir or (str(config.daemon.state_dir) if config.daemon.state_dir else None)
     )

@@ -16,8 +16,9 @@ from typing import Any, TextIO
 
 import msgspec
 
-from t3orch.config import load_config
+from t3orch.config import load_config, store_url_problem
 from t3orch.state import resolve_state_dir
+from t3orch.store.errors import StoreError
 
 SOCKET_FILE = "api.sock"
 
@@ -46,3 +47,26 @@ def print_json(doc: Any, out: TextIO | None = None) -> None:
     out = out or sys.stdout
     out.write(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n")
     out.flush()
+
+
+def add_store_option(p: argparse.ArgumentParser) -> None:
+    """``--store URL``: for the commands that open the store themselves."""
+    p.add_argument(
+        "--store",
+        default=None,
+        metavar="URL",
+        help="a PostgreSQL log shared by several daemons (postgresql://…) instead of "
+        "<state-dir>/events.sqlite3 (default: the config's store.url)",
+    )
+
+
+def store_url(args: argparse.Namespace) -> str | None:
+    """``--store``, else the config's ``store.url``; None: the state dir's SQLite file."""
+    url: str | None = getattr(args, "store", None)
+    if url is not None:
+        if problem := store_url_problem(url):
+            raise StoreError(f"--store: {problem}")
+        return url
+    if args.config:
+        return load_config(args.config).store.url
+    return None

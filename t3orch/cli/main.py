@@ -40,6 +40,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from t3orch.cli import daemoncmds, demo, drill, fakescmd, storecmds
+    from t3orch.cli.invocation import add_store_option
 
     parser = argparse.ArgumentParser(
         prog="t3orch",
@@ -55,16 +56,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("events", help="print committed events as JSON lines")
     _common(p)
+    add_store_option(p)
     p.add_argument("--since", type=int, default=0, help="print events after this sequence")
     p.add_argument("--follow", action="store_true", help="keep printing new events")
     p.set_defaults(handler=storecmds.cmd_events)
 
     p = sub.add_parser("check", help="prove the stored projections equal a rebuild from the log")
     _common(p)
+    add_store_option(p)
     p.set_defaults(handler=storecmds.cmd_check)
 
     p = sub.add_parser("serve", help="run the daemon in the foreground (SIGTERM stops it)")
     _common(p)
+    add_store_option(p)
     p.set_defaults(handler=daemoncmds.cmd_serve)
 
     p = sub.add_parser("replay", help="run an adapter over a transcript; canonical events as JSONL")

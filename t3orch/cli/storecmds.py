@@ -9,6 +9,7 @@ from pathlib import Path
 
 import msgspec
 
+from t3orch.cli.invocation import store_url
 from t3orch.projections.check import compare, compare_chunks, rebuild
 from t3orch.state import prepare_state_dir, resolve_state_dir
 from t3orch.store.interface import ReadStore
@@ -18,6 +19,10 @@ _encode = msgspec.json.encode
 
 
 def open_readonly(args: argparse.Namespace) -> ReadStore:
+    """``--store`` (or the config's ``store.url``), else the state dir's store."""
+    url = store_url(args)
+    if url is not None:
+        return open_reader(url)
     db = prepare_state_dir(resolve_state_dir(args.state_dir), create=False)
     return open_reader(db)
 
@@ -35,9 +40,16 @@ def _how_to_read(db: Path) -> tuple[object, ...]:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    db = prepare_state_dir(resolve_state_dir(args.state_dir), create=False)
-    read_as = _how_to_read(db)
-    store = open_reader(db)
+    url = store_url(args)
+    # A server's reads always see the latest commits: only a SQLite file is reopened.
+    db: Path | None = None
+    read_as: tuple[object, ...] = ()
+    if url is not None:
+        store = open_reader(url)
+    else:
+        db = prepare_state_dir(resolve_state_dir(args.state_dir), create=False)
+        read_as = _how_to_read(db)
+        store = open_reader(db)
     out = sys.stdout.buffer
     after = args.since
     try:
@@ -52,7 +64,7 @@ def cmd_events(args: argparse.Namespace) -> int:
             if not args.follow:
                 return 0
             time.sleep(0.2)
-            if _how_to_read(db) != read_as:
+            if db is not None and _how_to_read(db) != read_as:
                 # A daemon started (a -wal appeared), stopped (it went), or wrote the
                 # file read as immutable: an open that sees the store as it is now.
                 store.close()
@@ -97,8 +109,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 0 if ok else 1
     if problems:
         print(
-            f"t3orch check: {Path(store.location)}: SQLite integrity check failed: "
-            f"{'; '.join(problems[:5])}",
+            f"t3orch check: {store.location}: integrity check failed: {'; '.join(problems[:5])}",
             file=sys.stderr,
         )
         return 1

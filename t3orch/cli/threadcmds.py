@@ -20,7 +20,7 @@ import trio
 
 from t3orch.api.topics import check_topic, read_view
 from t3orch.cli.client import ApiClient, DaemonNotRunning, connect
-from t3orch.cli.invocation import command_id, command_name, print_json, socket_path
+from t3orch.cli.invocation import command_id, command_name, print_json, socket_path, store_url
 from t3orch.projections.views import FleetHosts, fleet_hosts
 from t3orch.state import prepare_state_dir
 from t3orch.store.errors import StateDirInvalid
@@ -88,14 +88,16 @@ def run_reader(args: argparse.Namespace, fn: Command, run_client: Runner) -> int
     path = socket_path(args)
     if _daemon_answers(path):
         return run_client(args, fn)
-    db = prepare_state_dir(path.parent, create=False)
-    if not db.exists():
-        raise StateDirInvalid(
-            f"no t3orch daemon is running for {path.parent}, and it holds no store"
-        )
-    store = open_reader(db)
+    url = store_url(args)
+    if url is None:
+        db = prepare_state_dir(path.parent, create=False)
+        if not db.exists():
+            raise StateDirInvalid(
+                f"no t3orch daemon is running for {path.parent}, and it holds no store"
+            )
+    store = open_reader(url or db)
     try:
-        return trio.run(fn, StoreClient(store, _hosts(db)), args)
+        return trio.run(fn, StoreClient(store, _hosts(url or db)), args)
     except DaemonNotRunning as exc:
         # A read the store cannot answer (a stream, a daemon method): one line, as
         # ``run_client`` prints it.
@@ -105,9 +107,9 @@ def run_reader(args: argparse.Namespace, fn: Command, run_client: Runner) -> int
         store.close()
 
 
-def _hosts(db: Path) -> FleetHosts:
+def _hosts(location: str | Path) -> FleetHosts:
     """The fleet's daemons as the store's registry has them (offline once they lapsed)."""
-    registry = open_registry(db, readonly=True)
+    registry = open_registry(location, readonly=True)
     try:
         return fleet_hosts(registry.daemons(), time.time())
     finally:

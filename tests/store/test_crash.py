@@ -16,7 +16,7 @@ ROUNDS = int(os.environ.get("T3ORCH_CRASH_ROUNDS", "25"))
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _run_until_killed(db: Path, delay: float) -> list[tuple[int, str]]:
+def _run_until_killed(db: Path | str, delay: float) -> list[tuple[int, str]]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.store.crash_writer", str(db)],
         cwd=REPO,

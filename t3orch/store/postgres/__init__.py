@@ -1,0 +1,1 @@
+"""The PostgreSQL store backend (issue 19): several daemons, one log."""

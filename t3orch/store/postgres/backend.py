@@ -1,0 +1,516 @@
+"""PostgreSQL implementation of the store contract (``EventStore`` + ``ReadStore``).
+
+psycopg 3's sync API on the writer's thread and on worker threads: psycopg's
+async side is asyncio's, and trio runs blocking calls on threads anyway
+(``trio.to_thread``), so a connection pool of plain connections serves every
+thread. Several daemons may commit to one database at once:
+
+* **One committer at a time.** A batch's transaction first locks the one
+  ``log_head`` row (``SELECT … FOR UPDATE``); the next sequence is allocated under
+  that lock, the batch is decided on the state every earlier commit left, and its
+  events, projection rows, receipts and the new head are written in the same
+  transaction. Sequences are therefore gap-free and strictly increasing across
+  daemons, and a commit's events are contiguous.
+* **A commit wakes the others.** The transaction also sends ``NOTIFY t3orch_log``
+  with its last sequence (delivered at commit): see ``follow.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit, urlunsplit
+
+import msgspec
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from t3orch.clock import WallClock, iso, system_clock
+from t3orch.domain.request import RuntimeRequest
+from t3orch.domain.turn_items import TurnItem, TurnItemBase
+from t3orch.events import TYPE_OF, Correlation, EventEnvelope, EventPayload, TurnItemDelta
+from t3orch.ids import CommandId, EventId, IdFactory
+from t3orch.projections.projector import apply, concerns, fold_item
+from t3orch.store.errors import CommandRejected, SchemaTooNew, StoreError, StoreFull
+from t3orch.store.interface import CommandReceipt, Outcome, Submission
+from t3orch.store.kinds import Chunk, Row, kind_of
+from t3orch.store.postgres.reads import (
+    EVENT_COLUMNS,
+    ROW_COLUMNS,
+    Conn,
+    chunk_of,
+    envelope,
+    folded,
+    read_chunks,
+    read_row,
+    read_rows,
+    read_rows_window,
+    streaming,
+)
+from t3orch.store.postgres.schema import SCHEMA_VERSION, migrate, read_version
+from t3orch.store.postgres.staging import BatchView, Key
+
+#: The NOTIFY channel every commit signals, with its last sequence as the payload.
+CHANNEL = "t3orch_log"
+#: How long opening waits for the server before saying it is unreachable.
+CONNECT_TIMEOUT_S = 5
+_encode = msgspec.json.encode
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_E = TypeVar("_E")
+
+
+def is_postgres_url(location: str) -> bool:
+    return location.startswith(("postgresql://", "postgres://"))
+
+
+def redacted(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def translate(exc: psycopg.Error, where: str) -> StoreError:
+    """A psycopg error as a StoreError naming the store, on one line."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if exc.sqlstate in ("53100", "53200"):  # disk_full, out_of_memory
+        return StoreFull(f"{where}: {text}; the batch was not committed")
+    return StoreError(f"{where}: {text}")
+
+
+def _guarded(method: _F) -> _F:
+    """Reads raise StoreError (naming the store), never a bare psycopg error."""
+
+    @functools.wraps(method)
+    def wrapper(self: PostgresStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except psycopg.Error as exc:
+            raise translate(exc, self.location) from exc
+
+    return cast(_F, wrapper)
+
+
+def connect(url: str) -> Conn:
+    """One autocommit connection, or a StoreError saying why there is none."""
+    try:
+        return psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+    except psycopg.Error as exc:
+        raise translate(exc, f"{redacted(url)}: cannot connect") from exc
+    except ValueError as exc:  # a URL libpq cannot parse is a ProgrammingError or this
+        raise StoreError(f"{redacted(url)}: not a PostgreSQL URL: {exc}") from exc
+
+
+def open_pool(url: str, *, max_size: int = 4) -> ConnectionPool[Conn]:
+    """A pool of autocommit connections (transactions are explicit)."""
+    pool: ConnectionPool[Conn] = ConnectionPool(
+        url,
+        min_size=1,
+        max_size=max_size,
+        kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
+        open=True,
+        name="t3orch",
+    )
+    return pool
+
+
+def prepare(url: str, *, readonly: bool) -> None:
+    """Check the server and the schema version; a writable open migrates."""
+    conn = connect(url)
+    where = redacted(url)
+    try:
+        version = read_version(conn)
+        if version > SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"{where}: store schema version {version} was written by a newer t3orch "
+                f"(this one supports up to {SCHEMA_VERSION}); upgrade t3orch — nothing was changed"
+            )
+        if readonly and version == 0:
+            raise StoreError(f"{where}: no t3orch store in this database (nothing to read)")
+        if readonly and version != SCHEMA_VERSION:
+            raise StoreError(
+                f"{where}: store schema version {version} needs migrating to {SCHEMA_VERSION}; "
+                "start the daemon once (it migrates), then retry"
+            )
+        if not readonly:
+            migrate(conn)
+    except psycopg.Error as exc:
+        raise translate(exc, where) from exc
+    finally:
+        conn.close()
+
+
+class PostgresStore:
+    """A t3orch store in a PostgreSQL database. Safe to use from several threads;
+    a ``snapshot`` belongs to the thread that opened it."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        readonly: bool = False,
+        clock: WallClock = system_clock,
+        ids: IdFactory | None = None,
+        pool: ConnectionPool[Conn] | None = None,
+    ) -> None:
+        self.url = url
+        self.readonly = readonly
+        self._where = redacted(url)
+        self._clock = clock
+        self._ids = ids or IdFactory()
+        if pool is None:
+            prepare(url, readonly=readonly)
+        self._own_pool = pool is None
+        self._pool = pool if pool is not None else open_pool(url)
+        #: Row keys known to exist (rows are never deleted): a streamed delta asks
+        #: about its item; cleared when a batch fails (it may have made keys known).
+        self._known: set[Key] = set()
+        self._local = threading.local()
+
+    @property
+    def location(self) -> str:
+        return self._where
+
+    @property
+    def pool(self) -> ConnectionPool[Conn]:
+        return self._pool
+
+    def close(self) -> None:
+        if self._own_pool:
+            self._pool.close()
+
+    @contextlib.contextmanager
+    def _conn(self) -> Iterator[Conn]:
+        held: Conn | None = getattr(self._local, "snapshot", None)
+        if held is not None:
+            yield held
+            return
+        with self._pool.connection() as conn:
+            yield conn
+
+    # -- writing ---------------------------------------------------------------
+
+    def commit_batch(self, submissions: Sequence[Submission]) -> list[Outcome]:
+        if self.readonly:
+            raise StoreError(f"{self._where}: opened read-only")
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                # The serialization point of every daemon's commits (module docstring).
+                row = conn.execute(
+                    "SELECT last_sequence FROM t3orch.log_head FOR UPDATE"
+                ).fetchone()
+                head = int(row[0]) if row else 0
+                view = BatchView(conn, iso(self._clock()), head, self._known)
+                view.batch.outcomes.extend([self._run_one(conn, view, s) for s in submissions])
+                self._write(conn, view)
+        except psycopg.Error as exc:
+            self._known.clear()
+            raise translate(exc, self._where) from exc
+        except BaseException:
+            self._known.clear()
+            raise
+        return view.batch.outcomes
+
+    def _write(self, conn: Conn, view: BatchView) -> None:
+        batch = view.batch
+        with conn.cursor() as cur:
+            if batch.events:
+                with cur.copy(f"COPY t3orch.events ({_WRITE_COLUMNS}) FROM STDIN") as copy:
+                    for event in batch.events:
+                        copy.write_row(event)
+            if batch.rows:
+                cur.executemany(
+                    _UPSERT_ROW,
+                    [
+                        (r.kind, r.id, r.thread_id, r.position, r.status, r.body, r.updated_seq)
+                        for r in batch.rows.values()
+                    ],
+                )
+            if batch.receipts:
+                cur.executemany(_INSERT_RECEIPT, [_receipt_row(r) for r in batch.receipts.values()])
+            if batch.last_sequence:
+                cur.execute("UPDATE t3orch.log_head SET last_sequence = %s", (batch.last_sequence,))
+                cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(batch.last_sequence)))
+
+    def _run_one(self, conn: Conn, view: BatchView, sub: Submission) -> Outcome:
+        if sub.command_id is not None:
+            existing = view.receipt(sub.command_id) or _receipt(conn, sub.command_id)
+            if existing is not None:
+                return Outcome(
+                    result=existing.result,
+                    result_sequence=existing.result_sequence,
+                    duplicate=True,
+                )
+        view.begin()
+        try:
+            decision = sub.decide(view)
+            drafts = decision.events
+            envelopes = [
+                self._append(view, event_id, draft.payload, draft.correlation, sub.command_id)
+                for event_id, draft in zip(
+                    self._ids.new_many(EventId, len(drafts)), drafts, strict=True
+                )
+            ]
+        except psycopg.Error:
+            raise
+        except Exception as exc:
+            view.forget()
+            if not isinstance(exc, CommandRejected):
+                exc = CommandRejected("internal_error", f"{type(exc).__name__}: {exc}")
+            return Outcome(error=exc)
+        head = envelopes[-1].sequence if envelopes else view.next_sequence - 1
+        receipt = None
+        if sub.command_id is not None:
+            receipt = CommandReceipt(
+                sub.command_id, sub.command_type, view.now(), head, decision.result
+            )
+        view.keep(receipt)
+        return Outcome(events=envelopes, result=decision.result, result_sequence=head)
+
+    def _append(
+        self,
+        view: BatchView,
+        event_id: EventId,
+        payload: EventPayload,
+        correlation: Correlation,
+        command_id: CommandId | None,
+    ) -> EventEnvelope:
+        sequence = view.next_sequence
+        view.next_sequence = sequence + 1
+        kind = TYPE_OF[type(payload)]
+        c = concerns(payload)
+        item_id = payload.item_id if type(payload) is TurnItemDelta else None
+        env = EventEnvelope(
+            sequence=sequence,
+            event_id=event_id,
+            type=kind,
+            occurred_at=view.now(),
+            thread_id=c.thread_id,  # type: ignore[arg-type]
+            run_id=c.run_id,  # type: ignore[arg-type]
+            node_id=c.node_id,  # type: ignore[arg-type]
+            provider_session_id=c.provider_session_id,  # type: ignore[arg-type]
+            command_id=command_id,
+            correlation=correlation,
+            payload=payload,
+        )
+        view.batch.events.append(
+            (
+                sequence,
+                event_id,
+                kind,
+                env.occurred_at,
+                c.thread_id,
+                c.run_id,
+                c.node_id,
+                c.provider_session_id,
+                command_id,
+                item_id,
+                _encode(correlation),
+                _encode(payload),
+            )
+        )
+        apply(env, view)
+        return env
+
+    # -- the log -----------------------------------------------------------------
+
+    @_guarded
+    def last_sequence(self) -> int:
+        with self._conn() as conn:
+            row = conn.execute("SELECT coalesce(max(sequence), 0) FROM t3orch.events").fetchone()
+        return int(row[0]) if row else 0
+
+    @_guarded
+    def projection_sequence(self) -> int:
+        with self._conn() as conn:
+            row = conn.execute("SELECT last_sequence FROM t3orch.log_head").fetchone()
+        return int(row[0]) if row else 0
+
+    @_guarded
+    def receipt(self, command_id: CommandId) -> CommandReceipt | None:
+        with self._conn() as conn:
+            return _receipt(conn, command_id)
+
+    @_guarded
+    def read_events(self, after: int = 0, limit: int = 1000) -> list[EventEnvelope]:
+        with self._conn() as conn:
+            cur = conn.execute(
+                f"SELECT {EVENT_COLUMNS} FROM t3orch.events WHERE sequence > %s "
+                "ORDER BY sequence LIMIT %s",
+                (after, limit),
+            )
+            return [envelope(r) for r in cur]
+
+    def iter_events(self, after: int = 0) -> Iterator[EventEnvelope]:
+        while True:
+            page = self.read_events(after, 2000)
+            if not page:
+                return
+            yield from page
+            after = page[-1].sequence
+
+    @_guarded
+    def read_thread_events(self, thread_id: str, after: int = 0) -> list[EventEnvelope]:
+        with self._conn() as conn:
+            cur = conn.execute(
+                f"SELECT {EVENT_COLUMNS} FROM t3orch.events WHERE thread_id = %s "
+                "AND sequence > %s ORDER BY sequence",
+                (thread_id, after),
+            )
+            return [envelope(r) for r in cur]
+
+    # -- rows as stored ----------------------------------------------------------
+
+    @_guarded
+    def row(self, kind: str, id: str) -> Row | None:
+        with self._conn() as conn:
+            return read_row(conn, kind, id)
+
+    @_guarded
+    def rows(self, kind: str, *, thread_id: str | None = None) -> list[Row]:
+        with self._conn() as conn:
+            return read_rows(conn, kind, thread_id)
+
+    @_guarded
+    def rows_by_status(self, kind: str, statuses: Sequence[str]) -> list[Row]:
+        with self._conn() as conn:
+            return read_rows(conn, kind, None, statuses=statuses)
+
+    @_guarded
+    def rows_window(
+        self, kind: str, thread_id: str, *, limit: int, before_position: int | None = None
+    ) -> tuple[list[Row], int]:
+        before = before_position if before_position is not None else 2**62
+        with self._conn() as conn:
+            return read_rows_window(conn, kind, thread_id, limit, before)
+
+    @_guarded
+    def folded(self, row: Row) -> Row:
+        with self._conn() as conn:
+            return folded(conn, row)
+
+    @_guarded
+    def all_rows(self) -> list[Row]:
+        with self._conn() as conn:
+            cur = conn.execute(f"SELECT {ROW_COLUMNS} FROM t3orch.rows ORDER BY kind, id")
+            return [Row(r[0], r[1], r[2], r[3], r[4], bytes(r[5]), r[6]) for r in cur]
+
+    @_guarded
+    def all_chunks(self) -> list[Chunk]:
+        with self._conn() as conn:
+            upto = dict(
+                conn.execute("SELECT id, updated_seq FROM t3orch.rows WHERE kind = 'turn_item'")
+            )
+            cur = conn.execute(
+                "SELECT sequence, payload FROM t3orch.events WHERE item_id IS NOT NULL "
+                "ORDER BY sequence"
+            )
+            chunks = [chunk_of(seq, payload) for seq, payload in cur]
+        return [c for c in chunks if c.seq > upto.get(c.item_id, 0)]
+
+    @_guarded
+    def integrity_problems(self) -> list[str]:
+        """The log's own bookkeeping: sequences 1..N without gaps, the head at N."""
+        with self._conn() as conn:
+            row = conn.execute(
+                "SELECT count(*), coalesce(min(sequence), 1), coalesce(max(sequence), 0), "
+                "(SELECT last_sequence FROM t3orch.log_head) FROM t3orch.events"
+            ).fetchone()
+        assert row is not None
+        count, first, last, head = (int(v) for v in row)
+        problems = []
+        if count and (first != 1 or last != count):
+            problems.append(f"the log has {count} events but its sequences run {first}..{last}")
+        if head != last:
+            problems.append(f"the log's head row says {head} but its last event is {last}")
+        return problems
+
+    # -- typed reads (ReadModel) -----------------------------------------------
+
+    def _value(self, conn: Conn, row: Row) -> Any:
+        value = row.decode()
+        if streaming(row):
+            chunks = read_chunks(conn, row)
+            if chunks:
+                value = fold_item(value, chunks)
+        return value
+
+    @_guarded
+    def get(self, entity: type[_E], id: str) -> _E | None:
+        with self._conn() as conn:
+            row = read_row(conn, kind_of(entity), id)
+            value = None if row is None else self._value(conn, row)
+        return value if isinstance(value, entity) else None
+
+    @_guarded
+    def select(self, entity: type[_E], *, thread_id: str | None = None) -> list[_E]:
+        with self._conn() as conn:
+            rows = read_rows(conn, kind_of(entity), thread_id)
+            return [v for r in rows if isinstance(v := self._value(conn, r), entity)]
+
+    @_guarded
+    def select_by_status(
+        self, entity: type[_E], statuses: Sequence[str], *, thread_id: str | None = None
+    ) -> list[_E]:
+        with self._conn() as conn:
+            rows = read_rows(conn, kind_of(entity), thread_id, statuses=statuses)
+            return [v for r in rows if isinstance(v := self._value(conn, r), entity)]
+
+    def turn_items(self, thread_id: str) -> list[TurnItem]:
+        return cast(list[TurnItem], self.select(TurnItemBase, thread_id=thread_id))
+
+    def pending_requests(self, thread_id: str | None = None) -> list[RuntimeRequest]:
+        return self.select_by_status(RuntimeRequest, ("pending",), thread_id=thread_id)
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[PostgresStore]:
+        """A consistent read: every query inside (on this thread) sees one committed state."""
+        if getattr(self._local, "snapshot", None) is not None:
+            yield self  # nested: the outer snapshot is the state
+            return
+        try:
+            with self._pool.connection() as conn:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                self._local.snapshot = conn
+                try:
+                    yield self
+                finally:
+                    self._local.snapshot = None
+                    conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            raise translate(exc, self._where) from exc
+
+
+def _receipt(conn: Conn, command_id: str) -> CommandReceipt | None:
+    row = conn.execute(
+        "SELECT command_id, command_type, accepted_at, result_sequence, result "
+        "FROM t3orch.command_receipts WHERE command_id = %s",
+        (command_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    return CommandReceipt(CommandId(row[0]), row[1], row[2], row[3], msgspec.json.decode(row[4]))
+
+
+def _receipt_row(r: CommandReceipt) -> tuple[Any, ...]:
+    return (r.command_id, r.command_type, r.accepted_at, r.result_sequence, _encode(r.result))
+
+
+_WRITE_COLUMNS = (
+    "sequence, event_id, type, occurred_at, thread_id, run_id, node_id, "
+    "provider_session_id, command_id, item_id, correlation, payload"
+)
+# An update keeps the row's first position: order is creation order.
+_UPSERT_ROW = (
+    f"INSERT INTO t3orch.rows ({ROW_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+    "ON CONFLICT (kind, id) DO UPDATE SET thread_id = excluded.thread_id, "
+    "status = excluded.status, body = excluded.body, updated_seq = excluded.updated_seq"
+)
+_INSERT_RECEIPT = "INSERT INTO t3orch.command_receipts VALUES (%s, %s, %s, %s, %s)"

@@ -1,0 +1,49 @@
+"""PostgreSQL passes the store contract, on a real server (``tests/pg.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from t3orch.store.postgres.backend import PostgresStore
+from t3orch.store.postgres.registry import PostgresRegistry
+from tests.store.contract import DurableStoreContract, OpenRegistry, OpenStore, RegistryContract
+
+
+class TestPostgres(DurableStoreContract):
+    @pytest.fixture
+    def open_store(self, pg_url: str) -> Iterator[OpenStore]:
+        opened: list[PostgresStore] = []
+
+        def open_() -> PostgresStore:
+            store = PostgresStore(pg_url)
+            opened.append(store)
+            return store
+
+        yield open_
+        for store in opened:
+            store.close()
+
+
+class TestPostgresRegistry(RegistryContract):
+    @pytest.fixture
+    def open_registry(self, pg_url: str) -> Iterator[OpenRegistry]:
+        PostgresStore(pg_url).close()  # migrated before its registry opens
+        opened: list[PostgresRegistry] = []
+
+        def open_() -> PostgresRegistry:
+            reg = PostgresRegistry(pg_url)
+            opened.append(reg)
+            return reg
+
+        yield open_
+        for reg in opened:
+            reg.close()
+
+
+def test_a_read_only_registry_of_a_store_never_served_has_no_daemons(pg_url: str) -> None:
+    PostgresStore(pg_url).close()
+    reg = PostgresRegistry(pg_url, readonly=True)
+    assert reg.daemons() == []
+    reg.close()
