@@ -187,6 +187,11 @@ async def cmd_status(client: ApiClient, args: argparse.Namespace) -> int:
     print(f"api        ws://{ws.get('host')}:{ws.get('port')}  {api.get('socket')}")
     conns, subs = api.get("connections", 0), api.get("subscriptions", 0)
     print(f"clients    {conns} connected, {subs} subscriptions")
+    if st.get("daemonId"):
+        print(f"daemon     {st['daemonId']} on {st.get('host')}")
+        others = [d for d in st.get("fleet") or [] if d["daemonId"] != st["daemonId"]]
+        fleet = ", ".join(f"{d['host']} ({'online' if d['online'] else 'offline'})" for d in others)
+        print(f"fleet      {fleet or 'no other daemon on this log'}")
     found = st.get("providers")
     if found is not None:
         print(f"providers  {', '.join(_provider_version(p) for p in found) or 'none'}")

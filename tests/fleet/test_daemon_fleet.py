@@ -96,6 +96,9 @@ def test_a_daemon_registers_beats_shows_its_host_and_goes_offline_at_stop(
     assert offline.returncode == 0 and "box-a (offline)" in offline.stdout
     shown = _cli(state, "show", tid)
     assert shown.returncode == 0 and "on box-a (offline)" in shown.stdout
+    events = [json.loads(line) for line in _cli(state, "events").stdout.splitlines()]
+    assert {e["host"] for e in events if e["threadId"] == tid} == {"box-a"}
+    assert {e["host"] for e in events if e["threadId"] is None} == {None}
     with serve(state, _config(tmp_path, "box-a")) as d:
         d.wait_notify("READY=1")
         assert rpc(state, "daemon.status")["daemonId"] == me  # the same member again

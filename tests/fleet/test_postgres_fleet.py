@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ import pytest
 from t3orch.domain.provider import ProviderSession
 from t3orch.domain.run import Run
 from t3orch.store.postgres.backend import PostgresStore
-from tests.daemon.support import Served, rpc, serve
+from tests.daemon.support import REPO, Served, rpc, serve
 
 #: A stand-in turn takes seconds (400 ms a line): long enough to be caught in flight.
 _SLOW = ["--slow-ms", "400"]
@@ -79,6 +80,16 @@ def _send(state: Path, thread_id: str, cid: str) -> str:
     return str(sent["result"]["runId"])
 
 
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "t3orch.cli.main", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def _start(stack: ExitStack, state: Path, config: Path) -> Served:
     d = stack.enter_context(serve(state, config))
     d.wait_notify("READY=1")
@@ -116,6 +127,16 @@ def test_two_daemons_on_one_log(tmp_path: Path, pg_url: str, log: PostgresStore)
         seen_a, seen_b = _events(sa), _events(sb)
         assert seen_a == seen_b
         assert [s for s, _ in seen_a] == list(range(1, len(seen_a) + 1))
+        # And the CLI's view of the fleet, through either daemon and from the log itself.
+        for state in (sa, sb):
+            listed = _cli("threads", "--state-dir", str(state))
+            rows = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
+            assert rows[ta].rstrip().endswith("box-a") and rows[tb].rstrip().endswith("box-b")
+        status = _cli("status", "--state-dir", str(sa)).stdout
+        assert f"daemon     {ida} on box-a" in status and "fleet      box-b (online)" in status
+        lines = [json.loads(x) for x in _cli("events", "--store", pg_url).stdout.splitlines()]
+        assert {e["host"] for e in lines if e["threadId"] == ta} == {"box-a"}
+        assert {e["host"] for e in lines if e["threadId"] == tb} == {"box-b"}
 
         # SIGKILL B with a run of its in flight: A serves on, and shows B offline.
         lost = _send(sa, tb, "s3")
