@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from t3orch.domain.provider import ProviderSession
+from t3orch.domain.provider import ProviderSession, ProviderThread
 from t3orch.domain.run import Run
 from t3orch.store.postgres.backend import PostgresStore
 from tests.daemon.support import REPO, Served, rpc, serve
@@ -63,6 +63,16 @@ def _run(log: PostgresStore, run_id: str) -> Run:
         run = log.get(Run, run_id)
     assert run is not None
     return run
+
+
+def _session_of(log: PostgresStore, thread_id: str) -> ProviderSession:
+    """The provider session the thread's provider thread runs in."""
+    with log.snapshot():
+        (pt,) = [p for p in log.select(ProviderThread) if p.app_thread_id == thread_id]
+        assert pt.provider_session_id is not None
+        session = log.get(ProviderSession, pt.provider_session_id)
+    assert session is not None
+    return session
 
 
 def _shell(state: Path) -> dict[str, dict[str, Any]]:
@@ -117,10 +127,11 @@ def test_two_daemons_on_one_log(tmp_path: Path, pg_url: str, log: PostgresStore)
         runs = [_send(sa, tb, "s1"), _send(sb, ta, "s2")]
         for run in runs:
             _wait(lambda r=run: _run(log, r).status == "completed", 60)
-        with log.snapshot():
-            sessions = {s.owner_daemon_id: s for s in log.select(ProviderSession)}
-        assert sessions[idb].owner is not None and sessions[idb].owner.daemon_pid == b.proc.pid
-        assert sessions[ida].owner is not None and sessions[ida].owner.daemon_pid == a.proc.pid
+        # Each thread's provider process was spawned by its owner daemon.
+        for thread, owner, daemon in ((tb, idb, b), (ta, ida, a)):
+            session = _session_of(log, thread)
+            assert session.owner_daemon_id == owner
+            assert session.owner is not None and session.owner.daemon_pid == daemon.proc.pid
         assert _run(log, runs[0]).thread_id == tb
 
         # The same gap-free sequence from both.
