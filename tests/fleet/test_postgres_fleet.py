@@ -23,6 +23,7 @@ import pytest
 
 from t3orch.domain.provider import ProviderSession, ProviderThread
 from t3orch.domain.run import Run
+from t3orch.events import RuntimeReconciled
 from t3orch.store.postgres.backend import PostgresStore
 from tests.daemon.support import REPO, Served, rpc, serve
 
@@ -170,6 +171,13 @@ def test_two_daemons_on_one_log(tmp_path: Path, pg_url: str, log: PostgresStore)
         settled = _run(log, lost)
         assert (settled.status, settled.last_error) == ("interrupted", "daemon_restart")
         assert _run(log, going).status == "running"  # A's, left to A
+        # B counted its own only: A's live provider is no orphan of B's, nor A a copy.
+        with log.snapshot():
+            counts = [e.payload for e in log.iter_events() if e.type == "runtime.reconciled"]
+        assert isinstance(counts[-1], RuntimeReconciled)
+        got = counts[-1].counts
+        assert got["run"] == 1 and got["provider_session"] == 1
+        assert got["orphans_left_to_live_daemon"] == got["copy_of_live_state_dir"] == 0
         _wait(lambda: _run(log, going).status == "completed", 60)
         _wait(lambda: _shell(sa)[tb]["host"]["online"], 10)
         again = _send(sa, tb, "s6")  # routed to the returned B
