@@ -12,6 +12,8 @@ is the local daemon's, as reconciliation counts it.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import attrs
@@ -69,18 +71,36 @@ class RoutedOperations:
             )
         return record
 
+    async def _route(
+        self,
+        thread_id: str | None,
+        method: str,
+        params: dict[str, Any],
+        here: Callable[[], Awaitable[CommandResult]],
+    ) -> CommandResult:
+        """``method`` on the thread's owner when another daemon owns it, else ``here()``."""
+        if owner := await self._remote_owner(thread_id):
+            return await forward(owner, method, params)
+        return await here()
+
     async def send_message(
         self, thread_id: str, text: str, *, command_id: str, mode: SendMode
     ) -> CommandResult:
-        if owner := await self._remote_owner(thread_id):
-            params = {"threadId": thread_id, "text": text, "commandId": command_id, "mode": mode}
-            return await forward(owner, "run.send", params)
-        return await self.local.send_message(thread_id, text, command_id=command_id, mode=mode)
+        params = {"threadId": thread_id, "text": text, "commandId": command_id, "mode": mode}
+        return await self._route(
+            thread_id,
+            "run.send",
+            params,
+            partial(self.local.send_message, thread_id, text, command_id=command_id, mode=mode),
+        )
 
     async def interrupt_run(self, run_id: str, *, command_id: str) -> CommandResult:
-        if owner := await self._remote_owner(self._thread_of(Run, run_id)):
-            return await forward(owner, "run.interrupt", {"runId": run_id, "commandId": command_id})
-        return await self.local.interrupt_run(run_id, command_id=command_id)
+        return await self._route(
+            self._thread_of(Run, run_id),
+            "run.interrupt",
+            {"runId": run_id, "commandId": command_id},
+            partial(self.local.interrupt_run, run_id, command_id=command_id),
+        )
 
     async def respond(
         self,
@@ -91,26 +111,33 @@ class RoutedOperations:
         answers: dict[str, str] | None,
         command_id: str,
     ) -> CommandResult:
-        if owner := await self._remote_owner(self._thread_of(RuntimeRequest, request_id)):
-            params: dict[str, Any] = {
-                "requestId": request_id,
-                "decision": decision,
-                "message": message,
-                "answers": answers,
-                "commandId": command_id,
-            }
-            return await forward(owner, "request.respond", params)
-        return await self.local.respond(
-            request_id, decision, message=message, answers=answers, command_id=command_id
+        params = {
+            "requestId": request_id,
+            "decision": decision,
+            "message": message,
+            "answers": answers,
+            "commandId": command_id,
+        }
+        here = partial(
+            self.local.respond,
+            request_id,
+            decision,
+            message=message,
+            answers=answers,
+            command_id=command_id,
         )
+        thread_id = self._thread_of(RuntimeRequest, request_id)
+        return await self._route(thread_id, "request.respond", params, here)
 
     async def switch_provider(
         self, thread_id: str, provider: ProviderKind, *, command_id: str
     ) -> CommandResult:
-        if owner := await self._remote_owner(thread_id):
-            params = {"threadId": thread_id, "provider": provider, "commandId": command_id}
-            return await forward(owner, "thread.switchProvider", params)
-        return await self.local.switch_provider(thread_id, provider, command_id=command_id)
+        return await self._route(
+            thread_id,
+            "thread.switchProvider",
+            {"threadId": thread_id, "provider": provider, "commandId": command_id},
+            partial(self.local.switch_provider, thread_id, provider, command_id=command_id),
+        )
 
     async def configure_thread(
         self,
@@ -121,18 +148,22 @@ class RoutedOperations:
         runtime_mode: RuntimeMode | None,
         command_id: str,
     ) -> CommandResult:
-        if owner := await self._remote_owner(thread_id):
-            params = {
-                "threadId": thread_id,
-                "cwd": cwd,
-                "model": model,
-                "runtimeMode": runtime_mode,
-                "commandId": command_id,
-            }
-            return await forward(owner, "thread.configure", params)
-        return await self.local.configure_thread(
-            thread_id, cwd=cwd, model=model, runtime_mode=runtime_mode, command_id=command_id
+        params = {
+            "threadId": thread_id,
+            "cwd": cwd,
+            "model": model,
+            "runtimeMode": runtime_mode,
+            "commandId": command_id,
+        }
+        here = partial(
+            self.local.configure_thread,
+            thread_id,
+            cwd=cwd,
+            model=model,
+            runtime_mode=runtime_mode,
+            command_id=command_id,
         )
+        return await self._route(thread_id, "thread.configure", params, here)
 
     async def rollback(
         self,
@@ -144,17 +175,16 @@ class RoutedOperations:
         allow_shared_work_tree: bool,
         expect_work_tree: str | None,
     ) -> CommandResult:
-        if owner := await self._remote_owner(thread_id):
-            params = {
-                "threadId": thread_id,
-                "checkpointId": checkpoint_id,
-                "commandId": command_id,
-                "dryRun": dry_run,
-                "allowSharedWorkTree": allow_shared_work_tree,
-                "expectWorkTree": expect_work_tree,
-            }
-            return await forward(owner, "thread.rollback", params)
-        return await self.local.rollback(
+        params = {
+            "threadId": thread_id,
+            "checkpointId": checkpoint_id,
+            "commandId": command_id,
+            "dryRun": dry_run,
+            "allowSharedWorkTree": allow_shared_work_tree,
+            "expectWorkTree": expect_work_tree,
+        }
+        here = partial(
+            self.local.rollback,
             thread_id,
             checkpoint_id,
             command_id=command_id,
@@ -162,12 +192,15 @@ class RoutedOperations:
             allow_shared_work_tree=allow_shared_work_tree,
             expect_work_tree=expect_work_tree,
         )
+        return await self._route(thread_id, "thread.rollback", params, here)
 
     async def delete_thread(self, thread_id: str, *, command_id: str) -> CommandResult:
-        if owner := await self._remote_owner(thread_id):
-            params = {"threadId": thread_id, "commandId": command_id}
-            return await forward(owner, "thread.delete", params)
-        return await self.local.delete_thread(thread_id, command_id=command_id)
+        return await self._route(
+            thread_id,
+            "thread.delete",
+            {"threadId": thread_id, "commandId": command_id},
+            partial(self.local.delete_thread, thread_id, command_id=command_id),
+        )
 
     def status(self) -> dict[str, Any]:
         now = self.membership.clock()

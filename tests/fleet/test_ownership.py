@@ -16,10 +16,9 @@ from t3orch.core import open_core
 from t3orch.domain.provider import ProviderSession
 from t3orch.domain.run import Run
 from t3orch.domain.thread import AppThread
-from t3orch.domain.turn_items import CommandExecution
 from t3orch.ids import DaemonId
-from t3orch.provider_events import ItemStarted, RequestOpened, TurnStarted
 from t3orch.store.interface import ReadModel
+from tests.api.writes import open_request
 from tests.store.support import new_thread, started_turn
 
 A, B = DaemonId("dmn_a"), DaemonId("dmn_b")
@@ -49,51 +48,34 @@ async def test_threads_and_sessions_record_the_daemon_that_made_them(tmp_path: P
         assert fork is not None
 
 
-async def _in_flight(core, tid: str):  # type: ignore[no-untyped-def]
-    b = await started_turn(core.service, tid)
-    await core.service.ingest(
-        b,
-        [
-            TurnStarted(native_turn_ref="t1"),
-            ItemStarted(native_item_ref="c1", content=CommandExecution(input="touch x")),
-            RequestOpened(
-                native_request_ref="0",
-                kind="command",
-                native_item_ref="c1",
-                summary="touch x",
-                available_decisions=["accept", "decline"],
-            ),
-        ],
-    )
-    return b
+def _sessions_of(reads: ReadModel, owner: DaemonId) -> list[ProviderSession]:
+    with reads.snapshot():
+        return [s for s in reads.select(ProviderSession) if s.owner_daemon_id == owner]
 
 
 async def test_a_daemon_settles_only_its_own_runs_at_start(tmp_path: Path) -> None:
     db = tmp_path / "e.db"
     async with open_core(db) as core:
         core.service.daemon_id = A
-        mine = await _in_flight(core, await new_thread(core.service))
+        mine = await open_request(core, await new_thread(core.service))
         core.service.daemon_id = B
-        theirs = await _in_flight(core, await new_thread(core.service))
+        theirs = await open_request(core, await new_thread(core.service))
         core.service.daemon_id = None  # a row from before owners: the local daemon's
-        legacy = await _in_flight(core, await new_thread(core.service))
+        legacy = await open_request(core, await new_thread(core.service))
     async with open_core(db) as core:  # daemon A restarts on the shared log
         core.service.daemon_id = A
         counts = await core.service.reconcile()
         assert counts["run"] == 2 and counts["runtime_request"] == 2
         assert counts["provider_session"] == 2
-        run = mine.turn.run_id  # type: ignore[union-attr]
-        assert _get(core.reader, Run, run).status == "interrupted"
-        assert _get(core.reader, Run, legacy.turn.run_id).status == "interrupted"  # type: ignore[union-attr]
+        assert _get(core.reader, Run, mine["runId"]).status == "interrupted"
+        assert _get(core.reader, Run, legacy["runId"]).status == "interrupted"
         # B's run, session and request are B's to settle when B returns.
-        assert _get(core.reader, Run, theirs.turn.run_id).status == "waiting"  # type: ignore[union-attr]
-        assert _get(core.reader, ProviderSession, theirs.provider_session_id).status != "stopped"
+        assert _get(core.reader, Run, theirs["runId"]).status == "waiting"
+        assert [s.status for s in _sessions_of(core.reader, B)] != ["stopped"]
         with core.reader.snapshot():
-            pending = core.reader.pending_requests()
-        assert [r.thread_id for r in pending] == [
-            _get(core.reader, Run, theirs.turn.run_id).thread_id
-        ]  # type: ignore[union-attr]
+            assert [r.id for r in core.reader.pending_requests()] == [theirs["id"]]
         core.service.daemon_id = B  # B returns: now its run is settled
         counts = await core.service.reconcile()
         assert counts["run"] == 1 and counts["runtime_request"] == 1
-        assert _get(core.reader, Run, theirs.turn.run_id).status == "interrupted"  # type: ignore[union-attr]
+        assert _get(core.reader, Run, theirs["runId"]).status == "interrupted"
+        assert [s.status for s in _sessions_of(core.reader, B)] == ["stopped"]
