@@ -44,7 +44,7 @@ from t3orch.provider_versions import probe_all, t3orch_version
 from t3orch.state import prepare_state_dir, state_dir_identity
 from t3orch.store.errors import StateDirInvalid
 from t3orch.store.interface import Decision
-from t3orch.store.open import open_registry
+from t3orch.store.open import is_postgres_url, open_registry
 
 log = logging.getLogger("t3orch.daemon")
 
@@ -216,6 +216,9 @@ async def run_daemon(
                 heartbeat_s=d.heartbeat_s,
                 timeout_s=d.heartbeat_timeout_s,
             )
+            if is_postgres_url(core.location):
+                # Before settling anything: a live twin would have its runs settled here.
+                await membership.check_alone(state_dir)
             notifier.status("settling the previous run")
             reconciled = await settle_previous_run(
                 core.service, core.reader, me=owner, state_dir=state_dir

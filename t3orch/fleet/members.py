@@ -18,6 +18,7 @@ from pathlib import Path
 
 import attrs
 import msgspec
+import psutil
 import trio
 
 from t3orch.ids import DaemonId, IdFactory
@@ -56,6 +57,14 @@ def _read_daemon_id(path: Path) -> DaemonId:
 
 def host_name(configured: str) -> str:
     return configured or socket.gethostname()
+
+
+def _running(pid: int, started_at: float) -> bool:
+    """Whether ``pid`` still names the process that registered at ``started_at``."""
+    try:
+        return psutil.Process(pid).create_time() <= started_at + 0.5
+    except psutil.Error:
+        return False
 
 
 @attrs.define
@@ -130,6 +139,27 @@ class Membership:
         found = await trio.to_thread.run_sync(read, limiter=self._limiter)
         self.known = {d.daemon_id: d for d in found}
         return self.known.get(daemon_id)
+
+    async def check_alone(self, where: Path) -> None:
+        """Refuse to serve a shared log that another live daemon serves under this id.
+
+        A copy of a state dir carries its ``daemon-id``: on one shared log the two would
+        own, settle and route the same threads. The row of a predecessor that died
+        (its pid gone, or reused by a later process) is no such daemon.
+        """
+        theirs = await self.lookup(self.daemon_id)
+        if theirs is None or not theirs.online(self.clock()):
+            return
+        if (theirs.host, theirs.pid) == (self.me.host, self.me.pid):
+            return
+        if theirs.host == self.me.host and not _running(theirs.pid, theirs.started_at):
+            return
+        raise StateDirInvalid(
+            f"daemon {self.daemon_id} already serves this log from {theirs.host} (pid "
+            f"{theirs.pid}, last heartbeat {self.clock() - theirs.heartbeat_at:.0f}s ago): "
+            f"is {where} a copy of its state dir? Stop that daemon, or remove "
+            f"{where / DAEMON_ID_FILE} to serve as a new member"
+        )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Register, then beat until cancelled; on the way out, say offline at once."""

@@ -10,6 +10,7 @@ own runs, while A's go on.
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -185,3 +186,28 @@ def test_two_daemons_on_one_log(tmp_path: Path, pg_url: str, log: PostgresStore)
         seen_a, seen_b = _events(sa), _events(sb)
         assert seen_a == seen_b
         assert [s for s, _ in seen_a] == list(range(1, len(seen_a) + 1))
+
+
+def test_a_copy_of_a_live_daemons_state_dir_is_refused_on_the_shared_log(
+    tmp_path: Path, pg_url: str, log: PostgresStore
+) -> None:
+    sa = tmp_path / "a"
+    ca = _config(tmp_path, "box-a", pg_url)
+    with ExitStack() as stack:
+        a = _start(stack, sa, ca)
+        me = rpc(sa, "daemon.status")["daemonId"]
+        copy = tmp_path / "copy"
+        shutil.copytree(sa, copy, ignore=shutil.ignore_patterns("api.sock", "*.lock"))
+        with serve(copy, ca) as twin:
+            assert twin.proc.wait(timeout=30) == 2
+            assert twin.proc.stderr is not None
+            err = twin.proc.stderr.read().decode()
+            assert f"daemon {me} already serves this log from box-a" in err
+            assert str(copy / "daemon-id") in err
+        assert rpc(sa, "daemon.status")["daemonId"] == me  # the original serves on
+        # A SIGKILLed daemon's row is still fresh, but its pid is gone: a restart is fine.
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait(timeout=10)
+        again = _start(stack, sa, ca)
+        assert rpc(sa, "daemon.status")["daemonId"] == me
+        assert again.proc.poll() is None
