@@ -14,6 +14,7 @@ import psycopg
 
 from t3orch.store.interface import DaemonRecord
 from t3orch.store.postgres.backend import connect, redacted, translate
+from t3orch.store.postgres.reads import Conn
 from t3orch.store.postgres.schema import MIGRATION_LOCK
 
 _CREATE = (
@@ -26,6 +27,7 @@ _decoder = msgspec.json.Decoder(DaemonRecord)
 class PostgresRegistry:
     def __init__(self, url: str, *, readonly: bool = False) -> None:
         self.location = redacted(url)
+        self._url = url
         self._conn = connect(url)
         if readonly:
             return
@@ -37,9 +39,16 @@ class PostgresRegistry:
             self._conn.close()
             raise translate(exc, f"{self.location}: the daemon registry") from exc
 
+    def _alive(self) -> Conn:
+        """The connection, made again if the server dropped it (a restart, a failover):
+        a heartbeat that failed once must not fail for good."""
+        if self._conn.closed or self._conn.broken:
+            self._conn = connect(self._url)
+        return self._conn
+
     def upsert_daemon(self, record: DaemonRecord) -> None:
         try:
-            self._conn.execute(
+            self._alive().execute(
                 "INSERT INTO t3orch.daemons (daemon_id, heartbeat_at, body) VALUES (%s, %s, %s) "
                 "ON CONFLICT (daemon_id) DO UPDATE SET "
                 "heartbeat_at = excluded.heartbeat_at, body = excluded.body",
@@ -50,9 +59,11 @@ class PostgresRegistry:
 
     def daemons(self) -> list[DaemonRecord]:
         try:
-            rows = self._conn.execute(
-                "SELECT body FROM t3orch.daemons ORDER BY daemon_id"
-            ).fetchall()
+            rows = (
+                self._alive()
+                .execute("SELECT body FROM t3orch.daemons ORDER BY daemon_id")
+                .fetchall()
+            )
         except psycopg.errors.UndefinedTable:
             return []  # a store no daemon of this version has served yet
         except psycopg.Error as exc:
