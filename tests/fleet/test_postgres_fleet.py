@@ -181,8 +181,10 @@ def test_two_daemons_on_one_log(tmp_path: Path, pg_url: str, log: PostgresStore)
         assert got["orphans_left_to_live_daemon"] == got["copy_of_live_state_dir"] == 0
         _wait(lambda: _run(log, going).status == "completed", 60)
         _wait(lambda: _shell(sa)[tb]["host"]["online"], 10)
-        again = _send(sa, tb, "s6")  # routed to the returned B
-        _wait(lambda: _run(log, again).status == "completed", 60)
+        # The CLI through A, waiting on A's stream of B's events: routed to the returned B.
+        sent = _cli("send", "--state-dir", str(sa), tb, "again", "--wait", "--timeout", "60")
+        assert sent.returncode == 0, sent.stderr
+        assert _session_of(log, tb).owner_daemon_id == idb
         seen_a, seen_b = _events(sa), _events(sb)
         assert seen_a == seen_b
         assert [s for s, _ in seen_a] == list(range(1, len(seen_a) + 1))
