@@ -21,6 +21,7 @@ import attrs
 import msgspec
 
 from t3orch import daemonlog
+from t3orch.cli.invocation import add_store_option, store_url
 from t3orch.state import DB_NAME, prepare_state_dir, resolve_state_dir
 from t3orch.store.interface import ReadStore
 from t3orch.store.open import open_reader
@@ -39,6 +40,7 @@ def register(
         "logs", help="the daemon's log; with a thread or session, its provider stderr and frames"
     )
     common(p)
+    add_store_option(p)
     p.add_argument("target", nargs="?", default=None, help="a thread (thr_…) or session (pss_…)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     p.add_argument(
@@ -67,8 +69,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.lines < 0:
         print("t3orch logs: --lines must be 0 or more", file=sys.stderr)
         return 2
+    url = store_url(args)
     try:
-        parts = _parts(state_dir, args.target)
+        parts = _parts(state_dir, args.target, url)
     except LookupError as exc:
         print(f"t3orch logs: {exc}", file=sys.stderr)
         return 3
@@ -83,15 +86,16 @@ def cmd_logs(args: argparse.Namespace) -> int:
             time.sleep(POLL_S)
             if args.target is not None and args.target.startswith("thr_"):
                 # A thread's later sessions (a restart, a switch) appear as they start.
-                parts = _parts(state_dir, args.target)
+                parts = _parts(state_dir, args.target, url)
             for part in parts:
                 _follow(part, offsets, out)
     except (BrokenPipeError, KeyboardInterrupt):
         return 0
 
 
-def _parts(state_dir: Path, target: str | None) -> list[Part]:
-    """What to show for ``target``."""
+def _parts(state_dir: Path, target: str | None, url: str | None = None) -> list[Part]:
+    """What to show for ``target`` (its sessions from the store: ``url``, else the state
+    dir's)."""
     daemon = Part(
         f"== daemon log ({daemonlog.log_path(state_dir)})",
         "daemon",
@@ -100,7 +104,7 @@ def _parts(state_dir: Path, target: str | None) -> list[Part]:
     )
     if target is None:
         return [daemon]
-    store = _open_store(state_dir, target)
+    store = _open_store(state_dir, target, url)
     try:
         with store.snapshot():
             if target.startswith("thr_") and store.row("thread", target) is not None:
@@ -135,7 +139,9 @@ def _parts(state_dir: Path, target: str | None) -> list[Part]:
     return parts
 
 
-def _open_store(state_dir: Path, target: str) -> ReadStore:
+def _open_store(state_dir: Path, target: str, url: str | None) -> ReadStore:
+    if url is not None:
+        return open_reader(url)
     db = state_dir / DB_NAME
     if not db.exists():
         raise LookupError(f"no thread or provider session {target!r}: {state_dir} has no store")

@@ -280,6 +280,20 @@ class StoreContract:
         assert renamed is not None and renamed.title == "renamed"
         assert store.get(AppThread, "thr_9999") is None
 
+    def test_a_row_updated_unread_keeps_its_place_for_later_submissions(
+        self, open_store: OpenStore
+    ) -> None:
+        store = open_store()
+        store.commit_batch([upsert(1), upsert(2)])
+
+        def listed(view: StateView) -> Decision:
+            return Decision([], [(t.id, t.title) for t in view.select(AppThread)])
+
+        # thr_0001 is rewritten without being read first, then listed in the same batch.
+        _, seen = store.commit_batch([upsert(1, title="renamed"), Submission(listed)])
+        assert seen.result == [("thr_0001", "renamed"), ("thr_0002", "t")]
+        assert [t.id for t in store.select(AppThread)] == ["thr_0001", "thr_0002"]
+
     def test_streamed_text_is_seen_by_later_submissions_and_batches(
         self, open_store: OpenStore
     ) -> None:

@@ -8,8 +8,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from t3orch.store.interface import Store
 from t3orch.store.sqlite.backend import SQLiteStore
 
 ROUNDS = int(os.environ.get("T3ORCH_CRASH_ROUNDS", "25"))
@@ -40,15 +42,19 @@ def _run_until_killed(db: Path | str, delay: float) -> list[tuple[int, str]]:
     return acks
 
 
-def test_sigkill_loses_no_acknowledged_event(tmp_path: Path) -> None:
-    rng = random.Random(20261130)
-    db = tmp_path / "events.sqlite3"
+def kill_rounds(
+    location: Path | str, reopen: Callable[[], Store], rounds: int, seed: int
+) -> dict[int, str]:
+    """``rounds`` writer processes on ``location``, each SIGKILLed at a random point;
+    after each, the store as ``reopen`` opens it holds every acknowledged event, with
+    sequences 1..N and the projections at N. Returns what was acknowledged."""
+    rng = random.Random(seed)
     acknowledged: dict[int, str] = {}
-    for _ in range(ROUNDS):
-        for seq, event_id in _run_until_killed(db, rng.uniform(0.0, 0.3)):
+    for _ in range(rounds):
+        for seq, event_id in _run_until_killed(location, rng.uniform(0.0, 0.3)):
             assert seq not in acknowledged, f"sequence {seq} acknowledged twice"
             acknowledged[seq] = event_id
-        store = SQLiteStore(db)  # reopening recovers the WAL like a restarted daemon
+        store = reopen()
         try:
             stored = {e.sequence: e.event_id for e in store.iter_events()}
             seqs = sorted(stored)
@@ -58,7 +64,14 @@ def test_sigkill_loses_no_acknowledged_event(tmp_path: Path) -> None:
             assert store.projection_sequence() == store.last_sequence()
         finally:
             store.close()
-    assert len(acknowledged) > ROUNDS  # the writer really wrote between kills
+    assert len(acknowledged) > rounds  # the writer really wrote between kills
+    return acknowledged
+
+
+def test_sigkill_loses_no_acknowledged_event(tmp_path: Path) -> None:
+    db = tmp_path / "events.sqlite3"
+    # Reopening recovers the WAL like a restarted daemon.
+    kill_rounds(db, lambda: SQLiteStore(db), ROUNDS, 20261130)
     check = subprocess.run(
         [sys.executable, "-m", "t3orch.cli.main", "check", "--state-dir", str(tmp_path)],
         cwd=REPO,

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import random
 import signal
 import subprocess
 import sys
@@ -15,21 +14,13 @@ from typing import Any
 import psycopg
 
 from t3orch.store.postgres.backend import PostgresStore
+from tests.cli.test_store_cli import _cli
 from tests.daemon.support import config_file, rpc, serve
 from tests.pg import PgServer
-from tests.store.test_crash import _run_until_killed
+from tests.store.contract import upsert
+from tests.store.test_crash import kill_rounds
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "t3orch.cli.main", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def _wait(predicate: Any, within: float) -> Any:
@@ -76,12 +67,14 @@ def test_serve_on_a_store_url_then_check_events_and_threads_read_it(
     threads = _cli("threads", "--state-dir", str(state), "--store", pg_url, "--json")
     assert threads.returncode == 0, threads.stderr
     assert thread_id in threads.stdout
+    # `logs THREAD` finds the thread's provider sessions in that store.
+    logs = _cli("logs", thread_id, "--state-dir", str(state), "--store", pg_url)
+    assert logs.returncode == 0, logs.stderr
+    assert "pss_" in logs.stdout
 
 
 def test_check_finds_a_projection_row_that_differs_from_the_log(pg_url: str) -> None:
     store = PostgresStore(pg_url)
-    from tests.store.contract import upsert
-
     store.commit_batch([upsert(1), upsert(2)])
     store.close()
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -96,6 +89,13 @@ def test_a_bad_store_url_is_one_line_and_exit_2(tmp_path: Path, pg_server: PgSer
         ("check", "--store", "mysql://x@127.0.0.1/db"),
         ("events", "--store", "postgresql://t3orch:hunter2@127.0.0.1:1/nowhere"),
         ("check", "--store", pg_server.url("no_such_database")),
+        (
+            "serve",
+            "--state-dir",
+            str(tmp_path / "s2"),
+            "--store",
+            "postgresql://t3orch:hunter2@127.0.0.1:1/x",
+        ),
     ]
     for argv in cases:
         out = _cli(*argv)
@@ -114,22 +114,29 @@ def test_a_bad_store_url_is_one_line_and_exit_2(tmp_path: Path, pg_server: PgSer
 def test_sigkill_of_a_writer_on_postgres_loses_no_acknowledged_event(pg_url: str) -> None:
     """tests/store/test_crash.py against the PostgreSQL log: a writer process streaming
     through the core is SIGKILLed at random points; every acknowledged event is there."""
-    rng = random.Random(20261201)
-    acknowledged: dict[int, str] = {}
-    for _ in range(8):
-        for seq, event_id in _run_until_killed(pg_url, rng.uniform(0.0, 0.3)):
-            assert seq not in acknowledged, f"sequence {seq} acknowledged twice"
-            acknowledged[seq] = event_id
-        store = PostgresStore(pg_url, readonly=True)
-        try:
-            stored = {e.sequence: e.event_id for e in store.iter_events()}
-            seqs = sorted(stored)
-            assert seqs == list(range(1, len(seqs) + 1)), "gap or duplicate in sequences"
-            missing = {s: e for s, e in acknowledged.items() if stored.get(s) != e}
-            assert not missing, f"acknowledged events lost: {sorted(missing)[:10]}"
-            assert store.projection_sequence() == store.last_sequence()
-        finally:
-            store.close()
-    assert len(acknowledged) > 8
+    kill_rounds(pg_url, lambda: PostgresStore(pg_url), 8, 20261201)
     check = _cli("check", "--store", pg_url)
     assert check.returncode == 0, check.stderr
+
+
+def test_events_follow_on_a_store_url_prints_later_commits(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    try:
+        store.commit_batch([upsert(1)])
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "t3orch.cli.main", "events", "--follow", "--store", pg_url],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            assert json.loads(proc.stdout.readline())["sequence"] == 1
+            store.commit_batch([upsert(2)])  # another process's commit, after the start
+            assert json.loads(proc.stdout.readline())["sequence"] == 2
+        finally:
+            proc.kill()
+            proc.communicate(timeout=10)
+    finally:
+        store.close()

@@ -100,6 +100,9 @@ def test_an_unreachable_server_or_bad_url_is_one_clear_line(pg_server: PgServer)
     text = str(caught.value)
     assert "\n" not in text and "cannot connect" in text and "127.0.0.1:1" in text
     assert "secret" not in text  # the password is never printed
+    with pytest.raises(StoreError) as caught:
+        PostgresStore("postgresql://t3orch@127.0.0.1:1/x?password=secret2&connect_timeout=2")
+    assert "secret2" not in str(caught.value) and "cannot connect" in str(caught.value)
     with pytest.raises(StoreError, match="cannot connect"):
         PostgresStore("postgresql://t3orch@127.0.0.1:1/x?sslmode=bogus")
     with pytest.raises(StoreError, match="does not exist"):
@@ -235,3 +238,52 @@ async def test_a_commit_reaches_another_daemons_subscriber_quickly(pg_url: str) 
             latencies.append(trio.current_time() - started)
     latencies.sort()
     assert latencies[len(latencies) // 2] < 0.25, latencies
+
+
+async def test_a_lost_listening_connection_is_reopened_and_nothing_is_missed(
+    pg_url: str,
+) -> None:
+    async with open_core(pg_url) as a, open_core(pg_url) as b:
+        sub = a.broadcast.subscribe()
+
+        def end_listeners() -> int:
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                ended = conn.execute(
+                    "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM "
+                    "pg_stat_activity WHERE datname = current_database() "
+                    "AND query LIKE 'LISTEN%') AS t"
+                ).fetchone()
+            return int(ended[0]) if ended else 0
+
+        assert await trio.to_thread.run_sync(end_listeners) == 2  # a's and b's
+        # Committed while nobody listens: a's follower must still publish them.
+        first = await b.writer.submit(diag(3).decide)
+        later = await b.writer.submit(diag(1).decide)
+        got: list[EventEnvelope] = []
+        with trio.fail_after(10):
+            while len(got) < 4:
+                got += await sub.batch()
+        assert [e.sequence for e in got] == [e.sequence for e in (*first.events, *later.events)]
+
+
+async def test_connections_the_server_ended_cost_no_commit_and_no_read(pg_url: str) -> None:
+    """A server restart (or an administrator) ends every pooled connection: the next
+    commit and the next read go through on new ones, nothing written twice."""
+    async with open_core(pg_url) as core:
+        await core.writer.submit(diag(1).decide)
+
+        def end_all() -> int:
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                ended = conn.execute(
+                    "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM "
+                    "pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid()) AS t"
+                ).fetchone()
+            return int(ended[0]) if ended else 0
+
+        assert await trio.to_thread.run_sync(end_all) >= 2
+        out = await core.writer.submit(diag(2).decide)
+        assert [e.sequence for e in out.events] == [2, 3]
+        assert await trio.to_thread.run_sync(end_all) >= 1
+        assert core.reader.last_sequence() == 3
+        assert [e.sequence for e in core.reader.read_events()] == [1, 2, 3]

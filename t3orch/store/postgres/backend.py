@@ -22,7 +22,7 @@ import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 import psycopg
@@ -68,13 +68,21 @@ def is_postgres_url(location: str) -> bool:
 
 
 def redacted(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    """The URL without its password (in the user part or the query), for messages."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # not even a URL: nothing in it can be told apart
+        return "the store URL"
+    if parts.password is not None:
+        host = parts.hostname or ""
+        netloc = f"{parts.username}:***@{host}" + (f":{port}" if port else "")
+        parts = parts._replace(netloc=netloc)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if any(k == "password" for k, _ in query):
+        hidden = [(k, "***" if k == "password" else v) for k, v in query]
+        parts = parts._replace(query=urlencode(hidden, safe="*"))
+    return urlunsplit(parts)
 
 
 def translate(exc: psycopg.Error, where: str) -> StoreError:
@@ -86,14 +94,25 @@ def translate(exc: psycopg.Error, where: str) -> StoreError:
 
 
 def _guarded(method: _F) -> _F:
-    """Reads raise StoreError (naming the store), never a bare psycopg error."""
+    """Reads raise StoreError (naming the store), never a bare psycopg error. A read
+    whose pooled connection the server had ended (a restart) is tried once more on a
+    checked pool: reads repeat harmlessly (not inside a snapshot: its state is gone)."""
 
     @functools.wraps(method)
     def wrapper(self: PostgresStore, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
+        except psycopg.OperationalError as exc:
+            if self._in_snapshot():
+                raise translate(exc, self.location) from exc
+            first = exc
         except psycopg.Error as exc:
             raise translate(exc, self.location) from exc
+        try:
+            self._pool.check()
+            return method(self, *args, **kwargs)
+        except psycopg.Error as exc:
+            raise translate(exc, self.location) from first
 
     return cast(_F, wrapper)
 
@@ -108,13 +127,25 @@ def connect(url: str) -> Conn:
         raise StoreError(f"{redacted(url)}: not a PostgreSQL URL: {exc}") from exc
 
 
+#: A session of ours left idle inside a transaction this long (a client that hung
+#: mid-commit, holding the head row) is ended by the server, so other daemons go on.
+IDLE_IN_TRANSACTION_S = 60
+
+
+def _configure(conn: Conn) -> None:
+    conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'")
+
+
 def open_pool(url: str, *, max_size: int = 4) -> ConnectionPool[Conn]:
-    """A pool of autocommit connections (transactions are explicit)."""
+    """A pool of autocommit connections (transactions are explicit). Waiting for a
+    connection is bounded like connecting: a server gone is a StoreError, not a hang."""
     pool: ConnectionPool[Conn] = ConnectionPool(
         url,
         min_size=1,
         max_size=max_size,
         kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
+        configure=_configure,
+        timeout=CONNECT_TIMEOUT_S * 2,
         open=True,
         name="t3orch",
     )
@@ -186,6 +217,9 @@ class PostgresStore:
         if self._own_pool:
             self._pool.close()
 
+    def _in_snapshot(self) -> bool:
+        return getattr(self._local, "snapshot", None) is not None
+
     @contextlib.contextmanager
     def _conn(self) -> Iterator[Conn]:
         held: Conn | None = getattr(self._local, "snapshot", None)
@@ -201,15 +235,40 @@ class PostgresStore:
         if self.readonly:
             raise StoreError(f"{self._where}: opened read-only")
         try:
-            with self._pool.connection() as conn, conn.transaction():
-                # The serialization point of every daemon's commits (module docstring).
-                row = conn.execute(
-                    "SELECT last_sequence FROM t3orch.log_head FOR UPDATE"
-                ).fetchone()
-                head = int(row[0]) if row else 0
-                view = BatchView(conn, iso(self._clock()), head, self._known)
-                view.batch.outcomes.extend([self._run_one(conn, view, s) for s in submissions])
-                self._write(conn, view)
+            return self._commit(submissions)
+        except _ConnectionLost:
+            # Gone before its COMMIT was sent: nothing was written. Decided again on a
+            # checked pool (deciding is a function of the view: it may run twice).
+            self._pool.check()
+            try:
+                return self._commit(submissions)
+            except _ConnectionLost as lost:
+                raise translate(lost.error, self._where) from lost.error
+
+    def _commit(self, submissions: Sequence[Submission]) -> list[Outcome]:
+        committing = False
+        try:
+            with self._pool.connection() as conn:
+                try:
+                    with conn.transaction():
+                        # The serialization point of every daemon's commits (module doc).
+                        row = conn.execute(
+                            "SELECT last_sequence FROM t3orch.log_head FOR UPDATE"
+                        ).fetchone()
+                        head = int(row[0]) if row else 0
+                        view = BatchView(conn, iso(self._clock()), head, self._known)
+                        view.batch.outcomes.extend(
+                            [self._run_one(conn, view, s) for s in submissions]
+                        )
+                        self._write(conn, view)
+                        committing = True
+                except psycopg.OperationalError as exc:
+                    if conn.broken and not committing:
+                        raise _ConnectionLost(exc) from exc
+                    raise
+        except _ConnectionLost:
+            self._known.clear()
+            raise
         except psycopg.Error as exc:
             self._known.clear()
             raise translate(exc, self._where) from exc
@@ -486,6 +545,14 @@ class PostgresStore:
                     conn.execute("COMMIT")
         except psycopg.Error as exc:
             raise translate(exc, self._where) from exc
+
+
+class _ConnectionLost(Exception):
+    """The server ended the connection before the batch's COMMIT was sent."""
+
+    def __init__(self, error: psycopg.OperationalError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _receipt(conn: Conn, command_id: str) -> CommandReceipt | None:

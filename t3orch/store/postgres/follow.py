@@ -77,13 +77,14 @@ class LogFollower:
         listening = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._listen_thread, listening)
-            await listening.wait()
-            # Commits between the open and the LISTEN: read once.
-            self._wake_send.send_nowait(None)
-            task_status.started()
             try:
+                await listening.wait()
+                # Commits between the open and the LISTEN: read once.
+                self._wake_send.send_nowait(None)
+                task_status.started()
                 await self._catch_up_loop()
             finally:
+                # The listening thread looks up every POLL_S; the nursery waits for it.
                 self._stop.set()
 
     async def _listen_thread(self, listening: trio.Event) -> None:

@@ -79,11 +79,12 @@ def read_row(conn: Conn, kind: str, id: str) -> Row | None:
     return _row(r) if r else None
 
 
-def read_position(conn: Conn, kind: str, id: str) -> int | None:
-    r = conn.execute(
-        "SELECT position FROM t3orch.rows WHERE kind = %s AND id = %s", (kind, id)
-    ).fetchone()
-    return int(r[0]) if r else None
+def read_positions(conn: Conn, kind: str, ids: Sequence[str]) -> dict[str, int]:
+    """The stored positions of those rows (the ones that exist)."""
+    cur = conn.execute(
+        "SELECT id, position FROM t3orch.rows WHERE kind = %s AND id = ANY(%s)", (kind, list(ids))
+    )
+    return {str(id): int(position) for id, position in cur}
 
 
 def read_rows(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import psycopg
 from psycopg.rows import TupleRow
 
@@ -20,7 +21,7 @@ from t3orch.domain.vocab import TURN_ITEM_TERMINAL
 from t3orch.projections.projector import fold_item
 from t3orch.store.interface import CommandReceipt, Outcome
 from t3orch.store.kinds import Chunk, Row, kind_of
-from t3orch.store.postgres.reads import read_chunks, read_position, read_row, read_rows
+from t3orch.store.postgres.reads import read_chunks, read_positions, read_row, read_rows
 
 Key = tuple[str, str]
 #: A position cached for a row that was read and is not stored (positions are >= 0).
@@ -63,6 +64,13 @@ class BatchView:
         self._rows: list[Row] = []
         #: Stored positions of rows read while deciding (ABSENT: read, not there).
         self._positions: dict[Key, int] = {}
+        #: Committed rows and item deltas read by this batch. Nothing committed changes
+        #: while the batch holds the head row (every commit takes it), so each is read
+        #: once per batch: a session's ingest reads the same item and turn per submission.
+        self._stored_rows: dict[Key, Row | None] = {}
+        self._stored_chunks: dict[tuple[str, int], list[Chunk]] = {}
+        #: Staged rows whose stored position (if they have one) was never read.
+        self._unsettled: set[Key] = set()
 
     def now(self) -> str:
         return self._now
@@ -95,14 +103,16 @@ class BatchView:
 
     def _stage(self, r: Row) -> None:
         key = (r.kind, r.id)
-        # A row keeps its first position: the staged one's, else the stored one's.
+        # A row keeps its first position: the staged one's, else the stored one's. The
+        # upsert leaves a stored position alone, so a row never read keeps its own here
+        # until a select of its kind needs the order (``_settle``): no read per row.
         seen = self.batch.rows.get(key)
         if seen is not None:
             position = seen.position
         else:
             stored = self._positions.get(key)
             if stored is None:
-                stored = read_position(self._conn, r.kind, r.id)
+                self._unsettled.add(key)
             position = r.position if stored is None or stored == ABSENT else stored
         # ``r.position`` is the writing event's sequence: the row's updated_seq.
         self.batch.rows[key] = Row(
@@ -131,7 +141,9 @@ class BatchView:
         staged = self.batch.rows.get(key)
         if staged is not None:
             return staged
-        row = read_row(self._conn, kind, id)
+        if key in self._stored_rows:
+            return self._stored_rows[key]
+        row = self._stored_rows[key] = read_row(self._conn, kind, id)
         self._positions[key] = ABSENT if row is None else row.position
         return row
 
@@ -149,8 +161,10 @@ class BatchView:
         if row.kind != "turn_item" or row.status in _TERMINAL:
             return row.decode()
         after = row.updated_seq
-        chunks = read_chunks(self._conn, row)
-        chunks += [c for c in self.batch.chunks.get(row.id, ()) if c.seq > after]
+        stored = self._stored_chunks.get((row.id, after))
+        if stored is None:
+            stored = self._stored_chunks[(row.id, after)] = read_chunks(self._conn, row)
+        chunks = stored + [c for c in self.batch.chunks.get(row.id, ()) if c.seq > after]
         return fold_item(row.decode(), chunks) if chunks else row.decode()
 
     def get(self, kind: str | type[Any], id: str) -> Any | None:
@@ -188,6 +202,7 @@ class BatchView:
         """``stored`` with the staged rows laid over it, in (position, id) order."""
         for r in stored:
             self._positions[(r.kind, r.id)] = r.position
+        self._settle(kind)
         staged = [
             r
             for (k, _), r in self.batch.rows.items()
@@ -202,6 +217,23 @@ class BatchView:
             else:
                 rows.pop(r.id, None)
         return sorted(rows.values(), key=lambda r: (r.position, r.id))
+
+    def _settle(self, kind: str) -> None:
+        """Give the staged rows of ``kind`` their stored positions (one read for all)."""
+        keys = [k for k in self._unsettled if k[0] == kind]
+        if not keys:
+            return
+        unknown = [key[1] for key in keys if key not in self._positions]
+        if unknown:
+            found = read_positions(self._conn, kind, unknown)
+            for id in unknown:
+                self._positions[(kind, id)] = found.get(id, ABSENT)
+        for key in keys:
+            self._unsettled.discard(key)
+            stored = self._positions[key]
+            staged = self.batch.rows[key]
+            if stored != ABSENT and staged.position != stored:
+                self.batch.rows[key] = attrs.evolve(staged, position=stored)
 
 
 def _typed(kind: str | type[Any], values: list[Any]) -> list[Any]:
