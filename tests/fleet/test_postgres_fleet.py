@@ -136,6 +136,15 @@ def test_two_daemons_on_one_log(tmp_path: Path, pg_url: str, log: PostgresStore)
             assert session.owner is not None and session.owner.daemon_pid == daemon.proc.pid
         assert _run(log, runs[0]).thread_id == tb
 
+        # The owner's refusal is the answer, as it gave it.
+        with pytest.raises(RuntimeError) as refused:
+            rpc(
+                sa,
+                "thread.configure",
+                {"commandId": "cf", "threadId": tb, "cwd": str(tmp_path / "nowhere")},
+            )
+        assert refused.value.args[0]["data"]["code"] == "invalid_cwd"
+
         # The same gap-free sequence from both.
         seen_a, seen_b = _events(sa), _events(sb)
         assert seen_a == seen_b
