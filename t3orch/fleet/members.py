@@ -33,15 +33,20 @@ DAEMON_ID_FILE = "daemon-id"
 def load_or_create_daemon_id(state_dir: Path) -> DaemonId:
     """The state dir's daemon id, made on its first serve."""
     path = state_dir / DAEMON_ID_FILE
+    if path.exists():
+        return _read_daemon_id(path)
+    new = IdFactory().new(DaemonId)
+    tmp = path.with_name(f".{DAEMON_ID_FILE}.{os.getpid()}")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        tmp.write_text(new + "\n")
+        # A link appears whole or not at all: a crash never leaves an empty id file.
+        os.link(tmp, path)
     except FileExistsError:
         return _read_daemon_id(path)
     except OSError as exc:
         raise StateDirInvalid(f"cannot create {path}: {exc.strerror}") from None
-    new = IdFactory().new(DaemonId)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(new + "\n")
+    finally:
+        tmp.unlink(missing_ok=True)
     return new
 
 

@@ -160,3 +160,15 @@ def test_a_command_for_a_thread_of_a_daemon_that_cannot_take_it_is_refused(
         assert len(sent.stderr.strip().splitlines()) == 1
         listed = _cli(state, "threads").stdout
         assert ("box-b (offline)" in listed) is not online
+
+
+def test_a_damaged_daemon_id_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "daemon-id").write_text("not an id\n")
+    with serve(state, _config(tmp_path, "box-a")) as d:
+        assert d.proc.wait(timeout=30) == 2
+        assert d.proc.stderr is not None
+        err = d.proc.stderr.read().decode().strip().splitlines()
+    assert len(err) == 1 and "daemon-id does not hold a t3orch daemon id" in err[0]
+    assert (state / "daemon-id").read_text() == "not an id\n"  # left as it was
