@@ -69,6 +69,15 @@ class RoutedOperations:
                 f"is offline (last heartbeat {now - record.heartbeat_at:.0f}s ago); its runs "
                 f"go on when that daemon returns",
             )
+        if record.api_url == self.membership.me.api_url:
+            # Two daemons advertising one address (``daemon.advertise_host``): forwarding
+            # would come back here, again and again.
+            raise CommandRejected(
+                "owner_unreachable",
+                f"thread {thread_id} is owned by the daemon on {record.host} ({owner}), which "
+                f"registered this daemon's own address ({record.api_url}): check "
+                "daemon.advertise_host on both",
+            )
         return record
 
     async def _route(

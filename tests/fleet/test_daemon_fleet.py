@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -172,3 +173,22 @@ def test_a_damaged_daemon_id_is_one_line_and_exit_2(tmp_path: Path) -> None:
         err = d.proc.stderr.read().decode().strip().splitlines()
     assert len(err) == 1 and "daemon-id does not hold a t3orch daemon id" in err[0]
     assert (state / "daemon-id").read_text() == "not an id\n"  # left as it was
+
+
+def test_an_owner_registered_at_this_daemons_own_address_is_not_forwarded_to(
+    tmp_path: Path,
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    state = tmp_path / "state"
+    tid = _thread_of_b(state, tmp_path, online=True, api_url=f"ws://127.0.0.1:{port}")
+    config = _config(tmp_path, "box-a")
+    config.write_text(config.read_text().replace("[daemon]\n", f"[daemon]\napi_port = {port}\n"))
+    with serve(state, config) as d:
+        d.wait_notify("READY=1")
+        with pytest.raises(RuntimeError) as refused:
+            rpc(state, "run.send", {"commandId": "s1", "threadId": tid, "text": "hi"})
+        error = refused.value.args[0]
+        assert error["data"]["code"] == "owner_unreachable"
+        assert "advertise_host" in error["message"]
