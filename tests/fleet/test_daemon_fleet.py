@@ -25,7 +25,7 @@ from t3orch.core import open_core
 from t3orch.ids import DaemonId
 from t3orch.store.interface import DaemonRecord
 from t3orch.store.sqlite.registry import SQLiteRegistry
-from tests.daemon.support import REPO, rpc, serve
+from tests.daemon.support import cli, rpc, serve
 
 B = DaemonId("dmn_b0b")
 
@@ -41,13 +41,7 @@ def _config(tmp: Path, host: str) -> Path:
 
 
 def _cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "t3orch.cli.main", *args, "--state-dir", str(state)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return cli(*args, "--state-dir", str(state))
 
 
 def _registered(state: Path) -> list[DaemonRecord]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from t3orch.domain.provider import ProviderSession, ProviderThread
 from t3orch.domain.run import Run
 from t3orch.events import RuntimeReconciled
 from t3orch.store.postgres.backend import PostgresStore
-from tests.daemon.support import REPO, Served, rpc, serve
+from tests.daemon.support import Served, cli, rpc, serve
 
 #: A stand-in turn takes seconds (400 ms a line): long enough to be caught in flight.
 _SLOW = ["--slow-ms", "400"]
@@ -92,16 +91,6 @@ def _send(state: Path, thread_id: str, cid: str) -> str:
     return str(sent["result"]["runId"])
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "t3orch.cli.main", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def _start(stack: ExitStack, state: Path, config: Path) -> Served:
     d = stack.enter_context(serve(state, config))
     d.wait_notify("READY=1")
@@ -151,12 +140,12 @@ def test_two_daemons_on_one_log(tmp_path: Path, pg_url: str, log: PostgresStore)
         assert [s for s, _ in seen_a] == list(range(1, len(seen_a) + 1))
         # And the CLI's view of the fleet, through either daemon and from the log itself.
         for state in (sa, sb):
-            listed = _cli("threads", "--state-dir", str(state))
+            listed = cli("threads", "--state-dir", str(state))
             rows = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
             assert rows[ta].rstrip().endswith("box-a") and rows[tb].rstrip().endswith("box-b")
-        status = _cli("status", "--state-dir", str(sa)).stdout
+        status = cli("status", "--state-dir", str(sa)).stdout
         assert f"daemon     {ida} on box-a" in status and "fleet      box-b (online)" in status
-        lines = [json.loads(x) for x in _cli("events", "--store", pg_url).stdout.splitlines()]
+        lines = [json.loads(x) for x in cli("events", "--store", pg_url).stdout.splitlines()]
         assert {e["host"] for e in lines if e["threadId"] == ta} == {"box-a"}
         assert {e["host"] for e in lines if e["threadId"] == tb} == {"box-b"}
 
@@ -191,7 +180,7 @@ def test_two_daemons_on_one_log(tmp_path: Path, pg_url: str, log: PostgresStore)
         _wait(lambda: _run(log, going).status == "completed", 60)
         _wait(lambda: _shell(sa)[tb]["host"]["online"], 10)
         # The CLI through A, waiting on A's stream of B's events: routed to the returned B.
-        sent = _cli("send", "--state-dir", str(sa), tb, "again", "--wait", "--timeout", "60")
+        sent = cli("send", "--state-dir", str(sa), tb, "again", "--wait", "--timeout", "60")
         assert sent.returncode == 0, sent.stderr
         assert _session_of(log, tb).owner_daemon_id == idb
         seen_a, seen_b = _events(sa), _events(sb)
