@@ -163,7 +163,8 @@ class Membership:
             f"daemon {self.daemon_id} already serves this log from {theirs.host} (pid "
             f"{theirs.pid}, last heartbeat {self.clock() - theirs.heartbeat_at:.0f}s ago): "
             f"is {where} a copy of its state dir? Stop that daemon, or remove "
-            f"{where / DAEMON_ID_FILE} to serve as a new member"
+            f"{where / DAEMON_ID_FILE} to serve as a new member (if it is gone, its row "
+            f"lapses in {max(0.0, theirs.expires_at - self.clock()):.0f}s)"
         )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
