@@ -122,7 +122,9 @@ def start_server() -> PgServer | str:
         except KeyError:
             return "running as root and there is no postgres user to run the server as"
         user = "postgres"
-    root = Path(tempfile.mkdtemp(prefix="t3orch-pg-"))
+    # In /tmp when the server runs as another user: $TMPDIR may sit in root's home,
+    # which postgres cannot enter (and the socket path must stay short).
+    root = Path(tempfile.mkdtemp(prefix="t3orch-pg-", dir="/tmp" if user else None))
     if user is not None:
         entry = pwd.getpwnam(user)
         os.chown(root, entry.pw_uid, entry.pw_gid)

@@ -25,6 +25,16 @@ from tests.store.contract import diag, upsert
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _end_sessions(url: str, where: str) -> int:
+    """End the database's other sessions matching ``where`` (as a restart would)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        ended = conn.execute(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            f"WHERE datname = current_database() AND pid <> pg_backend_pid() AND {where}) AS t"
+        ).fetchone()
+    return int(ended[0]) if ended else 0
+
+
 def _tables(url: str) -> set[str]:
     with psycopg.connect(url) as conn:
         rows = conn.execute(
@@ -246,16 +256,8 @@ async def test_a_lost_listening_connection_is_reopened_and_nothing_is_missed(
     async with open_core(pg_url) as a, open_core(pg_url) as b:
         sub = a.broadcast.subscribe()
 
-        def end_listeners() -> int:
-            with psycopg.connect(pg_url, autocommit=True) as conn:
-                ended = conn.execute(
-                    "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM "
-                    "pg_stat_activity WHERE datname = current_database() "
-                    "AND query LIKE 'LISTEN%') AS t"
-                ).fetchone()
-            return int(ended[0]) if ended else 0
-
-        assert await trio.to_thread.run_sync(end_listeners) == 2  # a's and b's
+        # a's and b's LISTEN connections.
+        assert await trio.to_thread.run_sync(_end_sessions, pg_url, "query LIKE 'LISTEN%'") == 2
         # Committed while nobody listens: a's follower must still publish them.
         first = await b.writer.submit(diag(3).decide)
         later = await b.writer.submit(diag(1).decide)
@@ -272,18 +274,9 @@ async def test_connections_the_server_ended_cost_no_commit_and_no_read(pg_url: s
     async with open_core(pg_url) as core:
         await core.writer.submit(diag(1).decide)
 
-        def end_all() -> int:
-            with psycopg.connect(pg_url, autocommit=True) as conn:
-                ended = conn.execute(
-                    "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM "
-                    "pg_stat_activity WHERE datname = current_database() "
-                    "AND pid <> pg_backend_pid()) AS t"
-                ).fetchone()
-            return int(ended[0]) if ended else 0
-
-        assert await trio.to_thread.run_sync(end_all) >= 2
+        assert await trio.to_thread.run_sync(_end_sessions, pg_url, "true") >= 2
         out = await core.writer.submit(diag(2).decide)
         assert [e.sequence for e in out.events] == [2, 3]
-        assert await trio.to_thread.run_sync(end_all) >= 1
+        assert await trio.to_thread.run_sync(_end_sessions, pg_url, "true") >= 1
         assert core.reader.last_sequence() == 3
         assert [e.sequence for e in core.reader.read_events()] == [1, 2, 3]
