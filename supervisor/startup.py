@@ -246,9 +246,18 @@ async def sweep_orphans(
     me: ProcessOwner | None = None,
     state_dir: Path | None = None,
     grace_s: float = 2.0,
+    daemon_id: str | None = None,
 ) -> SweepResult:
-    """Terminate what dead daemons recorded in this store left running; leave live ones' alone."""
-    sessions = reader.select(ProviderSession)
+    """Terminate what dead daemons recorded in this store left running; leave live ones' alone.
+
+    ``daemon_id``: in a fleet, only this daemon's sessions (and those without an
+    owner) are looked at: another daemon's pids name processes of its own machine.
+    """
+    sessions = [
+        s
+        for s in reader.select(ProviderSession)
+        if daemon_id is None or s.owner_daemon_id in (None, daemon_id)
+    ]
     planner = _Planner(sessions, me)
     plan = planner.plan(_process_table())
     previous = _previous_status_owner(state_dir)
@@ -283,7 +292,7 @@ async def settle_previous_run(
     state_dir: Path | None = None,
 ) -> dict[str, int]:
     """The startup step: orphan sweep, then one reconciliation transaction."""
-    sweep = await sweep_orphans(reader, me=me, state_dir=state_dir)
+    sweep = await sweep_orphans(reader, me=me, state_dir=state_dir, daemon_id=core.daemon_id)
     for owner in sweep.copy_of:
         message = copy_message(state_dir, owner)
         log.warning("%s", message)

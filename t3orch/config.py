@@ -120,6 +120,16 @@ class DaemonConfig:
     #: A graceful stop lets running turns end for up to this long before it
     #: interrupts them; 0 = interrupt at once.
     stop_drain_s: float = 30.0
+    #: This daemon's name in the fleet registry (``threads`` shows it as the HOST);
+    #: empty: the machine's host name.
+    host_name: str = ""
+    #: The address other daemons reach this one's API on (``ws://ADDRESS:port``);
+    #: empty: ``api_host``.
+    advertise_host: str = ""
+    #: How often the daemon renews its row in the fleet registry.
+    heartbeat_s: float = 2.0
+    #: A daemon whose last heartbeat is older than this is offline.
+    heartbeat_timeout_s: float = 10.0
 
 
 @attrs.frozen
@@ -342,6 +352,7 @@ def _validate(cfg: Config) -> list[str]:
         "backoff_max_s",
         "api_auth_timeout_s",
         "stall_warning_s",
+        "heartbeat_s",
     ):
         if getattr(d, key) <= 0:
             out.append(f"daemon.{key}: must be positive, got {getattr(d, key)}")
@@ -352,6 +363,11 @@ def _validate(cfg: Config) -> list[str]:
         out.append(
             f"daemon.stall_timeout_s: {d.stall_timeout_s} is below "
             f"daemon.stall_warning_s ({d.stall_warning_s})"
+        )
+    if d.heartbeat_timeout_s <= d.heartbeat_s:
+        out.append(
+            f"daemon.heartbeat_timeout_s: {d.heartbeat_timeout_s} must exceed "
+            f"daemon.heartbeat_s ({d.heartbeat_s})"
         )
     if d.max_delta_handoff_chars < 1000:
         got = d.max_delta_handoff_chars

@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,17 +30,21 @@ from supervisor.manager import ReaperPolicy, RestartPolicy, SessionManager
 from supervisor.providers import STANDIN_TRANSCRIPT, ProviderSettings
 from supervisor.startup import settle_previous_run
 from supervisor.systemd import Notifier
+from t3orch.api.auth import load_or_create_token
 from t3orch.api.runner import serve_api
 from t3orch.config import Config
 from t3orch.core import Core, open_core
 from t3orch.daemonlog import raw_dir
 from t3orch.domain.provider import ProcessOwner
 from t3orch.domain.vocab import ProviderKind
+from t3orch.fleet.members import Membership, host_name, load_or_create_daemon_id
+from t3orch.fleet.routing import RoutedOperations
 from t3orch.process_tuning import raise_descriptor_limit
-from t3orch.provider_versions import probe_all
+from t3orch.provider_versions import probe_all, t3orch_version
 from t3orch.state import prepare_state_dir, state_dir_identity
 from t3orch.store.errors import StateDirInvalid
 from t3orch.store.interface import Decision
+from t3orch.store.open import is_postgres_url, open_registry
 
 log = logging.getLogger("t3orch.daemon")
 
@@ -166,6 +170,10 @@ def process_owner(state_dir: Path) -> ProcessOwner:
     )
 
 
+def _api_url(host: str, port: int) -> str:
+    return f"ws://[{host}]:{port}" if ":" in host else f"ws://{host}:{port}"
+
+
 def _write_status_file(state_dir: Path, data: dict[str, Any]) -> None:
     path = state_dir / "daemon.json"
     tmp = path.with_suffix(".tmp")
@@ -190,11 +198,27 @@ async def run_daemon(
     def raw_sink(kind: ProviderKind, session_id: str) -> RawFrameSink:
         return RotatingRawLog(raw_dir(state_dir), kind, session_id)
 
-    with exclusive_state_dir(state_dir):
+    with exclusive_state_dir(state_dir), ExitStack() as stack:
         owner = process_owner(state_dir)
+        daemon_id = load_or_create_daemon_id(state_dir)
         notifier.status("opening the store")
         async with open_core(config.store.url or db, synchronous=d.synchronous) as core:
+            reg = stack.enter_context(closing(open_registry(core.location)))
             core.service.process_owner = owner
+            # What this daemon creates is its own, and it settles only what it owned.
+            core.service.daemon_id = daemon_id
+            membership = Membership.starting(
+                reg,
+                daemon_id,
+                host=host_name(d.host_name),
+                version=t3orch_version(),
+                token=load_or_create_token(state_dir),
+                heartbeat_s=d.heartbeat_s,
+                timeout_s=d.heartbeat_timeout_s,
+            )
+            if is_postgres_url(core.location):
+                # Before settling anything: a live twin would have its runs settled here.
+                await membership.check_alone(state_dir)
             notifier.status("settling the previous run")
             reconciled = await settle_previous_run(
                 core.service, core.reader, me=owner, state_dir=state_dir
@@ -220,10 +244,13 @@ async def run_daemon(
             async with trio.open_nursery() as nursery:
                 await nursery.start(manager.run)
                 try:
+                    routed = RoutedOperations(manager, membership, core.reader)
                     endpoints = await nursery.start(
-                        partial(serve_api, state_dir=state_dir), core, manager, d
+                        partial(serve_api, state_dir=state_dir), core, routed, d
                     )
                     port = endpoints.port
+                    membership.listening(_api_url(d.advertise_host or d.api_host, port))
+                    await nursery.start(membership.run)
                     daemon = Daemon(core, manager, state_dir, port, reconciled, notifier)
                     _write_status_file(
                         state_dir,

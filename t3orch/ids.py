@@ -39,6 +39,8 @@ ContextHandoffId = NewType("ContextHandoffId", str)
 RawEventId = NewType("RawEventId", str)
 EventId = NewType("EventId", str)
 CommandId = NewType("CommandId", str)
+#: A daemon of the fleet: stable per state dir (``<state-dir>/daemon-id``).
+DaemonId = NewType("DaemonId", str)
 
 #: The prefix of each family, so an id names what it is in logs and errors.
 PREFIXES: dict[str, str] = {
@@ -60,6 +62,7 @@ PREFIXES: dict[str, str] = {
     "ContextHandoffId": "cho",
     "RawEventId": "raw",
     "EventId": "evt",
+    "DaemonId": "dmn",
 }
 
 IdT = TypeVar("IdT", bound=str)

@@ -16,6 +16,7 @@ import re
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import attrs
@@ -27,6 +28,15 @@ CLAUDE_AGENT_SDK_TESTED = "0.2.184"
 #: The ``claude`` CLI bundled in ``claude-agent-sdk==0.2.184``.
 CLAUDE_TESTED = "2.1.327"
 TESTED: Mapping[str, str] = {"codex": CODEX_TESTED, "claude": CLAUDE_TESTED}
+
+
+def t3orch_version() -> str:
+    """t3orch's own version (``--version``, and each daemon's row in the fleet registry)."""
+    try:
+        return version("t3orch")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
 
 #: Bound on one ``--version`` call: a binary that hangs there is reported, not waited for.
 PROBE_TIMEOUT_S = 3.0

@@ -33,6 +33,7 @@ from t3orch.ids import (
     CheckpointId,
     CommandId,
     ContextTransferId,
+    DaemonId,
     IdFactory,
     ProviderSessionId,
     ProviderThreadId,
@@ -62,6 +63,9 @@ class CoreService:
     ids: IdFactory = attrs.field(factory=IdFactory)
     #: Stamped on every recorded provider process (the daemon sets it; None in tests).
     process_owner: ProcessOwner | None = None
+    #: The fleet daemon this service writes for: it owns the threads and provider
+    #: sessions it creates (the daemon sets it; None in tests: the local daemon).
+    daemon_id: DaemonId | None = None
 
     async def _run(self, decide: Decide, command_id: str | None, kind: str) -> CommandResult:
         outcome: Outcome = await self.writer.submit(
@@ -74,7 +78,7 @@ class CoreService:
     async def create_thread(
         self, spec: CreateThread, *, command_id: str | None = None
     ) -> CommandResult:
-        decide = threads.create_thread(spec, self.ids.new(ThreadId))
+        decide = threads.create_thread(spec, self.ids.new(ThreadId), self.daemon_id)
         return await self._run(decide, command_id, "thread.create")
 
     async def archive_thread(
@@ -139,6 +143,7 @@ class CoreService:
             thread_id,
             self.ids.new(ProviderThreadId),
             provider=provider,
+            owner=self.daemon_id,
         )
         result = await self._run(decide, None, "session.open")
         assert isinstance(result.result, SessionBinding)
@@ -257,6 +262,7 @@ class CoreService:
             title=title,
             provider=provider,
             worktree=worktree,
+            owner=self.daemon_id,
         )
         return await self._run(decide, command_id, "thread.fork")
 
@@ -390,7 +396,8 @@ class CoreService:
     async def reconcile(
         self, reason: str = "daemon_restart", swept: Mapping[str, int] | None = None
     ) -> dict[str, int]:
-        result = await self._run(reconcile_mod.reconcile(reason, swept), None, "runtime.reconcile")
+        decide = reconcile_mod.reconcile(reason, swept, self.daemon_id)
+        result = await self._run(decide, None, "runtime.reconcile")
         assert isinstance(result.result, dict)
         return result.result
 

@@ -24,6 +24,7 @@ from t3orch.commands.specs import CreateThread
 from t3orch.core import Core
 from t3orch.domain.checkpoint import Checkpoint
 from t3orch.domain.thread import AppThread
+from t3orch.projections.views import FleetHosts
 from t3orch.service import CommandResult
 from t3orch.store.broadcast import Subscription
 from t3orch.store.errors import CommandRejected
@@ -265,18 +266,27 @@ async def events_read(conn: Connection, p: P.EventsRead) -> Any:
     return await conn.reader.snapshot(partial(_events_page, p.after_sequence, p.limit))
 
 
-def _view(p: P.ViewRead, store: ReadModel) -> dict[str, Any]:
-    view = read_view(store, p.topic, p.thread_id, limit=p.limit, before_position=p.before_position)
+def _view(p: P.ViewRead, hosts: FleetHosts, store: ReadModel) -> dict[str, Any]:
+    view = read_view(
+        store,
+        p.topic,
+        p.thread_id,
+        limit=p.limit,
+        before_position=p.before_position,
+        hosts=hosts,
+    )
     return {"snapshotSequence": view.snapshot_sequence, "data": view}
 
 
 async def view_read(conn: Connection, p: P.ViewRead) -> Any:
     check_topic(p.topic, p.thread_id)
-    return await conn.reader.snapshot(partial(_view, p))
+    return await conn.reader.snapshot(partial(_view, p, await conn.reader.hosts()))
 
 
-def _with_snapshot(topic: str, thread_id: str | None, store: ReadModel) -> tuple[TopicFilter, Any]:
-    return open_filter(store, topic, thread_id), read_view(store, topic, thread_id)
+def _with_snapshot(
+    topic: str, thread_id: str | None, hosts: FleetHosts, store: ReadModel
+) -> tuple[TopicFilter, Any]:
+    return open_filter(store, topic, thread_id), read_view(store, topic, thread_id, hosts=hosts)
 
 
 def _with_head(topic: str, thread_id: str | None, store: ReadModel) -> tuple[TopicFilter, int]:
@@ -294,7 +304,9 @@ async def subscribe(conn: Connection, p: P.Subscribe) -> Any:
     live = conn.core.broadcast.subscribe(conn.server.limits.subscription_buffer)
     try:
         if p.after_sequence is None:
-            flt, snap = await conn.reader.snapshot(partial(_with_snapshot, p.topic, p.thread_id))
+            hosts = await conn.reader.hosts()
+            read = partial(_with_snapshot, p.topic, p.thread_id, hosts)
+            flt, snap = await conn.reader.snapshot(read)
             cursor, reply_seq = snap.snapshot_sequence, snap.snapshot_sequence
         else:
             flt, head = await conn.reader.snapshot(partial(_with_head, p.topic, p.thread_id))

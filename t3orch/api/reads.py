@@ -8,13 +8,15 @@ others, and one SQLite connection cannot hold two read transactions at once.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 import trio
 
+from t3orch.projections.views import FleetHosts, fleet_hosts
 from t3orch.store.interface import ReadStore
-from t3orch.store.open import open_reader
+from t3orch.store.open import open_reader, open_registry
 
 T = TypeVar("T")
 
@@ -22,6 +24,7 @@ T = TypeVar("T")
 class ApiReader:
     def __init__(self, db_path: str) -> None:
         self.store = open_reader(db_path)
+        self.registry = open_registry(db_path, readonly=True)
         # One at a time: the connection is shared by every API read.
         self._limiter = trio.CapacityLimiter(1)
 
@@ -34,5 +37,11 @@ class ApiReader:
 
         return await trio.to_thread.run_sync(run, limiter=self._limiter)
 
+    async def hosts(self) -> FleetHosts:
+        """Each fleet daemon's host and whether it is online, as of now."""
+        daemons = await trio.to_thread.run_sync(self.registry.daemons, limiter=self._limiter)
+        return fleet_hosts(daemons, time.time())
+
     def close(self) -> None:
+        self.registry.close()
         self.store.close()

@@ -65,12 +65,14 @@ def read_view(
     *,
     limit: int = views.DETAIL_WINDOW,
     before_position: int | None = None,
+    hosts: views.FleetHosts | None = None,
 ) -> Any:
-    """The topic's read model; call inside ``store.snapshot()``."""
+    """The topic's read model; call inside ``store.snapshot()``. ``hosts``: the fleet's
+    daemons, for each thread's host."""
     try:
         match topic:
             case "threadShell":
-                return views.thread_shell(store)
+                return views.thread_shell(store, hosts)
             case "providerSessions":
                 return views.provider_sessions(store)
             case "pendingRequests":
@@ -78,7 +80,7 @@ def read_view(
             case "threadDetail":
                 assert thread_id is not None
                 return views.thread_detail(
-                    store, thread_id, limit=limit, before_position=before_position
+                    store, thread_id, limit=limit, before_position=before_position, hosts=hosts
                 )
             case "executionGraph":
                 assert thread_id is not None

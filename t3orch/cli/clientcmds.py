@@ -187,6 +187,11 @@ async def cmd_status(client: ApiClient, args: argparse.Namespace) -> int:
     print(f"api        ws://{ws.get('host')}:{ws.get('port')}  {api.get('socket')}")
     conns, subs = api.get("connections", 0), api.get("subscriptions", 0)
     print(f"clients    {conns} connected, {subs} subscriptions")
+    if st.get("daemonId"):
+        print(f"daemon     {st['daemonId']} on {st.get('host')}")
+        others = [d for d in st.get("fleet") or [] if d["daemonId"] != st["daemonId"]]
+        fleet = ", ".join(f"{d['host']} ({'online' if d['online'] else 'offline'})" for d in others)
+        print(f"fleet      {fleet or 'no other daemon on this log'}")
     found = st.get("providers")
     if found is not None:
         print(f"providers  {', '.join(_provider_version(p) for p in found) or 'none'}")
@@ -240,10 +245,19 @@ async def cmd_threads(client: ApiClient, args: argparse.Namespace) -> int:
                 e["latestRunStatus"] or "-",
                 str(e["pendingRequests"]),
                 threadcmds.usage_text(e.get("usage")),
+                host_text(e.get("host")),
             ]
         )
-    _table(["THREAD", "TITLE", "PROVIDER", "RUNS", "LAST RUN", "PENDING", "USAGE"], rows)
+    _table(["THREAD", "TITLE", "PROVIDER", "RUNS", "LAST RUN", "PENDING", "USAGE", "HOST"], rows)
     return 0
+
+
+def host_text(host: dict[str, Any] | None) -> str:
+    """The host a thread runs on, marked when its daemon is offline; ``-``: no owner
+    recorded (a thread from before the fleet: the local daemon's)."""
+    if not host:
+        return "-"
+    return str(host["host"]) + ("" if host["online"] else " (offline)")
 
 
 async def cmd_thread_new(client: ApiClient, args: argparse.Namespace) -> int:
@@ -432,7 +446,8 @@ async def cmd_show(client: ApiClient, args: argparse.Namespace) -> int:
         print_json(data)
         return 0
     t = data["thread"]
-    print(f"{t['title']}  ({t['id']}, {t['defaultProvider']}, {t['cwd']})")
+    where = f", on {host_text(data['host'])}" if data.get("host") else ""
+    print(f"{t['title']}  ({t['id']}, {t['defaultProvider']}, {t['cwd']}{where})")
     threadcmds.print_thread_usage(data)
     runs = {r["id"]: r for r in data["runs"]}
     for run_id, items in _by_run(data["visibleTurnItems"], runs):
@@ -654,7 +669,11 @@ async def cmd_watch(client: ApiClient, args: argparse.Namespace) -> int:
     _, snap = await client.subscribe("threadDetail", args.thread)
     view = ThreadView(snap)
     if args.json:
-        print_json({"snapshotSequence": view.sequence, "thread": view.thread})
+        print_json(
+            {"snapshotSequence": view.sequence, "thread": view.thread, "host": snap.get("host")}
+        )
+    elif snap.get("host"):
+        screen.line(f"{view.thread['title']} ({view.thread['id']}) on {host_text(snap['host'])}")
     statuses = {r["id"]: r["status"] for r in view.runs.values()}
     for item in view.items.values():
         if args.json:

@@ -7,10 +7,10 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from t3orch.config import ConfigError, load_config
+from t3orch.provider_versions import t3orch_version
 from t3orch.store.errors import CommandRejected, StoreError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -107,13 +107,6 @@ def build_parser() -> argparse.ArgumentParser:
     logcmds.register(sub, _common)
     webcmd.register(sub, _common)
     return parser
-
-
-def t3orch_version() -> str:
-    try:
-        return version("t3orch")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"
 
 
 def version_report(config_path: str | None) -> str:

@@ -10,10 +10,12 @@ from pathlib import Path
 import msgspec
 
 from t3orch.cli.invocation import store_url
+from t3orch.domain.thread import AppThread
+from t3orch.events import EventEnvelope
 from t3orch.projections.check import compare, compare_chunks, rebuild
 from t3orch.state import prepare_state_dir, resolve_state_dir
 from t3orch.store.interface import ReadStore
-from t3orch.store.open import open_reader
+from t3orch.store.open import open_reader, open_registry
 
 _encode = msgspec.json.encode
 
@@ -39,6 +41,37 @@ def _how_to_read(db: Path) -> tuple[object, ...]:
     return (False, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+class _Hosts:
+    """The host of each event's thread (its owner daemon's, from the fleet registry),
+    added to every ``events`` line as ``host`` (null: no thread, or no owner recorded)."""
+
+    def __init__(self, location: str | Path) -> None:
+        self.location = location
+        self.owners: dict[str, str | None] = {}
+        self.names: dict[str, str] = {}
+
+    def refresh(self) -> None:
+        registry = open_registry(self.location, readonly=True)
+        try:
+            self.names = {d.daemon_id: d.host for d in registry.daemons()}
+        finally:
+            registry.close()
+
+    def line(self, store: ReadStore, env: EventEnvelope) -> bytes:
+        host: str | None = None
+        if env.thread_id is not None:
+            if env.thread_id not in self.owners:
+                thread = store.get(AppThread, env.thread_id)
+                self.owners[env.thread_id] = thread.owner_daemon_id if thread else None
+            owner = self.owners[env.thread_id]
+            if owner is not None:
+                if owner not in self.names:
+                    self.refresh()  # a daemon that joined since
+                host = self.names.get(owner, owner)
+        # The envelope's own encoding with one more key: no decode and re-encode.
+        return _encode(env)[:-1] + b',"host":' + _encode(host) + b"}\n"
+
+
 def cmd_events(args: argparse.Namespace) -> int:
     url = store_url(args)
     # A server's reads always see the latest commits: only a SQLite file is reopened.
@@ -46,17 +79,20 @@ def cmd_events(args: argparse.Namespace) -> int:
     read_as: tuple[object, ...] = ()
     if url is not None:
         store = open_reader(url)
+        hosts = _Hosts(url)
     else:
         db = prepare_state_dir(resolve_state_dir(args.state_dir), create=False)
         read_as = _how_to_read(db)
         store = open_reader(db)
+        hosts = _Hosts(db)
     out = sys.stdout.buffer
     after = args.since
+    hosts.refresh()
     try:
         while True:
             page = store.read_events(after, 1000)
             for env in page:
-                out.write(_encode(env) + b"\n")
+                out.write(hosts.line(store, env))
                 after = env.sequence
             out.flush()
             if page:

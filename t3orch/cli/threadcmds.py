@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,11 @@ import trio
 from t3orch.api.topics import check_topic, read_view
 from t3orch.cli.client import ApiClient, DaemonNotRunning, connect
 from t3orch.cli.invocation import command_id, command_name, print_json, socket_path, store_url
+from t3orch.projections.views import FleetHosts, fleet_hosts
 from t3orch.state import prepare_state_dir
 from t3orch.store.errors import StateDirInvalid
 from t3orch.store.interface import ReadStore
-from t3orch.store.open import open_reader
+from t3orch.store.open import open_reader, open_registry
 
 Command = Callable[[ApiClient, argparse.Namespace], Awaitable[int]]
 Runner = Callable[[argparse.Namespace, Command], int]
@@ -36,9 +38,10 @@ class StoreClient(ApiClient):
     models inside one read transaction); anything else needs the daemon.
     """
 
-    def __init__(self, store: ReadStore) -> None:
+    def __init__(self, store: ReadStore, hosts: FleetHosts | None = None) -> None:
         # No channel: nothing is sent anywhere.
         self.store = store
+        self.hosts = hosts
 
     async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         p = params or {}
@@ -52,6 +55,7 @@ class StoreClient(ApiClient):
                         p.get("threadId"),
                         limit=p.get("limit", 200),
                         before_position=p.get("beforePosition"),
+                        hosts=self.hosts,
                     )
                     doc: Any = {"snapshotSequence": view.snapshot_sequence, "data": view}
                 case "events.read":
@@ -93,7 +97,7 @@ def run_reader(args: argparse.Namespace, fn: Command, run_client: Runner) -> int
             )
     store = open_reader(url or db)
     try:
-        return trio.run(fn, StoreClient(store), args)
+        return trio.run(fn, StoreClient(store, _hosts(url or db)), args)
     except DaemonNotRunning as exc:
         # A read the store cannot answer (a stream, a daemon method): one line, as
         # ``run_client`` prints it.
@@ -101,6 +105,15 @@ def run_reader(args: argparse.Namespace, fn: Command, run_client: Runner) -> int
         return 2
     finally:
         store.close()
+
+
+def _hosts(location: str | Path) -> FleetHosts:
+    """The fleet's daemons as the store's registry has them (offline once they lapsed)."""
+    registry = open_registry(location, readonly=True)
+    try:
+        return fleet_hosts(registry.daemons(), time.time())
+    finally:
+        registry.close()
 
 
 def _daemon_answers(path: Path) -> bool:

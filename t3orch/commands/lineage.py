@@ -42,6 +42,7 @@ from t3orch.events import ContextTransferUpserted, ThreadUpserted
 from t3orch.ids import (
     ContextHandoffId,
     ContextTransferId,
+    DaemonId,
     RunId,
     ThreadId,
     TurnItemId,
@@ -302,6 +303,7 @@ def fork_thread(
     title: str | None = None,
     provider: ProviderKind | None = None,
     worktree: tuple[str, str] | None = None,
+    owner: DaemonId | None = None,
 ) -> Decide:
     """A new app thread continuing ``thread_id`` from ``run_id`` (default: its latest run).
 
@@ -339,6 +341,7 @@ def fork_thread(
             ),
             created_at=now,
             updated_at=now,
+            owner_daemon_id=owner,
         )
         ch.emit(ThreadUpserted(thread=fork))
         pt = (

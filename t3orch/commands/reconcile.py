@@ -1,20 +1,27 @@
 """Startup reconciliation: settle everything a dead daemon left in flight.
 
 Runs once, before any client is served, as one submission (one transaction):
-after it, nothing claims to be running that no live process backs.
+after it, nothing claims to be running that no live process backs. In a fleet
+(several daemons on one log) a daemon settles only what it owned: another
+daemon's runs are backed by that daemon's processes, live or not, and are
+settled by it when it returns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import msgspec
 
+from t3orch.domain.node import ExecutionNode
 from t3orch.domain.provider import ProviderSession, ProviderThread
 from t3orch.domain.request import NotResumableCapability, RuntimeRequest
+from t3orch.domain.thread import AppThread
 from t3orch.domain.turn_items import TurnItemBase
 from t3orch.domain.vocab import TURN_ITEM_TERMINAL
 from t3orch.events import RuntimeReconciled
+from t3orch.ids import DaemonId
 from t3orch.ingest.changes import Changes
 from t3orch.store.interface import Decide, Decision, StateView
 from t3orch.store.kinds import entity_of
@@ -27,15 +34,43 @@ _LIVE = {
 }
 
 
-def reconcile(reason: str = "daemon_restart", swept: Mapping[str, int] | None = None) -> Decide:
-    """``swept``: what the orphan sweep before it did, recorded with the settling counts."""
+def _ours(view: StateView, me: DaemonId | None) -> Callable[[str, Any], bool]:
+    """Whether a row in flight is ``me``'s to settle: not of another daemon's thread or
+    session (a row without an owner is the local daemon's; ``me`` None: every row)."""
+    if me is None:
+        return lambda kind, row: True
+    threads = {t.id for t in view.select(AppThread) if t.owner_daemon_id not in (None, me)}
+    sessions = {s.id for s in view.select(ProviderSession) if s.owner_daemon_id not in (None, me)}
+
+    def ours(kind: str, row: Any) -> bool:
+        match kind:
+            case "provider_session":
+                return row.id not in sessions
+            case "provider_thread":
+                return row.app_thread_id not in threads and row.provider_session_id not in sessions
+            case "provider_turn":
+                node = view.get(ExecutionNode, row.node_id)
+                return node is None or node.thread_id not in threads
+        return getattr(row, "thread_id", None) not in threads
+
+    return ours
+
+
+def reconcile(
+    reason: str = "daemon_restart",
+    swept: Mapping[str, int] | None = None,
+    owner: DaemonId | None = None,
+) -> Decide:
+    """``swept``: what the orphan sweep before it did, recorded with the settling counts;
+    ``owner``: the daemon settling (only its own rows), None for every row."""
 
     def decide(view: StateView) -> Decision:
         ch = Changes(view)
         now = view.now()
+        ours = _ours(view, owner)
         counts: dict[str, int] = {}
         for kind, (live, settled) in _LIVE.items():
-            rows = view.select_by_status(entity_of(kind), live)
+            rows = [r for r in view.select_by_status(entity_of(kind), live) if ours(kind, r)]
             for row in rows:
                 fields: dict[str, object] = {"status": settled}
                 if hasattr(row, "completed_at"):
@@ -47,14 +82,22 @@ def reconcile(reason: str = "daemon_restart", swept: Mapping[str, int] | None = 
                     fields["error"] = reason
                 ch.put(kind, msgspec.structs.replace(row, **fields))
             counts[kind] = len(rows)
-        items = view.select_by_status(TurnItemBase, ("pending", "running", "waiting"))
+        items = [
+            i
+            for i in view.select_by_status(TurnItemBase, ("pending", "running", "waiting"))
+            if ours("turn_item", i)
+        ]
         for item in items:
             if item.status not in TURN_ITEM_TERMINAL:
                 ch.put(
                     "turn_item", msgspec.structs.replace(item, status="interrupted", updated_at=now)
                 )
         counts["turn_item"] = len(items)
-        requests = view.select_by_status(RuntimeRequest, ("pending",))
+        requests = [
+            r
+            for r in view.select_by_status(RuntimeRequest, ("pending",))
+            if ours("runtime_request", r)
+        ]
         for req in requests:
             ch.put(
                 "runtime_request",
@@ -66,9 +109,13 @@ def reconcile(reason: str = "daemon_restart", swept: Mapping[str, int] | None = 
                 ),
             )
         counts["runtime_request"] = len(requests)
-        sessions = view.select_by_status(
-            ProviderSession, ("starting", "ready", "running", "waiting")
-        )
+        sessions = [
+            s
+            for s in view.select_by_status(
+                ProviderSession, ("starting", "ready", "running", "waiting")
+            )
+            if ours("provider_session", s)
+        ]
         for s in sessions:
             ch.put(
                 "provider_session",
@@ -77,7 +124,11 @@ def reconcile(reason: str = "daemon_restart", swept: Mapping[str, int] | None = 
                 ),
             )
         counts["provider_session"] = len(sessions)
-        threads = view.select_by_status(ProviderThread, ("active", "idle"))
+        threads = [
+            t
+            for t in view.select_by_status(ProviderThread, ("active", "idle"))
+            if ours("provider_thread", t)
+        ]
         for pt in threads:
             # The native ref is kept: the next piece of work resumes it.
             ch.put(

@@ -13,7 +13,7 @@ from t3orch.domain.provider import (
 )
 from t3orch.domain.vocab import ProviderKind
 from t3orch.events import ProviderDiagnostic
-from t3orch.ids import ProviderSessionId, ProviderThreadId, ThreadId
+from t3orch.ids import DaemonId, ProviderSessionId, ProviderThreadId, ThreadId
 from t3orch.ingest.binding import SessionBinding
 from t3orch.ingest.changes import Changes
 from t3orch.store.interface import Decide, Decision, StateView
@@ -25,6 +25,7 @@ def open_session(
     new_provider_thread_id: ProviderThreadId,
     *,
     provider: ProviderKind | None = None,
+    owner: DaemonId | None = None,
 ) -> Decide:
     """Record a runtime about to start for a thread, reusing the thread's provider thread.
 
@@ -50,6 +51,7 @@ def open_session(
                 capabilities=ProviderCapabilities(),
                 created_at=now,
                 updated_at=now,
+                owner_daemon_id=owner,
             ),
         )
         pt = None

@@ -11,7 +11,7 @@ from t3orch.domain.run import Run
 from t3orch.domain.thread import AppThread, ModelSelection
 from t3orch.domain.vocab import RuntimeMode
 from t3orch.events import EventDraft, ThreadUpserted
-from t3orch.ids import ProjectId, ThreadId
+from t3orch.ids import DaemonId, ProjectId, ThreadId
 from t3orch.store.errors import CommandRejected
 from t3orch.store.interface import Decide, Decision, StateView
 
@@ -40,7 +40,7 @@ def _require_directory(cwd: str) -> None:
         raise CommandRejected("invalid_cwd", f"cwd {cwd} {what}")
 
 
-def create_thread(spec: CreateThread, thread_id: ThreadId) -> Decide:
+def create_thread(spec: CreateThread, thread_id: ThreadId, owner: DaemonId | None = None) -> Decide:
     _check_cwd(spec.cwd)
 
     def decide(view: StateView) -> Decision:
@@ -61,6 +61,7 @@ def create_thread(spec: CreateThread, thread_id: ThreadId) -> Decide:
             lineage=None,
             created_at=now,
             updated_at=now,
+            owner_daemon_id=owner,
         )
         return Decision(
             [EventDraft(payload=ThreadUpserted(thread=thread))], {"threadId": thread_id}

@@ -9,6 +9,7 @@ from t3orch.domain.vocab import (
 )
 from t3orch.ids import (
     ContextHandoffId,
+    DaemonId,
     NodeId,
     ProviderSessionId,
     ProviderThreadId,
@@ -63,6 +64,9 @@ class ProviderSession(Wire):
     exit_description: str | None = None
     #: Who spawned ``pid``; None on rows from before owners were recorded.
     owner: ProcessOwner | None = None
+    #: The fleet daemon that runs it: only that daemon settles it after a crash.
+    #: None on rows from before owners were recorded: the local daemon's.
+    owner_daemon_id: DaemonId | None = None
 
 
 class ProviderThreadForkSource(Wire):

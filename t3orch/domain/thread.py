@@ -4,7 +4,7 @@ from typing import Literal
 
 from t3orch.domain.base import Wire
 from t3orch.domain.vocab import InteractionMode, ProviderKind, RuntimeMode
-from t3orch.ids import ProjectId, ProviderThreadId, ThreadId
+from t3orch.ids import DaemonId, ProjectId, ProviderThreadId, ThreadId
 
 
 class ModelSelection(Wire):
@@ -37,3 +37,6 @@ class AppThread(Wire):
     updated_at: str
     archived_at: str | None = None
     deleted_at: str | None = None
+    #: The daemon that created it, whose runtimes run it (the fleet routes its
+    #: commands there); None on rows from before owners were recorded: the local one.
+    owner_daemon_id: DaemonId | None = None

@@ -8,7 +8,7 @@ instead of decoding and re-encoding thousands of items.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -51,6 +51,50 @@ def _raw(rows: Sequence[Row]) -> list[msgspec.Raw]:
     return [msgspec.Raw(r.body) for r in rows]
 
 
+class ThreadHost(msgspec.Struct, rename="camel"):
+    """Where a thread runs: the host of the daemon that owns it, and whether that
+    daemon is online (its heartbeat has not lapsed)."""
+
+    daemon_id: str
+    host: str
+    online: bool
+
+
+#: The fleet as the reads show it: each registered daemon's host, by daemon id.
+FleetHosts = Mapping[str, ThreadHost]
+
+
+class _Daemon(Protocol):
+    """A registry row as the reads need it (``store.interface.DaemonRecord``)."""
+
+    @property
+    def daemon_id(self) -> str: ...
+    @property
+    def host(self) -> str: ...
+
+    def online(self, now: float) -> bool: ...
+
+
+def fleet_hosts(daemons: Sequence[_Daemon], now: float) -> dict[str, ThreadHost]:
+    return {d.daemon_id: ThreadHost(d.daemon_id, d.host, d.online(now)) for d in daemons}
+
+
+class _Owner(msgspec.Struct, rename="camel"):
+    owner_daemon_id: str | None = None
+
+
+_owner = msgspec.json.Decoder(_Owner)
+
+
+def host_of(thread: Row, hosts: FleetHosts) -> ThreadHost | None:
+    """The thread's owner (None for a thread from before owners were recorded); a
+    daemon the registry does not know is shown by its id, offline."""
+    owner = _owner.decode(thread.body).owner_daemon_id
+    if owner is None:
+        return None
+    return hosts.get(owner) or ThreadHost(owner, owner, online=False)
+
+
 class ThreadShellEntry(msgspec.Struct, rename="camel"):
     thread: msgspec.Raw
     run_count: int
@@ -58,6 +102,8 @@ class ThreadShellEntry(msgspec.Struct, rename="camel"):
     pending_requests: int
     #: The sum of its runs' usage; None while no run reported any.
     usage: TokenUsage | None = None
+    #: Where it runs (the fleet); None for a thread from before owners were recorded.
+    host: ThreadHost | None = None
 
 
 class _RunUsage(msgspec.Struct, rename="camel"):
@@ -102,6 +148,8 @@ class ThreadDetail(msgspec.Struct, rename="camel"):
     handoffs: list[msgspec.Raw]
     #: The sum of its runs' usage (each run has its own); None while none reported any.
     usage: TokenUsage | None = None
+    #: Where it runs (the fleet); None for a thread from before owners were recorded.
+    host: ThreadHost | None = None
 
 
 class ExecutionGraph(msgspec.Struct, rename="camel"):
@@ -129,7 +177,7 @@ class UnknownThread(LookupError):
     pass
 
 
-def thread_shell(r: ProjectionReader) -> ThreadShell:
+def thread_shell(r: ProjectionReader, hosts: FleetHosts | None = None) -> ThreadShell:
     pending: dict[str, int] = {}
     for row in r.rows_by_status("runtime_request", ("pending",)):
         if row.thread_id:
@@ -148,6 +196,7 @@ def thread_shell(r: ProjectionReader) -> ThreadShell:
                 latest_run_status=thread_runs[-1].status if thread_runs else None,
                 pending_requests=pending.get(t.id, 0),
                 usage=usage_of(thread_runs),
+                host=host_of(t, hosts or {}),
             )
         )
     return ThreadShell(snapshot_sequence=r.projection_sequence(), threads=entries)
@@ -159,6 +208,7 @@ def thread_detail(
     *,
     limit: int = DETAIL_WINDOW,
     before_position: int | None = None,
+    hosts: FleetHosts | None = None,
 ) -> ThreadDetail:
     thread = r.row("thread", thread_id)
     if thread is None:
@@ -193,6 +243,7 @@ def thread_detail(
         ),
         handoffs=_raw(r.rows("context_handoff", thread_id=thread_id)),
         usage=usage_of(runs),
+        host=host_of(thread, hosts or {}),
     )
 
 

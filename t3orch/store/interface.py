@@ -28,8 +28,8 @@ import msgspec
 from t3orch.domain.request import RuntimeRequest
 from t3orch.domain.turn_items import TurnItem
 from t3orch.events import EventDraft, EventEnvelope
-from t3orch.ids import CommandId
-from t3orch.store.errors import CommandRejected
+from t3orch.ids import CommandId, DaemonId
+from t3orch.store.errors import CommandRejected, StoreError
 from t3orch.store.kinds import Chunk, Row
 
 #: A stored entity type (``Run``, ``AppThread``, a turn item variant, …).
@@ -87,6 +87,46 @@ class CommandReceipt:
     #: The last sequence the command committed (or the store's head if it wrote nothing).
     result_sequence: int
     result: Any
+
+
+class DaemonRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """One daemon of the fleet, as it last registered: a row of the registry.
+
+    Not an event: a heartbeat every few seconds would be most of the log. Times are
+    epoch seconds of the writing daemon's clock (the fleet's hosts keep their clocks
+    in step, as any shared database's clients must).
+    """
+
+    daemon_id: DaemonId
+    #: The name ``threads`` shows (``daemon.host_name``, else the machine's).
+    host: str
+    version: str
+    pid: int
+    #: Where other daemons reach its API (``ws://HOST:PORT``); "" before it listens.
+    api_url: str
+    #: The bearer token of that API: access to the database already grants everything
+    #: the token does, so the registry is where the fleet shares it.
+    token: str
+    started_at: float
+    heartbeat_at: float
+    #: Online until then (``heartbeat_at`` + its ``daemon.heartbeat_timeout_s``); a
+    #: clean stop sets it to the stop's time.
+    expires_at: float
+
+    def online(self, now: float) -> bool:
+        return now < self.expires_at
+
+
+class DaemonRegistry(Protocol):
+    """The fleet's daemons: a small table beside the log, outside its sequence."""
+
+    def upsert_daemon(self, record: DaemonRecord) -> None:
+        """Insert or replace the row of ``record.daemon_id``; blocking, committed on return."""
+
+    def daemons(self) -> list[DaemonRecord]:
+        """Every registered daemon (online or not), by id."""
+
+    def close(self) -> None: ...
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):

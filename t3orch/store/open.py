@@ -22,11 +22,13 @@ import trio
 from t3orch.clock import WallClock, system_clock
 from t3orch.ids import IdFactory
 from t3orch.store.broadcast import Broadcast
-from t3orch.store.interface import ReadStore, Store
+from t3orch.store.interface import DaemonRegistry, ReadStore, Store
 from t3orch.store.postgres.backend import PostgresStore, is_postgres_url, open_pool, prepare
 from t3orch.store.postgres.follow import LogFollower
+from t3orch.store.postgres.registry import PostgresRegistry
 from t3orch.store.sqlite.backend import SQLiteStore, Synchronous
 from t3orch.store.sqlite.checkpointer import SAFETY_PAGES, WalCheckpointer
+from t3orch.store.sqlite.registry import SQLiteRegistry
 from t3orch.store.writer import EventWriter
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "is_postgres_url",
     "open_log",
     "open_reader",
+    "open_registry",
     "open_writable",
 ]
 
@@ -56,6 +59,13 @@ def open_reader(path: str | Path) -> ReadStore:
     if is_postgres_url(str(path)):
         return PostgresStore(str(path), readonly=True)
     return SQLiteStore(path, readonly=True)
+
+
+def open_registry(location: str | Path, *, readonly: bool = False) -> DaemonRegistry:
+    """The fleet's daemon registry of the store at ``location`` (which must exist)."""
+    if is_postgres_url(str(location)):
+        return PostgresRegistry(str(location), readonly=readonly)
+    return SQLiteRegistry(location, readonly=readonly)
 
 
 def open_writable(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -143,7 +144,10 @@ def test_threads_and_show_read_the_store_without_a_daemon(tmp_path: Path) -> Non
     assert tid in listing and "t1" in listing
     shown = ok(cli(state, "show", tid))
     assert "you: hello there" in shown and "run 1 · completed" in shown
-    assert shown == live_show
+    # The same, but for the host: its daemon has stopped, and the store says so.
+    host = socket.gethostname()
+    assert f"on {host} (offline))" in shown
+    assert shown.replace(f"on {host} (offline))", f"on {host})") == live_show
     detail = json.loads(ok(cli(state, "show", tid, "--json")))
     assert detail["thread"]["id"] == tid
     unknown = cli(state, "show", "thr_nope")

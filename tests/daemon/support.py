@@ -114,3 +114,14 @@ def serve(
             proc.stderr.close()
         listener.close()
         sock_path.unlink(missing_ok=True)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``t3orch ARGS`` in a child process, its output as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "t3orch.cli.main", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

@@ -29,6 +29,7 @@ from t3orch.events import (
 )
 from t3orch.ids import (
     CommandId,
+    DaemonId,
     MessageId,
     NodeId,
     ProjectId,
@@ -41,7 +42,14 @@ from t3orch.ids import (
 )
 from t3orch.projections.check import compare, rebuild
 from t3orch.store.errors import CommandRejected
-from t3orch.store.interface import Decision, StateView, Store, Submission
+from t3orch.store.interface import (
+    DaemonRecord,
+    DaemonRegistry,
+    Decision,
+    StateView,
+    Store,
+    Submission,
+)
 
 OpenStore = Callable[[], Store]
 
@@ -423,3 +431,53 @@ class DurableStoreContract(StoreContract):
         (o,) = store.commit_batch([diag(1)])
         assert o.events[0].sequence == 4
         assert store.receipt(CommandId("c1")) is not None
+
+
+# -- the fleet registry (a table beside the log) -------------------------------------
+
+OpenRegistry = Callable[[], DaemonRegistry]
+
+
+def daemon(n: int, *, beat: float = 100.0, host: str = "h") -> DaemonRecord:
+    return DaemonRecord(
+        daemon_id=DaemonId(f"dmn_{n:04d}"),
+        host=host,
+        version="0",
+        pid=1000 + n,
+        api_url=f"ws://127.0.0.1:{9000 + n}",
+        token="t" * 64,
+        started_at=1.0,
+        heartbeat_at=beat,
+        expires_at=beat + 10.0,
+    )
+
+
+class RegistryContract:
+    """Subclasses provide ``open_registry`` (two calls: two connections to one store)."""
+
+    def test_an_upsert_is_read_back_and_a_heartbeat_replaces_the_row(
+        self, open_registry: OpenRegistry
+    ) -> None:
+        reg = open_registry()
+        assert reg.daemons() == []
+        reg.upsert_daemon(daemon(1))
+        reg.upsert_daemon(daemon(2, host="other"))
+        reg.upsert_daemon(daemon(1, beat=200.0))
+        assert reg.daemons() == [daemon(1, beat=200.0), daemon(2, host="other")]
+        reg.close()
+
+    def test_every_connection_sees_every_daemon(self, open_registry: OpenRegistry) -> None:
+        a, b = open_registry(), open_registry()
+        a.upsert_daemon(daemon(1))
+        b.upsert_daemon(daemon(2))
+        assert [d.daemon_id for d in a.daemons()] == ["dmn_0001", "dmn_0002"]
+        assert b.daemons() == a.daemons()
+        a.close()
+        b.close()
+
+    def test_online_until_the_heartbeat_expires(self, open_registry: OpenRegistry) -> None:
+        reg = open_registry()
+        reg.upsert_daemon(daemon(1, beat=100.0))
+        (d,) = reg.daemons()
+        assert d.online(109.0) and not d.online(110.0)
+        reg.close()

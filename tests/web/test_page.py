@@ -124,7 +124,7 @@ def assert_screen_matches_store(driver: Any, state_dir: Path, thread_id: str) ->
 def test_log_in_create_a_standin_thread_and_see_the_streamed_reply(short_tmp: Path) -> None:
     port = free_port()
     config = short_tmp / "t3orch.toml"
-    config.write_text(f"[daemon]\napi_port = {port}\n")
+    config.write_text(f'[daemon]\napi_port = {port}\nhost_name = "web-box"\n')
     work = short_tmp / "work"
     work.mkdir()
     state = short_tmp / "state"
@@ -158,6 +158,8 @@ def test_log_in_create_a_standin_thread_and_see_the_streamed_reply(short_tmp: Pa
             lambda: "tokens" in by_css(driver, f"tr[data-thread='{thread_id}']")[0].text,
             what="the thread's usage",
         )
+        # The host that runs it (the fleet's view; a fleet of one here).
+        assert "web-box" in by_css(driver, f"tr[data-thread='{thread_id}']")[0].text
         driver.save_screenshot(str(shots / "thread-list.png"))
         driver.get(f"http://127.0.0.1:{port}/#/sessions")
         session = wait_for(lambda: by_css(driver, "#sessions tr[data-session]"), what="sessions")

@@ -219,7 +219,9 @@ const shell = new Feed(api, "threadShell", null, {
     const p = ev.payload;
     if (ev.type === "thread.upserted") {
       const cur = state.threads.get(p.thread.id) || { runCount: 0, latestRunStatus: null, latestOrdinal: 0, pendingRequests: 0 };
-      state.threads.set(p.thread.id, { ...cur, thread: p.thread });
+      // A new thread's host: its owner's, as another thread of that daemon shows it.
+      const sibling = [...state.threads.values()].find((e) => e.host && e.host.daemonId === p.thread.ownerDaemonId);
+      state.threads.set(p.thread.id, { ...cur, thread: p.thread, host: cur.host || (sibling ? sibling.host : null) });
     } else if (ev.type === "run.upserted") {
       const cur = state.threads.get(p.run.threadId);
       if (cur && p.run.ordinal >= cur.latestOrdinal) {
@@ -243,7 +245,7 @@ function refreshUsage() {
       const res = await api.call("view.read", { topic: "threadShell" });
       for (const e of res.data.threads) {
         const cur = state.threads.get(e.thread.id);
-        if (cur) cur.usage = e.usage;
+        if (cur) { cur.usage = e.usage; cur.host = e.host; }
       }
       changed();
     } catch (err) { /* the next run's end tries again */ }
@@ -398,7 +400,8 @@ function renderList(main) {
     .sort((a, b) => (a.thread.updatedAt < b.thread.updatedAt ? 1 : -1));
   const table = h("table", { id: "threads" },
     h("thead", {}, h("tr", {}, h("th", {}, "title"), h("th", {}, "provider"), h("th", { class: "hide-narrow" }, "cwd"),
-      h("th", {}, "latest run"), h("th", {}, "pending"), h("th", { class: "hide-narrow" }, "usage"))),
+      h("th", {}, "latest run"), h("th", {}, "pending"), h("th", { class: "hide-narrow" }, "usage"),
+      h("th", { class: "hide-narrow" }, "host"))),
     h("tbody", {}, ...rows.map((e) => {
       const n = counts.get(e.thread.id) || 0;
       return h("tr", { "data-thread": e.thread.id },
@@ -407,7 +410,9 @@ function renderList(main) {
         h("td", { class: "hide-narrow mono" }, e.thread.cwd),
         h("td", {}, badge(e.latestRunStatus)),
         h("td", {}, n ? h("span", { class: "badge pending" }, `${n} waiting`) : ""),
-        h("td", { class: "hide-narrow muted" }, e.usage ? `${e.usage.totalTokens} tokens` : ""));
+        h("td", { class: "hide-narrow muted" }, e.usage ? `${e.usage.totalTokens} tokens` : ""),
+        // The daemon that runs it (the fleet), as of the last snapshot.
+        h("td", { class: "hide-narrow muted" }, e.host ? e.host.host + (e.host.online ? "" : " (offline)") : ""));
     })));
   const box = document.getElementById("thread-table");
   fill(box, rows.length ? table : h("p", { class: "muted" }, "No threads yet."));
