@@ -580,6 +580,7 @@ class _Screen:
         self.tty = out.isatty()
         self.printed: set[str] = set()
         self.frames = itertools.cycle(_SPINNER)
+        self.frame = ""
         self.progress = ""
 
     def item(self, item: dict[str, Any]) -> None:
@@ -593,7 +594,8 @@ class _Screen:
         self.clear()
         print(text, file=self.out, flush=True)
 
-    def spin(self, view: ThreadView) -> None:
+    def spin(self, view: ThreadView, *, advance: bool = True) -> None:
+        """Redraws the progress line (``advance``: the spinner's next frame)."""
         if not self.tty:
             return
         live = view.live_runs()
@@ -601,7 +603,9 @@ class _Screen:
             self.clear()
             return
         run = live[-1]
-        head = f"{next(self.frames)} run {run['ordinal']} {run['status']}"
+        if advance or not self.frame:
+            self.frame = next(self.frames)
+        head = f"{self.frame} run {run['ordinal']} {run['status']}"
         self.progress = _fit(f"{head} · {progress_detail(view)}".rstrip(" ·"), self.width())
         self.out.write("\r\033[K" + self.progress)
         self.out.flush()
@@ -626,7 +630,7 @@ def progress_detail(view: ThreadView) -> str:
         return ""
     w = working[-1]
     kind = w["type"].replace("_", " ")
-    text = w.get("text") or w.get("output") or w.get("input") or ""
+    text = view.shown_text(w["id"]) or w.get("text") or w.get("output") or w.get("input") or ""
     return f"{kind}: {' '.join(text.split())}" if text else kind
 
 
@@ -686,6 +690,12 @@ async def cmd_watch(client: ApiClient, args: argparse.Namespace) -> int:
             elif note["method"] == "event":
                 touched = view.apply(note["params"]["event"])
                 changed = [touched] if touched else []
+            elif note["method"] == "liveText":
+                # Text as the provider sends it, before it commits: shown at once.
+                view.apply_live(note["params"])
+                if not args.json:
+                    screen.spin(view, advance=False)
+                continue
             else:
                 continue
             for item in changed:
