@@ -5,8 +5,9 @@ mode) against the loopback fake model servers (``fixtures/fakes/``), whose reply
 ``STREAM: 200 50`` is 200 one-word text deltas at 50 Hz. Each provider is driven
 
 * **direct**: its own protocol over its stdio, by a minimal client in this script;
-* **t3orch**: a running ``t3orch serve`` (a child process, default ``synchronous =
-  FULL``) over the Unix socket API: ``subscribe threadDetail``, then ``run.send``;
+* **t3orch**: a running ``t3orch serve`` (a child process, ``synchronous = FULL``
+  as by default, or ``--synchronous NORMAL``) over the Unix socket API: ``subscribe
+  threadDetail``, then ``run.send``;
   text is what a client shows from ``liveText`` frames and committed events
   (``ThreadView``, as ``t3orch watch`` does).
 
@@ -390,6 +391,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--providers", default="codex,claude")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--turns", type=int, default=20)
+    ap.add_argument(
+        "--synchronous",
+        choices=["FULL", "NORMAL"],
+        default="FULL",
+        help="the daemon's daemon.synchronous (FULL, its default: an fsync per commit)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     want = [p for p in args.providers.split(",") if p]
@@ -402,7 +409,9 @@ def main(argv: list[str] | None = None) -> int:
         with provider_environment(work, root / "homes", want) as (config, kinds):
             kinds = [k for k in kinds if k in want]
             cfg = root / "t3orch.toml"
-            cfg.write_text(config_toml(config))
+            cfg.write_text(
+                f'[daemon]\nsynchronous = "{args.synchronous}"\n\n' + config_toml(config)
+            )
             state = root / "state"
             daemon = subprocess.Popen(
                 [
@@ -454,7 +463,7 @@ _ROWS = [
 def _print(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
     print(
         f"{WORDS} words at 50 Hz, median of {args.rounds} rounds; plain: median of "
-        f"{args.turns} turns"
+        f"{args.turns} turns; daemon.synchronous = {args.synchronous}"
     )
     head = f"{'':30}" + "".join(f"{k + ' direct':>16}{k + ' t3orch':>16}" for k in results)
     print(head)
