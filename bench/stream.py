@@ -284,7 +284,7 @@ class ThroughT3orch:
                 item = item or params["itemId"]
             elif note["method"] == "event":
                 event = params["event"]
-                touched = self.view.apply(event)
+                touched = self.view.apply(event, params.get("unchanged", ()))
                 if (
                     item is None
                     and touched is not None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import itertools
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -191,8 +191,9 @@ class ThreadView:
         live = self.live.get(item_id, "")
         return live if len(live) > len(committed) and live.startswith(committed) else committed
 
-    def apply(self, event: dict[str, Any]) -> dict[str, Any] | None:
-        """Folds one event in; returns the turn item it changed, if any."""
+    def apply(self, event: dict[str, Any], unchanged: Sequence[str] = ()) -> dict[str, Any] | None:
+        """Folds one event in; returns the turn item it changed, if any. ``unchanged``:
+        the ``event`` frame's fields left out of its item, which the view keeps."""
         if event["sequence"] <= self.sequence:
             return None  # de-duplicate by sequence
         self.sequence = event["sequence"]
@@ -212,6 +213,10 @@ class ThreadView:
                 item = p["item"]
                 if item.get("hidden"):
                     return None
+                held = self.items.get(item["id"])
+                for name in unchanged:
+                    if held is not None and name in held:
+                        item[name] = held[name]
                 self.items[item["id"]] = item
                 if item.get("status") in TURN_ITEM_TERMINAL:
                     self.live.pop(item["id"], None)  # the final text replaces it

@@ -331,7 +331,7 @@ async def _run_end(
             return str(run["status"])
         note = await client.notification()
         if note["method"] == "event":
-            view.apply(note["params"]["event"])
+            view.apply(note["params"]["event"], note["params"].get("unchanged", ()))
         elif note["method"] == "resync":
             # Too slow to keep up: a fresh snapshot has the run's current state.
             _, snap = await client.subscribe("threadDetail", args.thread)
@@ -688,7 +688,8 @@ async def cmd_watch(client: ApiClient, args: argparse.Namespace) -> int:
                 view.reset(snap)
                 changed = list(view.items.values())
             elif note["method"] == "event":
-                touched = view.apply(note["params"]["event"])
+                params = note["params"]
+                touched = view.apply(params["event"], params.get("unchanged", ()))
                 changed = [touched] if touched else []
             elif note["method"] == "liveText":
                 # Text as the provider sends it, before it commits: shown at once.

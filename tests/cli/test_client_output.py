@@ -359,3 +359,13 @@ def test_the_progress_line_shows_live_text_until_the_committed_text_replaces_it(
     view.apply({"sequence": 6, "type": "turn_item.upserted", "payload": {"item": final}})
     assert view.shown_text("tit_1") == "an old silent pond, a frog"
     assert view.live == {}
+
+
+def test_an_upsert_that_leaves_out_unchanged_text_keeps_the_text_held() -> None:
+    item = {"id": "tit_1", "type": "assistant_message", "runId": "run_1", "status": "running"}
+    view = ThreadView({"thread": {}, "runs": [], "turnItems": [{**item, "text": "x" * 300}]})
+    done = {**item, "status": "completed"}  # ``text`` left out: the frame says unchanged
+    event = {"sequence": 2, "type": "turn_item.upserted", "payload": {"item": done}}
+    touched = view.apply(event, ["text"])
+    assert touched is not None and touched["text"] == "x" * 300
+    assert view.items["tit_1"]["status"] == "completed"
