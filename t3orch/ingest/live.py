@@ -65,6 +65,8 @@ class LiveLane:
                     and turn is not self._ended
                     and thread_id is not None
                     and not isinstance(content, UserMessage)
+                    # Started again, it keeps its text (translate does not reset it).
+                    and ref not in self._items
                 ):
                     self._items[ref] = _Item(thread_id, item_ids(turn, ref)[0], content)
             case ItemCompleted(native_item_ref=ref):

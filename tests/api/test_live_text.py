@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
 
+from t3orch.core import open_core
 from t3orch.domain.turn_items import AssistantMessage
 from t3orch.ingest.binding import SessionBinding, TurnBinding
+from t3orch.ingest.live import LiveLane
 from t3orch.ingest.queue import EventQueue
 from t3orch.ingest.stream import IngestStream
 from t3orch.live import LiveHub, LiveText
@@ -296,3 +299,22 @@ def test_a_subscription_waiting_pieces_are_bounded_and_contiguous_ones_joined() 
     sub.close()
     other.close()
     assert not hub.wanted("t") and not hub.wanted("u")
+
+
+async def test_an_item_started_twice_keeps_its_offsets(tmp_path: Path) -> None:
+    async with open_core(tmp_path / "e.db") as core:
+        tid = await new_thread(core.service)
+        turn = (await started_turn(core.service, tid)).turn
+    hub = LiveHub()
+    sub = hub.subscribe(tid)
+    lane = LiveLane(hub, interval_s=0.0)
+    for event in [
+        ItemStarted(native_item_ref="m", content=AssistantMessage(text="ab")),
+        ItemDelta(native_item_ref="m", text="cd"),
+        # Started again (a provider repeating itself): the item keeps its text.
+        ItemStarted(native_item_ref="m", content=AssistantMessage()),
+        ItemDelta(native_item_ref="m", text="ef"),
+    ]:
+        lane.see(event, tid, turn)
+    lane.flush(1.0)
+    assert [(p.offset, p.text) for p in sub._pending] == [(2, "cdef")]
