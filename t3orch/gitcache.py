@@ -62,8 +62,10 @@ class Repo:
     #: Objects and refs may be written in-process (see the module's doc).
     native: bool
     lock: trio.Lock = attrs.field(factory=trio.Lock)
-    #: The fingerprint of the work tree whose tree is ``tree``.
+    #: The fingerprint of the work tree whose tree is ``tree`` (None: not to be trusted).
     fingerprint: Fingerprint | None = None
+    #: The last walk's, trusted or not: what the kept index's stat data came after.
+    last_seen: Fingerprint | None = None
     tree: str | None = None
     #: Commit -> tree, of the commits made here.
     trees: dict[str, str] = attrs.field(factory=dict)
@@ -133,6 +135,29 @@ def fingerprint(root: str) -> Fingerprint | None:
     entries["."] = (st.st_mode, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
     newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
     return Fingerprint(entries, newest >= time.time_ns() - RACY_NS)
+
+
+def git_blind(before: Fingerprint | None, now: Fingerprint | None) -> list[str]:
+    """Files changed between two fingerprints in a way git's index may not see: the same
+    size, mtime and ctime to the second (git compares them so when built without
+    nanosecond stat), e.g. a rewrite whose mtime was put back. They leave the kept
+    index before ``git add``, so they are read again."""
+    if before is None or now is None:
+        return []
+    out = []
+    for path, (mode, size, ino, mtime, ctime) in now.entries.items():
+        old = before.entries.get(path)
+        if old is None or old == (mode, size, ino, mtime, ctime) or stat.S_ISDIR(mode):
+            continue
+        if (old[0], old[1], old[2], old[3] // 10**9, old[4] // 10**9) == (
+            mode,
+            size,
+            ino,
+            mtime // 10**9,
+            ctime // 10**9,
+        ):
+            out.append(path)
+    return out
 
 
 def write_commit(repo: Repo, tree: str, parent: str | None, message: str) -> str:

@@ -114,10 +114,13 @@ async def _repo(root: str) -> gitcache.Repo:
     return repo
 
 
-async def _kept_snapshot(repo: gitcache.Repo) -> str:
+async def _kept_snapshot(repo: gitcache.Repo, blind: list[str]) -> str:
     """The work tree's tree through the repository's kept private index: ``add -A``
-    re-reads only what changed; files ignored since they were added leave it."""
+    re-reads only what changed (and ``blind``, which git's stat check may miss); files
+    ignored since they were added leave it."""
     env = {"GIT_INDEX_FILE": str(repo.index)}
+    if blind:
+        await _git(repo.root, "rm", "-q", "--cached", "--ignore-unmatch", "--", *blind, env=env)
     await _git(repo.root, "add", "-A", ".", env=env)
     out = await _git(
         repo.root, "ls-files", "-z", "--cached", "--ignored", "--exclude-standard", env=env
@@ -159,10 +162,13 @@ async def _capture(
     if seen is not None and repo.tree is not None and seen == repo.fingerprint:
         tree = repo.tree  # unchanged since the last capture: nothing to read
     else:
+        blind = gitcache.git_blind(repo.last_seen, seen)
         repo.fingerprint = None
-        tree = await _kept_snapshot(repo)
+        tree = await _kept_snapshot(repo, blind)
         repo.tree = tree
+        # A racy one is still what the next capture compares with for git_blind.
         repo.fingerprint = seen if seen is not None and not seen.racy else None
+        repo.last_seen = seen
     if repo.native:
         commit = gitcache.write_commit(repo, tree, parent, message)
         gitcache.write_ref(repo, ref, commit)

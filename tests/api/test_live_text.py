@@ -17,7 +17,7 @@ import trio
 
 from t3orch.core import open_core
 from t3orch.domain.turn_items import AssistantMessage
-from t3orch.ingest.binding import SessionBinding, TurnBinding
+from t3orch.ingest.binding import SessionBinding
 from t3orch.ingest.live import LiveLane
 from t3orch.ingest.queue import EventQueue
 from t3orch.ingest.stream import IngestStream
@@ -26,38 +26,12 @@ from t3orch.provider_events import (
     ItemCompleted,
     ItemDelta,
     ItemStarted,
-    RuntimeExited,
     TurnCompleted,
     TurnStarted,
 )
 from tests.api.support import TIMEOUT, Api, Client, running_api, unix_client
+from tests.core.test_stream import Owner
 from tests.store.support import new_thread, started_turn
-
-
-class _Owner:
-    def observed(self, event: object) -> None:
-        pass
-
-    def working(self) -> None:
-        pass
-
-    def turn_closing(self) -> None:
-        pass
-
-    async def turn_barrier(self, run_id: str) -> None:
-        pass
-
-    async def subagent_ended(self, run_id: str, child_native_thread_ref: str | None) -> None:
-        pass
-
-    async def exiting(self, event: RuntimeExited) -> None:
-        pass
-
-    def turn_ended(self, turn: TurnBinding | None, event: TurnCompleted) -> None:
-        pass
-
-    def runtime_exited(self, event: RuntimeExited, turn: TurnBinding | None) -> None:
-        pass
 
 
 @attrs.define
@@ -73,7 +47,7 @@ async def _turn(api: Api) -> AsyncIterator[_Streaming]:
     tid = await new_thread(api.core.service)
     binding = await started_turn(api.core.service, tid)
     assert binding.turn is not None
-    stream = IngestStream(api.core.service, binding.with_turn(None), _Owner())
+    stream = IngestStream(api.core.service, binding.with_turn(None), Owner(api.core))
     stream.turn_started(binding.turn)
     queue = EventQueue()
     async with trio.open_nursery() as nursery:

@@ -12,15 +12,7 @@ import pytest
 import trio
 
 from t3orch import gitcache, gitstore
-
-
-async def git(repo: Path, *args: str) -> str:
-    proc = await trio.run_process(
-        ["git", "-c", "user.name=u", "-c", "user.email=u@x", *args],
-        cwd=str(repo),
-        capture_stdout=True,
-    )
-    return proc.stdout.decode()
+from tests.lineage.test_checkpoints import git
 
 
 @pytest.fixture
@@ -80,9 +72,14 @@ async def test_a_checkpoint_of_an_unchanged_tree_runs_no_git(
 async def test_every_change_after_a_checkpoint_is_in_the_next(repo: Path) -> None:
     root = str(repo)
     ref = "refs/t3orch/checkpoints/t/{}".format
-    c1, _ = await gitstore.capture(root, ref(1), "cp", None)
-    # Same size, timestamps put back: only the ctime tells.
     target = repo / "src" / "f3.txt"
+    # Its ctime set at the start of a second, the rewrite below within the same second:
+    # git's index compares stat to the second (without USE_NSEC) and would miss it.
+    await trio.sleep(1 - time.time() % 1 + 0.01)
+    target.chmod(0o644)
+    await trio.sleep(0.2)  # older than the racy window
+    c1, _ = await gitstore.capture(root, ref(1), "cp", None)
+    # Same size, timestamps put back: only the ctime's nanoseconds tell.
     st = target.stat()
     target.write_text("FILE 3\n")
     os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
