@@ -10,7 +10,8 @@ work tree:
   override): then a checkpoint's commit object and ref are written as git writes
   them (a zlib'd loose object; a ref through its ``.lock``), no process spawned;
 * **a private index** in the git dir, kept between checkpoints, so ``git add -A``
-  re-reads only files whose stat changed;
+  re-reads only files whose stat changed (and those whose change git's stat check, to
+  the second, would miss: ``git_blind``);
 * **a stat fingerprint** of the work tree (every file and directory, ignored ones
   too: mode, size, inode, mtime, ctime) taken before the last capture: an equal one
   means an unchanged tree, whose id is known, and nothing is run. A fingerprint with
