@@ -311,6 +311,37 @@ def test_real_codex_file_change_diff_and_text_streaming_in(short_tmp: Path) -> N
             assert console_errors(driver) == []
 
 
+@pytest.mark.real_codex
+@pytest.mark.skipif(discover_codex() is None, reason="codex not installed: scripts/install-codex")
+def test_real_codex_text_is_on_screen_as_it_streams_not_as_it_commits(short_tmp: Path) -> None:
+    port = free_port()
+    work = make_work_dir(short_tmp / "work")
+    state = short_tmp / "state"
+    with provider_environment(work, short_tmp / "homes", ["codex"]) as (cfg, _):
+        config = short_tmp / "t3orch.toml"
+        config.write_text(f"[daemon]\napi_port = {port}\n" + config_toml(cfg))
+        with daemon(state, config), chromium() as driver:
+            log_in(driver, state, port)
+            create_thread(driver, "codex", work, "web live text")
+            # Every length the newest reply's text had on screen, as the page drew it.
+            driver.execute_script(
+                "window.__lens = [];"
+                "new MutationObserver(() => {"
+                "  const els = document.querySelectorAll('.item.assistant_message .text');"
+                "  if (els.length) window.__lens.push(els[els.length - 1].textContent.length);"
+                "}).observe(document.body, {subtree: true, childList: true, characterData: true});"
+            )
+            # 100 words at 50 Hz: 2 s, which the log stores in about 9 deltas.
+            send(driver, "STREAM: 100 50")
+            wait_for(lambda: by_css(driver, ".run .badge.completed"), within=60, what="done")
+            lens = driver.execute_script("return window.__lens")
+            final = texts(driver, "assistant_message")[-1]
+            assert final.strip() == "".join(f"word{i} " for i in range(100)).strip()
+            steps = sorted(set(lens))
+            assert len(steps) >= 25, steps
+            assert console_errors(driver) == []
+
+
 def test_a_failed_run_says_why(short_tmp: Path) -> None:
     port = free_port()
     script = short_tmp / "fake-codex"
