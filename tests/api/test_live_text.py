@@ -292,3 +292,48 @@ async def test_an_item_started_twice_keeps_its_offsets(tmp_path: Path) -> None:
         lane.see(event, tid, turn)
     lane.flush(1.0)
     assert [(p.offset, p.text) for p in sub._pending] == [(2, "cdef")]
+
+
+async def test_a_reconnect_with_a_cursor_gets_exactly_the_gap_then_live_text() -> None:
+    async with running_api() as api, _turn(api) as t:
+        t.queue.put_all(_START)
+        for word in WORDS[:20]:
+            t.queue.put(ItemDelta(native_item_ref="m1", text=word))
+            await trio.sleep(0.01)
+        async with unix_client(api) as client:
+            page = await client.call("events.read", {"afterSequence": 0, "limit": 5000})
+            cursor = page["events"][-1]["sequence"] if page["events"] else 0
+            # More streams (and commits) before the client is back.
+            for word in WORDS[20:30]:
+                t.queue.put(ItemDelta(native_item_ref="m1", text=word))
+                await trio.sleep(0.01)
+            res = await client.call(
+                "subscribe",
+                {"topic": "threadDetail", "threadId": t.thread_id, "afterSequence": cursor},
+            )
+            sub = res["subscription"]
+            got: list[int] = []
+            with trio.fail_after(TIMEOUT):
+                while True:
+                    note = await client.note()
+                    assert note["method"] != "liveText", "live text before the gap's end"
+                    if note["method"] == "synchronized":
+                        synced = note["params"]["sequence"]
+                        break
+                    got.append(note["params"]["sequence"])
+            stored = await client.call("events.read", {"afterSequence": cursor, "limit": 5000})
+            gap = [e["sequence"] for e in stored["events"] if e["sequence"] <= synced]
+            mine = [s for s in gap if _thread_of(stored["events"], s) == t.thread_id]
+            assert got == mine
+            # Then live again, text included.
+            for word in WORDS[30:]:
+                t.queue.put(ItemDelta(native_item_ref="m1", text=word))
+                await trio.sleep(0.01)
+            with trio.fail_after(TIMEOUT):
+                while (note := await client.note())["method"] != "liveText":
+                    assert note["params"]["subscription"] == sub
+            t.queue.put(TurnCompleted(native_turn_ref="t1", status="completed"))
+
+
+def _thread_of(events: list[dict[str, Any]], sequence: int) -> str | None:
+    return next(e.get("threadId") for e in events if e["sequence"] == sequence)
