@@ -137,10 +137,5 @@ class LiveHub:
             if not subs:
                 del self._subscribers[sub.thread_id]
 
-    def close(self) -> None:
-        for subs in list(self._subscribers.values()):
-            for sub in list(subs):
-                sub.close()
-
 
 __all__ = ["LIVE_CAPACITY", "LiveHub", "LiveSubscription", "LiveText"]
