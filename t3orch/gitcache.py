@@ -27,6 +27,7 @@ before.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -188,10 +189,16 @@ def write_ref(repo: Repo, ref: str, commit: str) -> None:
     lock = path.with_name(path.name + ".lock")
     fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        os.write(fd, f"{commit}\n".encode())
-    finally:
-        os.close(fd)
-    os.replace(lock, path)
+        try:
+            os.write(fd, f"{commit}\n".encode())
+        finally:
+            os.close(fd)
+        os.replace(lock, path)
+    except BaseException:
+        # Left behind, our lock would refuse git's own update-ref (the fallback).
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        raise
     repo.refs[ref] = commit
 
 

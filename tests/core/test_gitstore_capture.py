@@ -111,3 +111,14 @@ async def test_a_checkpoint_leaves_the_users_index_and_head_alone(repo: Path) ->
     await gitstore.capture(str(repo), "refs/t3orch/checkpoints/t/2", "cp", None)
     assert await git(repo, "rev-parse", "HEAD") == head
     assert await git(repo, "status", "--porcelain") == status
+
+
+async def test_a_ref_that_cannot_be_written_in_process_is_left_to_git_unlocked(repo: Path) -> None:
+    root = str(repo)
+    await gitstore.capture(root, "refs/t3orch/checkpoints/t/1", "cp", None)
+    # Empty directories where the ref's file goes: not ours to remove, git's update-ref
+    # clears them. Our own lock must be gone by then, or git refuses the ref.
+    (repo / ".git" / "refs" / "t3orch" / "checkpoints" / "t" / "2" / "x").mkdir(parents=True)
+    c2, _ = await gitstore.capture(root, "refs/t3orch/checkpoints/t/2", "cp", None)
+    assert (await git(repo, "rev-parse", "refs/t3orch/checkpoints/t/2")).strip() == c2
+    assert not (repo / ".git" / "refs" / "t3orch" / "checkpoints" / "t" / "2.lock").exists()
