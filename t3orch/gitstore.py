@@ -6,6 +6,9 @@ built with a temporary index (``GIT_INDEX_FILE``), so the user's index, HEAD,
 branches and stash are never touched. Restoring writes the checkpoint's files
 into the work tree (again through a temporary index) and deletes files the
 checkpoint did not have.
+
+A checkpoint is on a turn's critical path: what is kept between them so that one of
+an unchanged small tree runs no process at all is ``t3orch.gitcache``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from pathlib import Path
 
 import attrs
 import trio
+
+from t3orch import gitcache
 
 #: The empty tree's id: the base of a first checkpoint's diff.
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -65,6 +70,9 @@ async def _git(
 
 async def work_tree_root(cwd: str | Path) -> str | None:
     """The top of the git work tree holding ``cwd``, or None when there is none."""
+    known = gitcache.roots.get(str(cwd))
+    if known is not None and await trio.Path(known, ".git").exists():
+        return known  # asked for each turn's checkpoint: one process fewer
     if not await trio.Path(cwd).is_dir():
         return None
     try:
@@ -72,6 +80,8 @@ async def work_tree_root(cwd: str | Path) -> str | None:
     except (GitError, OSError):
         return None
     root = out.strip()
+    if root:
+        gitcache.roots[str(cwd)] = root
     return root or None
 
 
@@ -95,8 +105,45 @@ async def _snapshot_tree(root: str, index: str) -> str:
     return (await _git(root, "write-tree", env=env)).strip()
 
 
+async def _repo(root: str) -> gitcache.Repo:
+    repo = gitcache.known(root)
+    if repo is None:
+        out = await _git(root, "rev-parse", "--git-dir", "--git-common-dir", "--show-object-format")
+        repo = gitcache.probe(root, out)
+        gitcache.remember(repo)
+    return repo
+
+
+async def _kept_snapshot(repo: gitcache.Repo, blind: list[str]) -> str:
+    """The work tree's tree through the repository's kept private index: ``add -A``
+    re-reads only what changed (and ``blind``, which git's stat check may miss); files
+    ignored since they were added leave it."""
+    env = {"GIT_INDEX_FILE": str(repo.index)}
+    if blind:
+        await _git(repo.root, "rm", "-q", "--cached", "--ignore-unmatch", "--", *blind, env=env)
+    await _git(repo.root, "add", "-A", ".", env=env)
+    out = await _git(
+        repo.root, "ls-files", "-z", "--cached", "--ignored", "--exclude-standard", env=env
+    )
+    ignored = [p for p in out.split("\0") if p]
+    if ignored:
+        await _git(repo.root, "rm", "-q", "--cached", "--", *ignored, env=env)
+    return (await _git(repo.root, "write-tree", env=env)).strip()
+
+
 async def capture(root: str, ref: str, message: str, parent: str | None) -> tuple[str, str]:
-    """Commit the work tree under ``ref``; returns (commit, tree)."""
+    """Commit the work tree under ``ref``; returns (commit, tree).
+
+    An unchanged tree (its fingerprint equal to the last capture's) is not read
+    again; the commit and ref are written in-process where that is safe
+    (``t3orch.gitcache``); anything unexpected falls back to git alone.
+    """
+    try:
+        repo = await _repo(root)
+        async with repo.lock:
+            return await _capture(repo, ref, message, parent)
+    except (GitError, OSError):
+        gitcache.forget(root)
     with tempfile.TemporaryDirectory(prefix="t3cp") as tmp:
         tree = await _snapshot_tree(root, os.path.join(tmp, "index"))
     args = ["commit-tree", tree, "-m", message]
@@ -107,8 +154,41 @@ async def capture(root: str, ref: str, message: str, parent: str | None) -> tupl
     return commit, tree
 
 
+async def _capture(
+    repo: gitcache.Repo, ref: str, message: str, parent: str | None
+) -> tuple[str, str]:
+    # Taken before the tree is read: a change during the read shows at the next one.
+    seen = await trio.to_thread.run_sync(gitcache.fingerprint, repo.root)
+    if seen is not None and repo.tree is not None and seen == repo.fingerprint:
+        tree = repo.tree  # unchanged since the last capture: nothing to read
+    else:
+        blind = gitcache.git_blind(repo.last_seen, seen)
+        repo.fingerprint = None
+        tree = await _kept_snapshot(repo, blind)
+        repo.tree = tree
+        # A racy one is still what the next capture compares with for git_blind.
+        repo.fingerprint = seen if seen is not None and not seen.racy else None
+        repo.last_seen = seen
+    if repo.native:
+        commit = gitcache.write_commit(repo, tree, parent, message)
+        gitcache.write_ref(repo, ref, commit)
+    else:
+        args = ["commit-tree", tree, "-m", message]
+        if parent:
+            args += ["-p", parent]
+        commit = (await _git(repo.root, *args)).strip()
+        await _git(repo.root, "update-ref", ref, commit)
+        repo.trees[commit] = tree
+    return commit, tree
+
+
 async def numstat(root: str, base: str | None, target: str) -> list[FileStat]:
     """Per-file additions/deletions from ``base`` (None: nothing) to ``target``."""
+    repo = gitcache.known(root)
+    if repo is not None and base is not None:
+        tree = repo.trees.get(target)
+        if tree is not None and tree == repo.trees.get(base):
+            return []  # both made here, of one tree: nothing changed
     out = await _git(root, "diff", "--numstat", "--no-renames", base or EMPTY_TREE, target)
     stats = []
     for line in out.splitlines():
@@ -206,6 +286,10 @@ async def remove_worktree(root: str, path: str) -> None:
 
 
 async def resolve(root: str, ref: str) -> str | None:
+    repo = gitcache.known(root)
+    written = repo.refs.get(ref) if repo is not None else None
+    if written is not None:
+        return written
     try:
         return (await _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")).strip()
     except GitError:

@@ -43,6 +43,7 @@ from t3orch.ids import (
 )
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.translate import IngestBatch, ingest_many
+from t3orch.live import LiveHub
 from t3orch.provider_events import ProviderEvent
 from t3orch.store.errors import CommandRejected
 from t3orch.store.interface import Decide, Outcome
@@ -66,6 +67,11 @@ class CoreService:
     #: The fleet daemon this service writes for: it owns the threads and provider
     #: sessions it creates (the daemon sets it; None in tests: the local daemon).
     daemon_id: DaemonId | None = None
+    #: Streamed text before it is committed (the ingest streams publish, the API reads).
+    live: LiveHub = attrs.field(factory=LiveHub)
+
+    def __attrs_post_init__(self) -> None:
+        self.writer.broadcast.listen(self.live.observe)
 
     async def _run(self, decide: Decide, command_id: str | None, kind: str) -> CommandResult:
         outcome: Outcome = await self.writer.submit(

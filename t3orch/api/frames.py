@@ -16,6 +16,7 @@ import msgspec
 
 from t3orch.api.protocol import notification
 from t3orch.events import EventEnvelope
+from t3orch.live import LiveText
 
 
 class ByteBoundedCache:
@@ -77,3 +78,8 @@ def event_frame(sub: str, env: EventEnvelope, unchanged: tuple[str, ...] = ()) -
         params["event"] = msgspec.Raw(envelope_json(env, unchanged))
         frame = _frames.put(key, notification("event", params))
     return frame
+
+
+def live_text_frame(sub: str, piece: LiveText) -> bytes:
+    """The ``liveText`` notification of a piece of not yet committed text."""
+    return notification("liveText", {"subscription": sub, **msgspec.to_builtins(piece)})

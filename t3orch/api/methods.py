@@ -24,6 +24,7 @@ from t3orch.commands.specs import CreateThread
 from t3orch.core import Core
 from t3orch.domain.checkpoint import Checkpoint
 from t3orch.domain.thread import AppThread
+from t3orch.live import LiveSubscription
 from t3orch.projections.views import FleetHosts
 from t3orch.service import CommandResult
 from t3orch.store.broadcast import Subscription
@@ -64,7 +65,12 @@ class Connection(Protocol):
     def subscriptions(self) -> Sized: ...
 
     def start_stream(
-        self, flt: TopicFilter, live: Subscription, cursor: int, snapshot: Any
+        self,
+        flt: TopicFilter,
+        live: Subscription,
+        cursor: int,
+        snapshot: Any,
+        text: LiveSubscription | None = None,
     ) -> str: ...
 
     def stop_stream(self, sub_id: str) -> bool: ...
@@ -302,6 +308,12 @@ async def subscribe(conn: Connection, p: P.Subscribe) -> Any:
     # Subscribe FIRST, then read: whatever commits in between is in both, and the
     # stream sends it once (by sequence); nothing can fall between the two.
     live = conn.core.broadcast.subscribe(conn.server.limits.subscription_buffer)
+    # A thread's detail also gets the text streaming in, before it commits.
+    text = (
+        conn.core.service.live.subscribe(p.thread_id)
+        if p.topic == "threadDetail" and p.thread_id is not None
+        else None
+    )
     try:
         if p.after_sequence is None:
             hosts = await conn.reader.hosts()
@@ -319,8 +331,10 @@ async def subscribe(conn: Connection, p: P.Subscribe) -> Any:
             snap, cursor, reply_seq = None, p.after_sequence, None
     except BaseException:
         live.close()
+        if text is not None:
+            text.close()
         raise
-    sub_id = conn.start_stream(flt, live, cursor, snap)
+    sub_id = conn.start_stream(flt, live, cursor, snap, text)
     reply: dict[str, Any] = {"subscription": sub_id}
     if reply_seq is not None:
         reply["snapshotSequence"] = reply_seq

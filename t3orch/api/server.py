@@ -46,6 +46,7 @@ from t3orch.api.transport import (
     WebSocketChannel,
 )
 from t3orch.core import Core
+from t3orch.live import LiveSubscription
 from t3orch.store.broadcast import Subscription
 from t3orch.store.errors import CommandRejected, StoreError
 from t3orch.web.session import WebAuth
@@ -185,7 +186,7 @@ class Connection:
         finally:
             self.server.connections.discard(self)
             for plan in self._starting:
-                plan.live.close()
+                plan.close()
             with trio.move_on_after(1) as cleanup:
                 cleanup.shield = True
                 with contextlib.suppress(ConnectionGone, trio.BrokenResourceError):
@@ -289,10 +290,17 @@ class Connection:
 
     # -- subscriptions (called by methods.subscribe / unsubscribe) ------------------
 
-    def start_stream(self, flt: TopicFilter, live: Subscription, cursor: int, snapshot: Any) -> str:
+    def start_stream(
+        self,
+        flt: TopicFilter,
+        live: Subscription,
+        cursor: int,
+        snapshot: Any,
+        text: LiveSubscription | None = None,
+    ) -> str:
         sub_id = f"s{next(self._ids)}"
         self.subscriptions[sub_id] = trio.CancelScope()
-        self._starting.append(StreamPlan(sub_id, flt, live, cursor, snapshot))
+        self._starting.append(StreamPlan(sub_id, flt, live, cursor, snapshot, text))
         return sub_id
 
     def stop_stream(self, sub_id: str) -> bool:
@@ -302,7 +310,7 @@ class Connection:
         scope.cancel()
         for plan in [p for p in self._starting if p.subscription == sub_id]:
             self._starting.remove(plan)
-            plan.live.close()
+            plan.close()
         return True
 
     async def _stream(self, plan: StreamPlan, scope: trio.CancelScope) -> None:
@@ -323,6 +331,9 @@ class _DirectSend:
     def ready(self) -> bool:
         conn = self.conn
         return not self.scope.cancel_called and conn._unsent == 0 and conn.channel.idle()
+
+    def backlog(self) -> int:
+        return self.conn._unsent
 
     def write(self, frames: list[bytes]) -> None:
         self.conn._write_now(frames)

@@ -24,14 +24,16 @@ from typing import Any, Protocol
 
 import attrs
 import msgspec
+import trio
 
-from t3orch.api.frames import event_frame
+from t3orch.api.frames import event_frame, live_text_frame
 from t3orch.api.protocol import notification
 from t3orch.api.reads import ApiReader
 from t3orch.api.streamed import StreamedItems
 from t3orch.api.topics import TopicFilter
 from t3orch.domain.vocab import TURN_ITEM_TERMINAL
 from t3orch.events import EventEnvelope, TurnItemUpserted
+from t3orch.live import LiveSubscription
 from t3orch.projections.views import ThreadDetail
 from t3orch.store.broadcast import Subscription
 from t3orch.store.interface import ReadModel
@@ -50,6 +52,13 @@ class StreamPlan:
     cursor: int
     #: The read model to send first; ``None`` means replay from ``cursor`` instead.
     snapshot: Any = None
+    #: A ``threadDetail`` stream's live text (``liveText`` frames, after the snapshot).
+    text: LiveSubscription | None = None
+
+    def close(self) -> None:
+        self.live.close()
+        if self.text is not None:
+            self.text.close()
 
 
 class DirectSend(Protocol):
@@ -60,6 +69,9 @@ class DirectSend(Protocol):
     def write(self, frames: list[bytes]) -> None:
         """Writes without waiting; a rest the socket did not take goes before
         anything else on the connection."""
+
+    def backlog(self) -> int:
+        """Frames of the connection queued and not yet written."""
 
 
 def _page(after: int, store: ReadModel) -> list[EventEnvelope]:
@@ -99,7 +111,7 @@ async def pump(
             )
         )
     finally:
-        plan.live.close()
+        plan.close()
 
 
 @attrs.define
@@ -173,15 +185,41 @@ async def _stream(
     if direct is not None:
         live.take_now = partial(_take_now, frames, direct)
     try:
-        while batch := await live.batch():
-            for env in batch:
-                if live.overflowed:
-                    return
-                frame = frames.of(env)
-                if frame is not None:
-                    await send(frame)
+        async with trio.open_nursery() as nursery:
+            if plan.text is not None:
+                nursery.start_soon(_live_text, plan.text, sub, send, direct)
+            while batch := await live.batch():
+                for env in batch:
+                    if live.overflowed:
+                        nursery.cancel_scope.cancel()
+                        return
+                    frame = frames.of(env)
+                    if frame is not None:
+                        await send(frame)
+            nursery.cancel_scope.cancel()
     finally:
         live.take_now = None
+
+
+#: Frames a connection may have waiting before live text is dropped instead of sent:
+#: a client that is behind gets the committed events first (they carry the same text).
+LIVE_BACKLOG = 8
+
+
+async def _live_text(
+    text: LiveSubscription, sub: str, send: Send, direct: DirectSend | None
+) -> None:
+    """Sends the thread's live text as it comes (best effort, see ``t3orch/live.py``)."""
+    while pieces := await text.take():
+        if direct is not None and direct.backlog() > LIVE_BACKLOG:
+            text.dropped += len(pieces)
+            continue
+        out = [live_text_frame(sub, piece) for piece in pieces]
+        if direct is not None and direct.ready():
+            direct.write(out)
+            continue
+        for frame in out:
+            await send(frame)
 
 
 @attrs.define

@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import itertools
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ import msgspec
 import trio
 
 from t3orch.api.transport import ConnectionGone, LineChannel
-from t3orch.domain.vocab import RUN_TERMINAL
+from t3orch.domain.vocab import RUN_TERMINAL, TURN_ITEM_TERMINAL
 from t3orch.projections.projector import DELTA_FIELD
 
 #: Frames from the daemon are ours to trust in size (snapshots can be large).
@@ -169,9 +169,31 @@ class ThreadView:
             q["id"]: q for q in snapshot.get("pendingRequests", [])
         }
         self.sequence: int = int(snapshot.get("snapshotSequence", 0))
+        #: Item id -> its main text as far as ``liveText`` frames told (not committed).
+        self.live: dict[str, str] = {}
 
-    def apply(self, event: dict[str, Any]) -> dict[str, Any] | None:
-        """Folds one event in; returns the turn item it changed, if any."""
+    def apply_live(self, params: dict[str, Any]) -> None:
+        """Folds a ``liveText`` frame in provisionally (docs/api.md, "Live text")."""
+        if params.get("field") is not None:
+            return
+        item_id = params["itemId"]
+        base = self.shown_text(item_id)
+        offset = int(params["offset"])
+        if offset <= len(base):
+            self.live[item_id] = base[:offset] + params["text"]
+
+    def shown_text(self, item_id: str) -> str:
+        """The item's main text to show: the live text while it runs ahead of the
+        committed text, else the committed text."""
+        item = self.items.get(item_id)
+        field = _CAMEL_DELTA.get(item["type"]) if item else None
+        committed = (item.get(field) or "") if item is not None and field else ""
+        live = self.live.get(item_id, "")
+        return live if len(live) > len(committed) and live.startswith(committed) else committed
+
+    def apply(self, event: dict[str, Any], unchanged: Sequence[str] = ()) -> dict[str, Any] | None:
+        """Folds one event in; returns the turn item it changed, if any. ``unchanged``:
+        the ``event`` frame's fields left out of its item, which the view keeps."""
         if event["sequence"] <= self.sequence:
             return None  # de-duplicate by sequence
         self.sequence = event["sequence"]
@@ -191,7 +213,13 @@ class ThreadView:
                 item = p["item"]
                 if item.get("hidden"):
                     return None
+                held = self.items.get(item["id"])
+                for name in unchanged:
+                    if held is not None and name in held:
+                        item[name] = held[name]
                 self.items[item["id"]] = item
+                if item.get("status") in TURN_ITEM_TERMINAL:
+                    self.live.pop(item["id"], None)  # the final text replaces it
                 return dict(item)
             case "turn_item.delta":
                 item = self.items.get(p["itemId"])

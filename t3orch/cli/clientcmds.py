@@ -353,7 +353,7 @@ async def _run_end(
             return str(run["status"])
         note = await client.notification()
         if note["method"] == "event":
-            view.apply(note["params"]["event"])
+            view.apply(note["params"]["event"], note["params"].get("unchanged", ()))
         elif note["method"] == "resync":
             # Too slow to keep up: a fresh snapshot has the run's current state.
             _, snap = await client.subscribe("threadDetail", args.thread)
@@ -603,6 +603,7 @@ class _Screen:
         self.tty = out.isatty()
         self.printed: set[str] = set()
         self.frames = itertools.cycle(_SPINNER)
+        self.frame = ""
         self.progress = ""
 
     def item(self, item: dict[str, Any]) -> None:
@@ -616,7 +617,8 @@ class _Screen:
         self.clear()
         print(text, file=self.out, flush=True)
 
-    def spin(self, view: ThreadView) -> None:
+    def spin(self, view: ThreadView, *, advance: bool = True) -> None:
+        """Redraws the progress line (``advance``: the spinner's next frame)."""
         if not self.tty:
             return
         live = view.live_runs()
@@ -624,7 +626,9 @@ class _Screen:
             self.clear()
             return
         run = live[-1]
-        head = f"{next(self.frames)} run {run['ordinal']} {run['status']}"
+        if advance or not self.frame:
+            self.frame = next(self.frames)
+        head = f"{self.frame} run {run['ordinal']} {run['status']}"
         self.progress = _fit(f"{head} · {progress_detail(view)}".rstrip(" ·"), self.width())
         self.out.write("\r\033[K" + self.progress)
         self.out.flush()
@@ -649,7 +653,7 @@ def progress_detail(view: ThreadView) -> str:
         return ""
     w = working[-1]
     kind = w["type"].replace("_", " ")
-    text = w.get("text") or w.get("output") or w.get("input") or ""
+    text = view.shown_text(w["id"]) or w.get("text") or w.get("output") or w.get("input") or ""
     return f"{kind}: {' '.join(text.split())}" if text else kind
 
 
@@ -711,8 +715,15 @@ async def cmd_watch(client: ApiClient, args: argparse.Namespace) -> int:
                 view.reset(snap)
                 changed = list(view.items.values())
             elif note["method"] == "event":
-                touched = view.apply(note["params"]["event"])
+                params = note["params"]
+                touched = view.apply(params["event"], params.get("unchanged", ()))
                 changed = [touched] if touched else []
+            elif note["method"] == "liveText":
+                # Text as the provider sends it, before it commits: shown at once.
+                view.apply_live(note["params"])
+                if not args.json:
+                    screen.spin(view, advance=False)
+                continue
             else:
                 continue
             for item in changed:

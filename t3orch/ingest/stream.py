@@ -4,7 +4,9 @@ The adapter puts canonical events on an :class:`~t3orch.ingest.queue.EventQueue`
 (the core's port); this service takes them in batches and owns what stands
 between a frame's event and its commit:
 
-* **coalescing** of streamed deltas (``coalesce.DeltaCoalescer``);
+* **coalescing** of streamed deltas (``coalesce.DeltaCoalescer``), and beside it
+  **the live lane** (``live.LiveLane``): the same text published at once to the
+  thread's live readers (``t3orch/live.py``), before it is coalesced and committed;
 * **the in-flight bound**: mid-turn batches are queued on the writer, not
   awaited, so one transaction carries many sessions' batches; at most
   ``MAX_INFLIGHT_EVENTS`` of this stream's events are uncommitted at once;
@@ -32,7 +34,9 @@ import trio
 from t3orch.domain.turn_items import Subagent
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.coalesce import DeltaCoalescer
+from t3orch.ingest.live import LiveLane
 from t3orch.ingest.queue import EventQueue
+from t3orch.live import LiveHub
 from t3orch.provider_events import (
     Diagnostic,
     ItemCompleted,
@@ -50,7 +54,10 @@ MAX_INGEST_BATCH = 1024
 
 
 class Ingest(Protocol):
-    """Where batches go (``CoreService.ingest_queued``)."""
+    """Where batches go (``CoreService.ingest_queued``), and live text (its ``live``)."""
+
+    @property
+    def live(self) -> LiveHub: ...
 
     async def ingest_queued(
         self, binding: SessionBinding, events: Sequence[ProviderEvent]
@@ -87,6 +94,10 @@ class StreamOwner(Protocol):
 
     def runtime_exited(self, event: RuntimeExited, turn: TurnBinding | None) -> None:
         """The runtime's exit is committed; ``turn`` is the one it ended."""
+
+
+def _or_never(deadline: float | None) -> float:
+    return math.inf if deadline is None else deadline
 
 
 def subagent_end(event: ProviderEvent) -> tuple[str | None] | None:
@@ -140,13 +151,14 @@ class IngestStream:
     ) -> None:
         """Take the queue's events until it is closed and drained; commit them all."""
         coalescer = DeltaCoalescer()
+        lane = LiveLane(self.ingest.live)
         task_status.started()
         try:
             async with queue:
                 while True:
-                    deadline = coalescer.next_deadline()
+                    deadline = min(_or_never(coalescer.next_deadline()), _or_never(lane.deadline()))
                     batch: list[ProviderEvent] = []
-                    with trio.move_on_at(deadline if deadline is not None else math.inf):
+                    with trio.move_on_at(deadline):
                         # Everything queued since the last take, in one call.
                         batch = await queue.take()
                         if not batch:
@@ -154,6 +166,10 @@ class IngestStream:
                     now = trio.current_time()
                     if batch:
                         self.last_event_at = now
+                    for event in batch:
+                        lane.see(event, self.binding.thread_id, self.active_turn)
+                    # Live text first: it is read before any of it can be committed.
+                    lane.flush(now)
                     ready: list[ProviderEvent] = []
                     for event in batch:
                         ready.extend(coalescer.push(event, now))

@@ -73,7 +73,7 @@ _NODE_KIND: dict[str, NodeKind] = {
 
 #: Delta channel → (item field, replaces rather than extends). Unknown channels
 #: extend the item's main text; fields an item lacks are kept in the log only.
-_CHANNELS: dict[str | None, tuple[str | None, bool]] = {
+DELTA_CHANNELS: dict[str | None, tuple[str | None, bool]] = {
     None: (None, False),
     "summary": ("summary", False),
     "progress": (None, False),
@@ -484,7 +484,7 @@ def _item_delta(ch: Changes, b: SessionBinding, ev: ItemDelta) -> None:
             {"text": ev.text[:4096]},
         )
         return
-    field, replace = _CHANNELS.get(ev.channel, (None, False))
+    field, replace = DELTA_CHANNELS.get(ev.channel, (None, False))
     ch.delta(item_id, b.thread_id, ev.text, field, replace)
 
 

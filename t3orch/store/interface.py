@@ -29,7 +29,7 @@ from t3orch.domain.request import RuntimeRequest
 from t3orch.domain.turn_items import TurnItem
 from t3orch.events import EventDraft, EventEnvelope
 from t3orch.ids import CommandId, DaemonId
-from t3orch.store.errors import CommandRejected, StoreError
+from t3orch.store.errors import CommandRejected
 from t3orch.store.kinds import Chunk, Row
 
 #: A stored entity type (``Run``, ``AppThread``, a turn item variant, …).

@@ -328,3 +328,44 @@ def test_the_progress_line_shows_the_text_coming_in_not_its_length() -> None:
     _Screen(out).spin(view)
     line = out.getvalue().rsplit("\r\033[K", 1)[-1]
     assert line.endswith("run 1 running · assistant message: an old silent pond, a frog jumps in")
+
+
+def test_the_progress_line_shows_live_text_until_the_committed_text_replaces_it() -> None:
+    item = {"id": "tit_1", "type": "assistant_message", "runId": "run_1", "status": "running"}
+    run = {"id": "run_1", "ordinal": 1, "status": "running"}
+    view = ThreadView({"thread": {}, "runs": [run], "turnItems": [{**item, "text": "an"}]})
+
+    def shown() -> str:
+        out = _Terminal()
+        _Screen(out).spin(view)
+        return out.getvalue().rsplit("assistant message: ", 1)[-1]
+
+    def live(offset: int, text: str) -> None:
+        view.apply_live({"itemId": "tit_1", "field": None, "offset": offset, "text": text})
+
+    live(2, " old")
+    live(6, " silent")
+    assert shown() == "an old silent"
+    live(40, " lost")  # a gap (a dropped frame): not shown
+    assert shown() == "an old silent"
+    # The committed delta catches up with part of it: the live text still runs ahead.
+    view.apply(
+        {"sequence": 5, "type": "turn_item.delta", "payload": {"itemId": "tit_1", "text": " old"}}
+    )
+    assert shown() == "an old silent"
+    live(13, " pond")
+    assert shown() == "an old silent pond"
+    final = {**item, "status": "completed", "text": "an old silent pond, a frog"}
+    view.apply({"sequence": 6, "type": "turn_item.upserted", "payload": {"item": final}})
+    assert view.shown_text("tit_1") == "an old silent pond, a frog"
+    assert view.live == {}
+
+
+def test_an_upsert_that_leaves_out_unchanged_text_keeps_the_text_held() -> None:
+    item = {"id": "tit_1", "type": "assistant_message", "runId": "run_1", "status": "running"}
+    view = ThreadView({"thread": {}, "runs": [], "turnItems": [{**item, "text": "x" * 300}]})
+    done = {**item, "status": "completed"}  # ``text`` left out: the frame says unchanged
+    event = {"sequence": 2, "type": "turn_item.upserted", "payload": {"item": done}}
+    touched = view.apply(event, ["text"])
+    assert touched is not None and touched["text"] == "x" * 300
+    assert view.items["tit_1"]["status"] == "completed"

@@ -36,6 +36,13 @@ def reply_text(blocks: tuple[TextBlock | ToolUseBlock, ...]) -> str:
 # -- routing -------------------------------------------------------------------
 
 
+def test_stream_asks_for_that_many_one_word_deltas_at_that_rate() -> None:
+    (block,) = route(body(user("STREAM: 50 100"))).blocks
+    assert isinstance(block, TextBlock)
+    assert len(block.deltas) == 50 and block.deltas[-1] == "word49 "
+    assert block.interval_s == pytest.approx(0.01)
+
+
 def test_default_is_ack_in_several_deltas() -> None:
     reply = route(body(user("hello there")))
     assert reply_text(reply.blocks) == "ack: hello there"

@@ -45,6 +45,13 @@ def body(*items: dict[str, Any]) -> dict[str, Any]:
 # --- routing -----------------------------------------------------------------------
 
 
+def test_stream_asks_for_that_many_one_word_deltas_at_that_rate() -> None:
+    reply = plan_reply(body(user("STREAM: 200 50")))
+    assert isinstance(reply, TextReply)
+    assert len(reply.chunks) == 200 and reply.chunks[:2] == ("word0 ", "word1 ")
+    assert reply.interval_s == pytest.approx(0.02)
+
+
 def test_user_texts_skip_developer_and_context_messages() -> None:
     assert user_texts(body(user("one"), user("two"))) == ["one", "two"]
 

@@ -17,6 +17,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,21 @@ def send(driver: Any, text: str) -> None:
     box = by_css(driver, "#composer-text")[0]
     box.send_keys(text)
     box.send_keys(Keys.CONTROL, Keys.ENTER)
+
+
+@contextmanager
+def codex_page(short_tmp: Path) -> Iterator[tuple[Any, Path, Path]]:
+    """A daemon with real Codex against the fake, and a browser logged in to it:
+    (driver, state dir, work dir)."""
+    port = free_port()
+    work = make_work_dir(short_tmp / "work")
+    state = short_tmp / "state"
+    with provider_environment(work, short_tmp / "homes", ["codex"]) as (cfg, _):
+        config = short_tmp / "t3orch.toml"
+        config.write_text(f"[daemon]\napi_port = {port}\n" + config_toml(cfg))
+        with daemon(state, config), chromium() as driver:
+            log_in(driver, state, port)
+            yield driver, state, work
 
 
 def texts(driver: Any, kind: str) -> list[str]:
@@ -220,97 +236,103 @@ def test_fork_and_switch_provider_buttons(short_tmp: Path) -> None:
 @pytest.mark.real_codex
 @pytest.mark.skipif(discover_codex() is None, reason="codex not installed: scripts/install-codex")
 def test_steer_and_interrupt_a_working_run(short_tmp: Path) -> None:
-    port = free_port()
-    work = make_work_dir(short_tmp / "work")
-    state = short_tmp / "state"
-    with provider_environment(work, short_tmp / "homes", ["codex"]) as (cfg, _):
-        config = short_tmp / "t3orch.toml"
-        config.write_text(f"[daemon]\napi_port = {port}\n" + config_toml(cfg))
-        with daemon(state, config), chromium() as driver:
-            log_in(driver, state, port)
-            thread_id = create_thread(driver, "codex", work, "web steer")
-            # A command that outlives the test: the run stays working until interrupted.
-            send(driver, "RUN_SHELL: sleep 57")
-            steer = wait_for(
-                lambda: [b for b in by_css(driver, "#steer") if b.is_displayed()],
-                within=60,
-                what="a working run's steer button",
-            )
-            wait_for(lambda: by_css(driver, ".item.command_execution"), what="the command")
-            by_css(driver, "#composer-text")[0].send_keys("and also this")
-            steer[0].click()
-            wait_for(
-                lambda: "and also this" in texts(driver, "user_message"),
-                what="the steering message",
-            )
-            by_css(driver, "#interrupt")[0].click()
-            wait_for(
-                lambda: by_css(driver, ".run .badge.interrupted"), within=30, what="interrupted"
-            )
-            wait_for(lambda: not by_css(driver, "#interrupt")[0].is_displayed(), what="idle")
-            detail = rpc(state, "view.read", {"topic": "threadDetail", "threadId": thread_id})
-            assert [r["status"] for r in detail["data"]["runs"]] == ["interrupted"]
-            assert_screen_matches_store(driver, state, thread_id)
-            assert console_errors(driver) == []
+    with codex_page(short_tmp) as (driver, state, work):
+        thread_id = create_thread(driver, "codex", work, "web steer")
+        # A command that outlives the test: the run stays working until interrupted.
+        send(driver, "RUN_SHELL: sleep 57")
+        steer = wait_for(
+            lambda: [b for b in by_css(driver, "#steer") if b.is_displayed()],
+            within=60,
+            what="a working run's steer button",
+        )
+        wait_for(lambda: by_css(driver, ".item.command_execution"), what="the command")
+        by_css(driver, "#composer-text")[0].send_keys("and also this")
+        steer[0].click()
+        wait_for(
+            lambda: "and also this" in texts(driver, "user_message"),
+            what="the steering message",
+        )
+        by_css(driver, "#interrupt")[0].click()
+        wait_for(lambda: by_css(driver, ".run .badge.interrupted"), within=30, what="interrupted")
+        wait_for(lambda: not by_css(driver, "#interrupt")[0].is_displayed(), what="idle")
+        detail = rpc(state, "view.read", {"topic": "threadDetail", "threadId": thread_id})
+        assert [r["status"] for r in detail["data"]["runs"]] == ["interrupted"]
+        assert_screen_matches_store(driver, state, thread_id)
+        assert console_errors(driver) == []
 
 
 @pytest.mark.real_codex
 @pytest.mark.skipif(discover_codex() is None, reason="codex not installed: scripts/install-codex")
 def test_real_codex_file_change_diff_and_text_streaming_in(short_tmp: Path) -> None:
-    port = free_port()
-    work = make_work_dir(short_tmp / "work")
-    state = short_tmp / "state"
-    with provider_environment(work, short_tmp / "homes", ["codex"]) as (cfg, _):
-        config = short_tmp / "t3orch.toml"
-        config.write_text(f"[daemon]\napi_port = {port}\n" + config_toml(cfg))
-        with daemon(state, config), chromium() as driver:
-            log_in(driver, state, port)
-            thread_id = create_thread(driver, "codex", work, "web patch")
-            send(driver, "PATCH: notes.txt hello-from-the-web")
-            change = wait_for(
-                lambda: by_css(driver, ".item.file_change"), within=60, what="the file change"
-            )
-            assert "notes.txt" in change[0].text
-            wait_for(
-                lambda: (
-                    "+hello-from-the-web" in by_css(driver, ".item.file_change pre .add")[0].text
-                ),
-                what="the diff",
-            )
-            wait_for(lambda: by_css(driver, ".run .badge.completed"), what="run 1 done")
-            # A slow reply: its text is on screen piece by piece, before the run ends.
-            before = len(texts(driver, "assistant_message"))
-            send(driver, "SLOW")
-            seen: list[str] = []
+    with codex_page(short_tmp) as (driver, state, work):
+        thread_id = create_thread(driver, "codex", work, "web patch")
+        send(driver, "PATCH: notes.txt hello-from-the-web")
+        change = wait_for(
+            lambda: by_css(driver, ".item.file_change"), within=60, what="the file change"
+        )
+        assert "notes.txt" in change[0].text
+        wait_for(
+            lambda: "+hello-from-the-web" in by_css(driver, ".item.file_change pre .add")[0].text,
+            what="the diff",
+        )
+        wait_for(lambda: by_css(driver, ".run .badge.completed"), what="run 1 done")
+        # A slow reply: its text is on screen piece by piece, before the run ends.
+        before = len(texts(driver, "assistant_message"))
+        send(driver, "SLOW")
+        seen: list[str] = []
 
-            def grown() -> bool:
-                now = texts(driver, "assistant_message")[before:]
-                if now and now[0] and (not seen or now[0] != seen[-1]):
-                    seen.append(now[0])
-                return len(seen) >= 3
+        def grown() -> bool:
+            now = texts(driver, "assistant_message")[before:]
+            if now and now[0] and (not seen or now[0] != seen[-1]):
+                seen.append(now[0])
+            return len(seen) >= 3
 
-            wait_for(grown, within=60, what="the reply growing")
-            assert all(b.startswith(a) for a, b in itertools.pairwise(seen)), seen
-            assert not by_css(driver, ".run:last-child .badge.completed")
-            by_css(driver, "#interrupt")[0].click()
-            wait_for(lambda: by_css(driver, ".run .badge.interrupted"), what="interrupted")
-            assert_screen_matches_store(driver, state, thread_id)
-            # A real subagent: its own work nested under it.
-            send(driver, "SPAWN_AGENT: say hi from the child")
-            wait_for(
-                lambda: by_css(driver, ".item.subagent .children .item"),
-                within=60,
-                what="the subagent's own items nested under it",
-            )
-            wait_for(
-                lambda: any("subagent finished" in t for t in texts(driver, "assistant_message")),
-                within=60,
-                what="the parent's final text",
-            )
-            assert_screen_matches_store(driver, state, thread_id)
-            driver.set_window_size(1100, 2400)
-            driver.save_screenshot(str(artifacts_dir() / "thread-view-codex-tools.png"))
-            assert console_errors(driver) == []
+        wait_for(grown, within=60, what="the reply growing")
+        assert all(b.startswith(a) for a, b in itertools.pairwise(seen)), seen
+        assert not by_css(driver, ".run:last-child .badge.completed")
+        by_css(driver, "#interrupt")[0].click()
+        wait_for(lambda: by_css(driver, ".run .badge.interrupted"), what="interrupted")
+        assert_screen_matches_store(driver, state, thread_id)
+        # A real subagent: its own work nested under it.
+        send(driver, "SPAWN_AGENT: say hi from the child")
+        wait_for(
+            lambda: by_css(driver, ".item.subagent .children .item"),
+            within=60,
+            what="the subagent's own items nested under it",
+        )
+        wait_for(
+            lambda: any("subagent finished" in t for t in texts(driver, "assistant_message")),
+            within=60,
+            what="the parent's final text",
+        )
+        assert_screen_matches_store(driver, state, thread_id)
+        driver.set_window_size(1100, 2400)
+        driver.save_screenshot(str(artifacts_dir() / "thread-view-codex-tools.png"))
+        assert console_errors(driver) == []
+
+
+@pytest.mark.real_codex
+@pytest.mark.skipif(discover_codex() is None, reason="codex not installed: scripts/install-codex")
+def test_real_codex_text_is_on_screen_as_it_streams_not_as_it_commits(short_tmp: Path) -> None:
+    with codex_page(short_tmp) as (driver, _, work):
+        create_thread(driver, "codex", work, "web live text")
+        # Every length the newest reply's text had on screen, as the page drew it.
+        driver.execute_script(
+            "window.__lens = [];"
+            "new MutationObserver(() => {"
+            "  const els = document.querySelectorAll('.item.assistant_message .text');"
+            "  if (els.length) window.__lens.push(els[els.length - 1].textContent.length);"
+            "}).observe(document.body, {subtree: true, childList: true, characterData: true});"
+        )
+        # 100 words at 50 Hz: 2 s, which the log stores in about 9 deltas.
+        send(driver, "STREAM: 100 50")
+        wait_for(lambda: by_css(driver, ".run .badge.completed"), within=60, what="done")
+        lens = driver.execute_script("return window.__lens")
+        final = texts(driver, "assistant_message")[-1]
+        assert final.strip() == "".join(f"word{i} " for i in range(100)).strip()
+        steps = sorted(set(lens))
+        assert len(steps) >= 25, steps
+        assert console_errors(driver) == []
 
 
 def test_a_failed_run_says_why(short_tmp: Path) -> None:

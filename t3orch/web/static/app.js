@@ -172,6 +172,9 @@ class Feed {
       this.h.event(p.event, p);
       this.h.changed();
       if (window.__t3shown) shownPending.push(p.sequence);
+    } else if (method === "liveText") {
+      // Text as the provider streams it, before it commits (docs/api.md, "Live text").
+      if (this.h.live) { this.h.live(p); this.h.changed(); }
     } else if (method === "resync") {
       // Too slow for the stream: start over from a fresh snapshot.
       this.api.bySub.delete(this.sub);
@@ -480,11 +483,13 @@ class ThreadView {
     this.order = []; // item ids, in order
     this.requests = new Map();
     this.nodes = new Map(); // node id -> parent node id
+    this.live = new Map(); // item id -> its main text as far as liveText frames told
     this.error = null;
     this.built = false;
     this.feed = new Feed(api, "threadDetail", threadId, {
       snapshot: (d) => this.snapshot(d),
       event: (ev, p) => this.event(ev, p),
+      live: (p) => this.liveText(p),
       changed,
       failed: (err) => { this.error = err.message; changed(); },
     });
@@ -501,7 +506,27 @@ class ThreadView {
       changed();
     } catch (err) { /* the items stay unnested until the next snapshot */ }
   }
+  liveText(p) {
+    if (p.field) return;
+    // Offsets count code points; JavaScript strings count UTF-16 units.
+    const base = Array.from(this.shown(p.itemId));
+    if (p.offset > base.length) return; // after a dropped frame: the commit catches up
+    this.live.set(p.itemId, base.slice(0, p.offset).join("") + p.text);
+    if (this.items.has(p.itemId)) this.touch(p.itemId);
+  }
+  shown(id) {
+    const item = this.items.get(id);
+    const f = item && DELTA_FIELD[item.type];
+    const committed = (f && item[f]) || "";
+    const live = this.live.get(id) || "";
+    return live.length > committed.length && live.startsWith(committed) ? live : committed;
+  }
+  withLive(item) {
+    const f = DELTA_FIELD[item.type];
+    return f && this.live.has(item.id) ? { ...item, [f]: this.shown(item.id) } : item;
+  }
   snapshot(d) {
+    this.live = new Map();
     this.thread = d.thread;
     this.runs = new Map(d.runs.map((r) => [r.id, r]));
     this.items = new Map();
@@ -542,6 +567,7 @@ class ThreadView {
         const item = { ...pl.item };
         for (const f of p.unchanged || []) if (held) item[f] = held[f];
         if (!held) this.order.push(item.id);
+        if (item.status !== "running") this.live.delete(item.id); // final: its own text
         this.items.set(item.id, item);
         this.touch(item.id);
         break;
@@ -670,7 +696,7 @@ class ThreadView {
       this.itemEls.set(item.id, rec);
       box.append(rec.el);
     }
-    fill(rec.el, ...this.itemBody(item));
+    fill(rec.el, ...this.itemBody(this.withLive(item)));
     if (item.type === "subagent") {
       rec.el.append(rec.children);
       // Its own items that came before it could be placed.

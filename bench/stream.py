@@ -1,0 +1,487 @@
+"""Live streaming and turn overhead: the providers read directly vs through t3orch.
+
+Real Codex (``codex app-server``) and real Claude (the ``claude`` CLI in stream-json
+mode) against the loopback fake model servers (``fixtures/fakes/``), whose reply to
+``STREAM: 200 50`` is 200 one-word text deltas at 50 Hz. Each provider is driven
+
+* **direct**: its own protocol over its stdio, by a minimal client in this script;
+* **t3orch**: a running ``t3orch serve`` (a child process, ``synchronous = FULL``
+  as by default, or ``--synchronous NORMAL``) over the Unix socket API: ``subscribe
+  threadDetail``, then ``run.send``;
+  text is what a client shows from ``liveText`` frames and committed events
+  (``ThreadView``, as ``t3orch watch`` does).
+
+Printed side by side, per provider: first text after the send (median of
+``--rounds``), text updates a second at the client, the mean arrival of each word
+after the send, the stored ``turn_item.delta`` rows of the reply (and per second),
+and the median time of ``--turns`` plain short turns (``hello``), each a send until
+the turn's end (direct: ``turn/completed`` / ``result``; t3orch: the run's
+``completed`` event). Targets (issue 17): first text ≤ direct + 10 ms, ≥ 40
+updates/s, word arrival ≤ direct + 10 ms, ≤ 4 stored rows per item per second,
+plain turn ≤ 1.05 × direct.
+
+Run: ``python bench/stream.py [--providers codex,claude] [--rounds 3] [--turns 20] [--json]``
+(``export T3ORCH_CODEX_BIN=$(scripts/install-codex | tail -n1)``; claude from
+``claude-agent-sdk`` or ``T3ORCH_CLAUDE_BIN``). Not a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from pathlib import Path
+from typing import IO, Any
+
+import trio
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != REPO / "bench"]
+sys.path.insert(0, str(REPO))
+
+from fixtures.fakes.claude_env import claude_argv  # noqa: E402
+from t3orch.cli.client import ApiClient, ThreadView, connect  # noqa: E402
+from t3orch.cli.environment import config_toml, provider_environment  # noqa: E402
+from t3orch.config import Config  # noqa: E402
+
+STREAM_PROMPT = "STREAM: 200 50"
+WORDS = 200
+TIMEOUT_S = 60.0
+Frame = dict[str, Any]
+
+
+class Trace:
+    """What a client saw of one streamed reply: (time after the send, text length)."""
+
+    def __init__(self) -> None:
+        self.sent = time.monotonic()
+        self.updates: list[tuple[float, int]] = []
+
+    def shown(self, length: int) -> None:
+        if not self.updates or length > self.updates[-1][1]:
+            self.updates.append((time.monotonic() - self.sent, length))
+
+    def figures(self, text: str) -> dict[str, float]:
+        times = [t for t, _ in self.updates]
+        span = times[-1] - times[0] if len(times) > 1 else 0.0
+        # Each word arrives with the first update that shows all of it.
+        ends, end = [], 0
+        for word in text.split(" "):
+            if word:
+                ends.append(end + len(word))
+            end += len(word) + 1
+        arrivals, i = [], 0
+        for end in ends:
+            while i < len(self.updates) and self.updates[i][1] < end:
+                i += 1
+            if i < len(self.updates):
+                arrivals.append(self.updates[i][0])
+        return {
+            "first_ms": times[0] * 1000 if times else float("nan"),
+            "updates_per_s": (len(times) - 1) / span if span else 0.0,
+            "word_ms": statistics.fmean(arrivals) * 1000 if arrivals else float("nan"),
+        }
+
+
+# --- direct clients -----------------------------------------------------------------
+
+
+class LineProcess:
+    """A provider on stdio: JSON lines in, JSON lines read on a thread."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.inbox: queue.Queue[Frame | None] = queue.Queue()
+        assert self.proc.stdout is not None
+        self._reader = threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True)
+        self._reader.start()
+        self._ids = 0
+
+    def _read(self, stream: IO[bytes]) -> None:
+        for line in stream:
+            with suppress(json.JSONDecodeError):
+                frame = json.loads(line)
+                if isinstance(frame, dict):
+                    self.inbox.put(frame)
+        self.inbox.put(None)
+
+    def send(self, frame: Frame) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(frame).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def until(self, pred: Callable[[Frame], bool], on: Callable[[Frame], None] = print) -> Frame:
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            frame = self.inbox.get(timeout=max(0.0, deadline - time.monotonic()))
+            if frame is None:
+                raise RuntimeError("the provider closed its stdout")
+            if pred(frame):
+                return frame
+            on(frame)
+
+    def close(self) -> None:
+        with suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        self._reader.join(10)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+def _ignore(frame: Frame) -> None:
+    pass
+
+
+class DirectCodex:
+    def __init__(self, config: Config, work: Path) -> None:
+        c = config.providers.codex
+        assert c.command is not None
+        self.p = LineProcess([*c.command, "app-server"], {**os.environ, **c.env}, work)
+        self.p.send({"id": 0, "method": "initialize", "params": {"clientInfo": _CLIENT}})
+        self.p.until(lambda f: f.get("id") == 0, _ignore)
+        self.p.send({"method": "initialized"})
+        # As t3orch's adapter opens it (runtime mode approval-required).
+        start = {"cwd": str(work), "approvalPolicy": "on-request", "sandbox": "workspace-write"}
+        if c.model:
+            start["model"] = c.model
+        self.p.send({"id": 1, "method": "thread/start", "params": start})
+        self.thread = self.p.until(lambda f: f.get("id") == 1, _ignore)["result"]["thread"]["id"]
+        self.next_id = 2
+
+    def turn(self, text: str, trace: Trace | None = None) -> float:
+        self.next_id += 1
+        params = {"threadId": self.thread, "input": [{"type": "text", "text": text}]}
+        start = time.monotonic()
+        if trace is not None:
+            trace.sent = start
+        self.p.send({"id": self.next_id, "method": "turn/start", "params": params})
+        shown = 0
+
+        def on(frame: Frame) -> None:
+            nonlocal shown
+            if frame.get("method") == "item/agentMessage/delta" and trace is not None:
+                shown += len(frame["params"]["delta"])
+                trace.shown(shown)
+
+        self.p.until(lambda f: f.get("method") == "turn/completed", on)
+        return time.monotonic() - start
+
+    def close(self) -> None:
+        self.p.close()
+
+
+_CLIENT = {"name": "t3orch-bench", "title": "t3orch bench", "version": "0"}
+
+
+class DirectClaude:
+    def __init__(self, config: Config, work: Path) -> None:
+        c = config.providers.claude
+        assert c.command is not None
+        argv = claude_argv(c.command[0], model=c.model or "claude-sonnet-4-5")
+        self.p = LineProcess(argv, dict(c.env), work)
+        self.p.send(
+            {
+                "type": "control_request",
+                "request_id": "init",
+                "request": {"subtype": "initialize", "hooks": None},
+            }
+        )
+        self.p.until(
+            lambda f: (
+                f.get("type") == "control_response"
+                and f.get("response", {}).get("request_id") == "init"
+            ),
+            _ignore,
+        )
+
+    def turn(self, text: str, trace: Trace | None = None) -> float:
+        start = time.monotonic()
+        if trace is not None:
+            trace.sent = start
+        message = {"role": "user", "content": text}
+        self.p.send(
+            {"type": "user", "session_id": "", "parent_tool_use_id": None, "message": message}
+        )
+        shown = 0
+
+        def on(frame: Frame) -> None:
+            nonlocal shown
+            event = frame.get("event") if frame.get("type") == "stream_event" else None
+            delta = event.get("delta") if isinstance(event, dict) else None
+            if isinstance(delta, dict) and delta.get("type") == "text_delta" and trace:
+                shown += len(delta.get("text", ""))
+                trace.shown(shown)
+
+        self.p.until(lambda f: f.get("type") == "result", on)
+        return time.monotonic() - start
+
+    def close(self) -> None:
+        self.p.close()
+
+
+# --- through t3orch ----------------------------------------------------------------
+
+
+class ThroughT3orch:
+    def __init__(self, client: ApiClient, thread: str, view: ThreadView) -> None:
+        self.client = client
+        self.thread = thread
+        self.view = view
+        self.n = 0
+
+    @classmethod
+    async def open(cls, client: ApiClient, provider: str, work: Path) -> ThroughT3orch:
+        made = await client.call(
+            "thread.create",
+            {
+                "commandId": f"bench-{provider}-{time.time_ns()}",
+                "provider": provider,
+                "cwd": str(work),
+            },
+        )
+        thread = made["result"]["threadId"]
+        _, snap = await client.subscribe("threadDetail", thread)
+        return cls(client, thread, ThreadView(snap))
+
+    async def turn(self, text: str, trace: Trace | None = None) -> tuple[float, str]:
+        """(seconds until the run completed, the reply's item id)."""
+        self.n += 1
+        start = time.monotonic()
+        if trace is not None:
+            trace.sent = start
+        sent = await self.client.call(
+            "run.send",
+            {"commandId": f"bench-{self.thread}-{self.n}", "threadId": self.thread, "text": text},
+        )
+        run = sent["result"]["runId"]
+        item: str | None = None
+        while True:
+            note = await self.client.notification()
+            params = note["params"]
+            if note["method"] == "liveText":
+                self.view.apply_live(params)
+                item = item or params["itemId"]
+            elif note["method"] == "event":
+                event = params["event"]
+                touched = self.view.apply(event, params.get("unchanged", ()))
+                if (
+                    item is None
+                    and touched is not None
+                    and touched["type"] == "assistant_message"
+                    and touched.get("runId") == run
+                ):
+                    item = touched["id"]
+                if event["type"] == "run.upserted" and event["payload"]["run"]["id"] == run:
+                    status = event["payload"]["run"]["status"]
+                    if status in ("completed", "failed", "interrupted"):
+                        if status != "completed":
+                            raise RuntimeError(f"run {run} ended {status}")
+                        return time.monotonic() - start, item or ""
+            elif note["method"] == "resync":
+                raise RuntimeError("the bench client fell behind (resync)")
+            if trace is not None and item is not None:
+                trace.shown(len(self.view.shown_text(item)))
+
+    async def stored_deltas(self, item: str) -> int:
+        after, count = 0, 0
+        while True:
+            page = await self.client.call("events.read", {"afterSequence": after, "limit": 5000})
+            events = page["events"]
+            if not events:
+                return count
+            count += sum(
+                1
+                for e in events
+                if e["type"] == "turn_item.delta" and e["payload"]["itemId"] == item
+            )
+            after = events[-1]["sequence"]
+
+
+# --- the run -----------------------------------------------------------------------
+
+
+async def _compare(
+    kind: str, config: Config, socket: Path, work: Path, rounds: int, turns: int
+) -> dict[str, dict[str, Any]]:
+    """Both ways, turn by turn in turn: the machine's load falls on both alike."""
+    direct = (DirectCodex if kind == "codex" else DirectClaude)(config, work)
+    try:
+        async with connect(socket) as client:
+            t = await ThroughT3orch.open(client, kind, work)
+            # Warm: a first turn pays for the process's start.
+            direct.turn("hello")
+            await t.turn("hello")
+            d_streamed, t_streamed, rows, seconds = [], [], [], []
+            for _ in range(rounds):
+                trace = Trace()
+                direct.turn(STREAM_PROMPT, trace)
+                d_streamed.append(trace.figures(_reply_text()))
+                trace = Trace()
+                _, item = await t.turn(STREAM_PROMPT, trace)
+                t_streamed.append(trace.figures(_reply_text()))
+                rows.append(await t.stored_deltas(item))
+                seconds.append(trace.updates[-1][0] - trace.updates[0][0])
+            d_plain, t_plain = [], []
+            for _ in range(turns):
+                d_plain.append(direct.turn("hello"))
+                t_plain.append((await t.turn("hello"))[0])
+    finally:
+        direct.close()
+    per_s = statistics.median(r / s for r, s in zip(rows, seconds, strict=True) if s)
+    return {
+        "direct": _summary(d_streamed, d_plain, None),
+        "t3orch": _summary(t_streamed, t_plain, (statistics.median(rows), per_s)),
+    }
+
+
+def _reply_text() -> str:
+    return "".join(f"word{i} " for i in range(WORDS))
+
+
+def _summary(
+    streamed: list[dict[str, float]], plain: list[float], rows: tuple[float, float] | None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        key: statistics.median(s[key] for s in streamed)
+        for key in ("first_ms", "updates_per_s", "word_ms")
+    }
+    out["plain_turn_ms"] = statistics.median(plain) * 1000
+    if rows is not None:
+        out["stored_delta_rows"], out["stored_rows_per_s"] = rows
+    return out
+
+
+def _wait_for_socket(path: Path, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("t3orch serve did not start")
+        time.sleep(0.05)
+
+    async def probe() -> None:
+        async with connect(path) as client:
+            await client.call("daemon.status")
+
+    trio.run(probe)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--providers", default="codex,claude")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--turns", type=int, default=20)
+    ap.add_argument(
+        "--synchronous",
+        choices=["FULL", "NORMAL"],
+        default="FULL",
+        help="the daemon's daemon.synchronous (FULL, its default: an fsync per commit)",
+    )
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    want = [p for p in args.providers.split(",") if p]
+    root = Path(tempfile.mkdtemp(prefix="t3bs", dir="/tmp"))
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        from fixtures.fakes.codex_home import make_work_dir
+
+        work = make_work_dir(root / "work")
+        with provider_environment(work, root / "homes", want) as (config, kinds):
+            kinds = [k for k in kinds if k in want]
+            cfg = root / "t3orch.toml"
+            cfg.write_text(
+                f'[daemon]\nsynchronous = "{args.synchronous}"\n\n' + config_toml(config)
+            )
+            state = root / "state"
+            daemon = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "t3orch.cli.main",
+                    "serve",
+                    "--state-dir",
+                    str(state),
+                    "--config",
+                    str(cfg),
+                ],
+                cwd=REPO,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            try:
+                _wait_for_socket(state / "api.sock", daemon)
+                for kind in kinds:
+                    results[kind] = trio.run(
+                        _compare, kind, config, state / "api.sock", work, args.rounds, args.turns
+                    )
+            finally:
+                daemon.send_signal(signal.SIGTERM)
+                try:
+                    daemon.wait(30)
+                except subprocess.TimeoutExpired:
+                    daemon.kill()
+                    daemon.wait()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        _print(results, args)
+    return 0
+
+
+_ROWS = [
+    ("first text after send (ms)", "first_ms", "{:.0f}"),
+    ("text updates / s", "updates_per_s", "{:.1f}"),
+    ("mean word arrival (ms)", "word_ms", "{:.0f}"),
+    ("stored delta rows (per s)", "stored_delta_rows", "{:.0f}"),
+    ("plain turn, median (ms)", "plain_turn_ms", "{:.1f}"),
+]
+
+
+def _print(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
+    print(
+        f"{WORDS} words at 50 Hz, median of {args.rounds} rounds; plain: median of "
+        f"{args.turns} turns; daemon.synchronous = {args.synchronous}"
+    )
+    head = f"{'':30}" + "".join(f"{k + ' direct':>16}{k + ' t3orch':>16}" for k in results)
+    print(head)
+    for label, key, fmt in _ROWS:
+        line = f"{label:30}"
+        for r in results.values():
+            d = r["direct"].get(key)
+            t = r["t3orch"].get(key)
+            line += f"{fmt.format(d) if d is not None else '-':>16}"
+            cell = fmt.format(t) if t is not None else "-"
+            if key == "stored_delta_rows" and t is not None:
+                cell += f" ({r['t3orch']['stored_rows_per_s']:.1f})"
+            line += f"{cell:>16}"
+        print(line)
+    for kind, r in results.items():
+        ratio = r["t3orch"]["plain_turn_ms"] / r["direct"]["plain_turn_ms"]
+        print(f"{kind}: plain turn through t3orch = {ratio:.3f} × direct (target ≤ 1.05)")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
