@@ -373,8 +373,12 @@ def _name(proc: psutil.Process) -> str:
         return "?"
 
 
-def _spawn(spec: LaunchSpec) -> ChildProcess:
-    """Fork and exec in *this* thread (see the module docstring for why)."""
+def _spawn(spec: LaunchSpec, owner: str | None = None) -> ChildProcess:
+    """Fork and exec in *this* thread (see the module docstring for why).
+
+    ``owner``: the owner mark the child carries, when it is not this process's (a
+    holder runs its provider on behalf of the daemon that started the holder).
+    """
     pipes: list[int] = []
     spawn_id = new_spawn_id()
     try:
@@ -396,7 +400,7 @@ def _spawn(spec: LaunchSpec) -> ChildProcess:
             env={
                 **spec.env,
                 "PWD": os.path.abspath(spec.cwd),
-                OWNER_ENV: this_process().token(),
+                OWNER_ENV: owner or this_process().token(),
                 SPAWN_ENV: spawn_id,
             },
             cwd=spec.cwd,
@@ -423,15 +427,16 @@ def _spawn(spec: LaunchSpec) -> ChildProcess:
 async def run_child_process(
     spec: LaunchSpec,
     *,
+    owner: str | None = None,
     task_status: trio.TaskStatus[ChildProcess] = trio.TASK_STATUS_IGNORED,
 ) -> ExitStatus:
     """Spawn a provider and supervise it until it is reaped; use with ``nursery.start``.
 
     ``task_status.started`` hands out the :class:`ChildProcess`. The task ends
     (returning the exit status) once the process has exited and stderr is
-    drained. Cancelling it kills the group and reaps.
+    drained. Cancelling it kills the group and reaps. ``owner``: as :func:`_spawn`.
     """
-    return await _supervise(_spawn(spec), task_status=task_status)
+    return await _supervise(_spawn(spec, owner), task_status=task_status)
 
 
 async def _supervise(
