@@ -205,6 +205,10 @@ class HeldProcess:
         self.on_input: Callable[[int, bytes], None] | None = None
         #: The holder's own steps (grace expired, stopped by a rung).
         self.notes: list[Note] = []
+        #: Told, at each read, the offset of the last line handed out before it: the
+        #: reader has queued those lines' events by then (they map synchronously).
+        self.on_delivered: Callable[[int], None] | None = None
+        self._reported = after
 
     # -- ProviderProcess -------------------------------------------------------
 
@@ -235,6 +239,7 @@ class HeldProcess:
         await trio.lowlevel.checkpoint()
 
     async def receive_line(self) -> bytes | OversizedLine | None:
+        self._report_delivered()
         while not self._lines:
             if self._eof:
                 return None
@@ -245,6 +250,7 @@ class HeldProcess:
         return line
 
     async def receive_lines(self) -> list[bytes | OversizedLine]:
+        self._report_delivered()
         while not self._lines:
             if self._eof:
                 await trio.lowlevel.checkpoint()
@@ -255,6 +261,11 @@ class HeldProcess:
         self._line_offsets = []
         self._wake_reader()
         return lines
+
+    def _report_delivered(self) -> None:
+        if self.delivered > self._reported and self.on_delivered is not None:
+            self._reported = self.delivered
+            self.on_delivered(self.delivered)
 
     async def close_stdin(self) -> None:
         if not self._stdin_closed:

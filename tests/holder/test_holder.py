@@ -229,3 +229,28 @@ async def test_attaching_to_a_holder_that_is_gone_is_a_clear_error(tmp_path: Pat
     paths.dir.mkdir(parents=True)
     with pytest.raises(HolderError, match="holder abc: cannot connect"):
         await attach(paths, 0)
+
+
+async def test_each_read_reports_the_offset_of_the_lines_handed_out_before_it(
+    tmp_path: Path,
+) -> None:
+    paths = await start_holder(
+        tmp_path / "held", standin(), grace_s=30, owner=this_process().token()
+    )
+    reported: list[int] = []
+    async with trio.open_nursery() as nursery:
+        held = await attach(paths, 0)
+        held.on_delivered = reported.append
+        await nursery.start(held.serve)
+        await held.send_line(INITIALIZE)
+        await line_with_id(held, 1)
+        handed = held.delivered
+        assert reported == [] or reported[-1] < handed
+        await held.send_line(b'{"method": "initialized"}')
+        await held.send_line(THREAD_START)
+        await line_with_id(held, 2)
+        # The next read said everything up to the first reply's line was handed out.
+        assert handed in reported and reported == sorted(set(reported))
+        out = [o for k, o, _ in journal(paths) if k is Kind.OUT]
+        assert set(reported) <= set(out)
+        await held.kill()
