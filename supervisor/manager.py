@@ -21,8 +21,10 @@ import trio
 from adapters.errors import AdapterError, NotSupported, StaleRequest
 from adapters.protocol import ProviderAdapter, RequestAnswer
 from supervisor.checkpointing import Checkpointer
+from supervisor.holder.client import ReattachLauncher, stop_holder
 from supervisor.launcher import LauncherFactory
 from supervisor.providers import ProviderSettings, adapter_for, runtime_config
+from supervisor.reattach import Reattach
 from supervisor.session import RawSinkFactory, SessionFailed, SessionRunner
 from t3orch.domain.run import Run
 from t3orch.domain.thread import AppThread
@@ -528,7 +530,47 @@ class SessionManager:
                 return item.text
         raise CommandRejected("no_user_message", f"run {run.id} has no user message")
 
-    async def _open_runner(self, thread_id: str, run_id: str | None) -> SessionRunner:
+    async def reattach_all(self, held: list[Reattach]) -> list[Reattach]:
+        """Reattach to each held runtime; returns those that could not be (their holders
+        are told to stop; the caller settles them)."""
+        failed = []
+        for h in held:
+            try:
+                await self.reattach(h)
+            except Exception as exc:
+                cause = _unwrapped(exc)
+                log.warning(
+                    "thread %s: cannot reattach to holder %s: %s",
+                    h.thread_id,
+                    h.paths.holder_id,
+                    cause,
+                )
+                await self.core.note(
+                    h.session.id, "warning", "reattach_failed", f"{type(cause).__name__}: {cause}"
+                )
+                stop_holder(h.paths, h.state.holder_pid, h.state.holder_started_at)
+                failed.append(h)
+        return failed
+
+    async def reattach(self, held: Reattach) -> SessionRunner:
+        """Pick up a runtime a holder kept across a daemon restart (before the API serves).
+
+        Its turn goes on where the log left it; once it ends, the thread's queued runs
+        are dispatched as after any turn.
+        """
+        runner = await self._open_runner(held.thread_id, None, held)
+        assert self._nursery is not None
+
+        async def then_dispatch() -> None:
+            await runner.wait_turn()
+            self.kick(held.thread_id)
+
+        self._nursery.start_soon(then_dispatch)
+        return runner
+
+    async def _open_runner(
+        self, thread_id: str, run_id: str | None, held: Reattach | None = None
+    ) -> SessionRunner:
         assert self._nursery is not None
         thread = self.reader.get(AppThread, thread_id)
         if thread is None:
@@ -557,6 +599,11 @@ class SessionManager:
         runner.recover_runs = self.recover_runs
         runner.delta_handoff_limit = self.delta_handoff_limit
         runner.launcher_factory = self.launcher_factory
+        if held is not None:
+            runner.reattach = held
+            runner.launcher_factory = lambda kind, nursery: ReattachLauncher(
+                nursery, held.paths, held.committed
+            )
         runner.on_turn_ending = self._checkpoint_at_barrier
         runner.on_subagent_ended = self.checkpointer.after_subagent
         runner.stall_after_s = self.stall_after_s

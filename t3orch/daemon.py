@@ -25,8 +25,11 @@ import trio
 from adapters.diagnostics import RotatingRawLog
 from adapters.ownership import this_process
 from adapters.protocol import RawFrameSink
+from supervisor.holder.client import holder_launchers
+from supervisor.holder.layout import held_root
 from supervisor.manager import ReaperPolicy, RestartPolicy, SessionManager
 from supervisor.providers import STANDIN_TRANSCRIPT, ProviderSettings
+from supervisor.reattach import find_held, held_of
 from supervisor.startup import settle_previous_run
 from supervisor.systemd import Notifier
 from t3orch.api.runner import serve_api
@@ -42,6 +45,12 @@ from t3orch.store.errors import StateDirInvalid
 from t3orch.store.interface import Decision
 
 log = logging.getLogger("t3orch.daemon")
+
+
+def owner_token() -> str:
+    """This daemon's owner mark, as its providers carry it (held ones too)."""
+    return this_process().token()
+
 
 #: Bound on stopping every runtime at shutdown (each interrupts its turn, ≤ 3 s, and
 #: runs the stop ladder, ≤ 10 s, all at once). After the drain (``daemon.stop_drain_s``).
@@ -195,8 +204,10 @@ async def run_daemon(
         async with open_core(db, synchronous=d.synchronous) as core:
             core.service.process_owner = owner
             notifier.status("settling the previous run")
+            # Runtimes whose holders outlived the previous daemon are picked up, not settled.
+            held = find_held(core.reader, state_dir)
             reconciled = await settle_previous_run(
-                core.service, core.reader, me=owner, state_dir=state_dir
+                core.service, core.reader, me=owner, state_dir=state_dir, held=held
             )
             log.info("settled what the previous daemon left: %s", _counts(reconciled))
             manager = SessionManager(
@@ -215,9 +226,28 @@ async def run_daemon(
                 delta_handoff_limit=d.max_delta_handoff_chars,
                 stall_after_s=d.stall_warning_s,
                 stall_timeout_s=d.stall_timeout_s or None,
+                launcher_factory=(
+                    holder_launchers(held_root(state_dir), d.reattach_grace_s, owner_token())
+                    if d.reattach_grace_s > 0
+                    else None
+                ),
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(manager.run)
+                if held:
+                    notifier.status(f"reattaching {len(held)} held runtime(s)")
+                    started = trio.current_time()
+                    failed = await manager.reattach_all(held)
+                    kept = [h for h in held if h not in failed]
+                    if failed:
+                        await core.service.reconcile("reattach_failed", None, held_of(kept))
+                    reconciled["reattached"] = len(kept)
+                    log.info(
+                        "reattached %d held runtime(s) in %.3fs (%d could not be)",
+                        len(kept),
+                        trio.current_time() - started,
+                        len(failed),
+                    )
                 try:
                     endpoints = await nursery.start(serve_api, core, manager, d)
                     port = endpoints.port

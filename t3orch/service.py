@@ -21,7 +21,7 @@ from t3orch.commands import (
 )
 from t3orch.commands import reconcile as reconcile_mod
 from t3orch.commands.specs import CreateThread
-from t3orch.domain.provider import ProcessOwner
+from t3orch.domain.provider import HolderRef, ProcessOwner
 from t3orch.domain.vocab import (
     ContextHandoffStrategy,
     ProviderKind,
@@ -157,10 +157,14 @@ class CoreService:
         return result.result
 
     async def record_process(
-        self, session_id: str, pid: int | None, started_at: float | None
+        self,
+        session_id: str,
+        pid: int | None,
+        started_at: float | None,
+        holder: HolderRef | None = None,
     ) -> None:
         await self._run(
-            sessions.record_process(session_id, pid, started_at, self.process_owner),
+            sessions.record_process(session_id, pid, started_at, self.process_owner, holder),
             None,
             "session.process",
         )
@@ -383,9 +387,14 @@ class CoreService:
         return await self.writer.enqueue(IngestBatch(binding, list(events)), command_type="ingest")
 
     async def reconcile(
-        self, reason: str = "daemon_restart", swept: Mapping[str, int] | None = None
+        self,
+        reason: str = "daemon_restart",
+        swept: Mapping[str, int] | None = None,
+        held: reconcile_mod.Held = reconcile_mod.NOTHING_HELD,
     ) -> dict[str, int]:
-        result = await self._run(reconcile_mod.reconcile(reason, swept), None, "runtime.reconcile")
+        result = await self._run(
+            reconcile_mod.reconcile(reason, swept, held), None, "runtime.reconcile"
+        )
         assert isinstance(result.result, dict)
         return result.result
 

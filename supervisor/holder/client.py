@@ -22,14 +22,15 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import attrs
 import msgspec
 import trio
 
 from adapters.diagnostics import redact_stderr
-from adapters.ownership import OWNER_ENV
+from adapters.ownership import OWNER_ENV, OwnerMark
 from adapters.process import STDERR_TAIL_BYTES, StopResult
 from adapters.transport import ExitStatus, LaunchSpec, OversizedLine
-from supervisor.holder.layout import HeldPaths, HeldSpec, socket_address, write_private
+from supervisor.holder.layout import HeldPaths, HeldSpec, held_dirs, socket_address, write_private
 from supervisor.holder.wire import (
     PROTOCOL_VERSION,
     ExitRecord,
@@ -43,6 +44,11 @@ from supervisor.holder.wire import (
     encode,
     encode_json,
 )
+from supervisor.launcher import LauncherFactory, RecordingLauncher, SupervisedLauncher
+from t3orch.domain.provider import HolderRef
+from t3orch.domain.vocab import ProviderKind
+from t3orch.ingest.queue import EventQueue
+from t3orch.provider_events import JournalOffset
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +68,13 @@ _SCRUBBED = (
     "WATCHDOG_PID",
 )
 _ROOT = str(Path(__file__).resolve().parents[2])
+
+
+@attrs.frozen
+class _Input:
+    """A replayed ``IN`` record among the lines (see :meth:`HeldProcess._next_batch`)."""
+
+    line: bytes
 
 
 class HolderError(Exception):
@@ -188,7 +201,7 @@ class HeldProcess:
         self.offset = after
         #: The journal offset of the last line :meth:`receive_lines` handed out.
         self.delivered = after
-        self._lines: list[bytes | OversizedLine] = []
+        self._lines: list[bytes | OversizedLine | _Input] = []
         self._line_offsets: list[int] = []
         self._eof = False
         self._status: ExitStatus | None = None
@@ -201,8 +214,15 @@ class HeldProcess:
         self._out_ready = trio.Event()
         self._stderr_tail = bytearray()
         self._stderr_tees: list[Callable[[bytes], None]] = []
-        #: Lines the daemon wrote to the provider, as the journal has them (a replay's input).
+        #: Lines a daemon wrote to the provider before this attach (the journal's ``IN``
+        #: records up to the welcome), handed over in journal order with the lines read:
+        #: a reattaching adapter rebuilds its state (pending call ids) from both.
         self.on_input: Callable[[int, bytes], None] | None = None
+        #: Lines up to this offset are a replay of what the log holds already: before
+        #: each read, ``on_mute`` is told whether the lines it returns are (a read
+        #: never mixes both).
+        self.mute_through = 0
+        self.on_mute: Callable[[bool], None] | None = None
         #: The holder's own steps (grace expired, stopped by a rung).
         self.notes: list[Note] = []
         #: Told, at each read, the offset of the last line handed out before it: the
@@ -239,31 +259,63 @@ class HeldProcess:
         await trio.lowlevel.checkpoint()
 
     async def receive_line(self) -> bytes | OversizedLine | None:
-        self._report_delivered()
-        while not self._lines:
-            if self._eof:
-                return None
-            await self._wait_lines()
-        self.delivered = self._line_offsets.pop(0)
-        line = self._lines.pop(0)
-        self._wake_reader()
-        return line
+        lines = await self._receive(1)
+        return lines[0] if lines else None
 
     async def receive_lines(self) -> list[bytes | OversizedLine]:
+        return await self._receive(None)
+
+    async def _receive(self, limit: int | None) -> list[bytes | OversizedLine]:
         self._report_delivered()
-        while not self._lines:
-            if self._eof:
-                await trio.lowlevel.checkpoint()
-                return []
-            await self._wait_lines()
-        lines, self._lines = self._lines, []
-        self.delivered = self._line_offsets[-1]
-        self._line_offsets = []
+        while True:
+            while not self._lines:
+                if self._eof:
+                    if self.on_mute is not None:
+                        self.on_mute(False)  # a replay that ends muted: the exit is news
+                    await trio.lowlevel.checkpoint()
+                    return []
+                await self._wait_lines()
+            if batch := self._next_batch(limit):
+                return batch
+
+    def _next_batch(self, limit: int | None) -> list[bytes | OversizedLine]:
+        """The next lines, never across a replayed input or the end of the muted replay.
+
+        A replayed input is applied once the lines before it are handed out (mapped),
+        before the lines after it: the adapter's state sees both in journal order.
+        """
+        items, offsets = self._lines, self._line_offsets
+        out: list[bytes | OversizedLine] = []
+        mute_through = self.mute_through
+        muted: bool | None = None
+        i, n = 0, len(items)
+        while i < n and (limit is None or len(out) < limit):
+            item = items[i]
+            if isinstance(item, _Input):
+                if out:
+                    break
+                if self.on_input is not None:
+                    self.on_input(offsets[i], item.line)
+                i += 1
+                continue
+            here = offsets[i] <= mute_through
+            if muted is None:
+                muted = here
+            elif here != muted:
+                break
+            out.append(item)
+            i += 1
+        if out:
+            self.delivered = offsets[i - 1]
+        del items[:i]
+        del offsets[:i]
+        if muted is not None and self.on_mute is not None:
+            self.on_mute(muted)
         self._wake_reader()
-        return lines
+        return out
 
     def _report_delivered(self) -> None:
-        if self.delivered > self._reported and self.on_delivered is not None:
+        if self.delivered > max(self._reported, self.mute_through) and self.on_delivered:
             self._reported = self.delivered
             self.on_delivered(self.delivered)
 
@@ -409,8 +461,11 @@ class HeldProcess:
                     self._line_offsets.append(record.offset)
                     arrived = True
                 case Kind.IN:
-                    if self.on_input is not None:
-                        self.on_input(record.offset, record.payload)
+                    # Later ones are this daemon's own writes, journaled: nothing to learn.
+                    if record.offset <= self.welcome.journaled:
+                        self._lines.append(_Input(record.payload))
+                        self._line_offsets.append(record.offset)
+                        arrived = True
                 case Kind.ERR:
                     self._keep_stderr(record.payload)
                 case Kind.EOF:
@@ -469,3 +524,87 @@ class HolderLauncher:
     @property
     def current(self) -> HeldProcess | None:
         return self.children[-1] if self.children else None
+
+
+class ReattachLauncher:
+    """The launcher of a reattaching runtime: its one "launch" attaches to the holder that
+    kept the provider, replaying the journal from its start, muted through ``committed``."""
+
+    def __init__(self, nursery: trio.Nursery, paths: HeldPaths, committed: int) -> None:
+        self._nursery = nursery
+        self._paths = paths
+        self._committed = committed
+        self.children: list[HeldProcess] = []
+
+    async def launch(self, spec: LaunchSpec) -> HeldProcess:
+        if self.children:
+            raise HolderError(f"holder {self._paths.holder_id}: its provider was reattached once")
+        held = await attach(self._paths, 0)
+        held.mute_through = self._committed
+        await self._nursery.start(held.serve)
+        self.children.append(held)
+        return held
+
+    @property
+    def current(self) -> HeldProcess | None:
+        return self.children[-1] if self.children else None
+
+
+def feed_offsets(held: HeldProcess, events: EventQueue) -> None:
+    """Wire a held provider to its runtime's event queue: its journal offsets go in as
+    ``JournalOffset`` events (committed with what they cover), and a reattach's replay
+    of what the log holds already is muted."""
+    holder_id = held.holder_id
+
+    def delivered(offset: int) -> None:
+        events.put(JournalOffset(holder_id=holder_id, offset=offset))
+
+    def mute(muted: bool) -> None:
+        events.muted = muted
+
+    held.on_delivered = delivered
+    held.on_mute = mute
+
+
+def holder_ref(held: HeldProcess) -> HolderRef:
+    """What the ProviderSession records of the holder (the next start looks for it)."""
+    w = held.welcome
+    return HolderRef(holder_id=w.holder_id, pid=w.holder_pid, started_at=w.holder_started_at)
+
+
+#: The providers whose runtimes can be reattached to (``ProviderRuntime.adopt``).
+REATTACHABLE: frozenset[str] = frozenset({"codex", "standin"})
+
+
+def holder_launchers(root: Path, grace_s: float, owner: str) -> LauncherFactory:
+    """A session manager's launchers: a holder per reattachable provider, a child otherwise."""
+
+    def make(kind: ProviderKind, nursery: trio.Nursery) -> SupervisedLauncher:
+        if kind in REATTACHABLE:
+            return HolderLauncher(nursery, root, grace_s, owner)
+        return RecordingLauncher(nursery)
+
+    return make
+
+
+def stop_holder(paths: HeldPaths, pid: int, started_at: float) -> bool:
+    """SIGTERM the holder (it stops its provider through the ladder, journals it, exits),
+    if ``pid`` still is that very holder; False if it is gone."""
+    if not OwnerMark(pid, started_at).alive():
+        return False
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    log.info("holder %s (pid %d): asked to stop its provider", paths.holder_id, pid)
+    return True
+
+
+def stop_all_holders(state_dir: Path) -> list[int]:
+    """SIGTERM every live holder of ``state_dir`` (``t3orch stop-agents``); their pids."""
+    stopped = []
+    for paths in held_dirs(state_dir):
+        state = paths.read_state()
+        if state is not None and stop_holder(paths, state.holder_pid, state.holder_started_at):
+            stopped.append(state.holder_pid)
+    return stopped

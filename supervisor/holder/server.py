@@ -230,6 +230,7 @@ class Holder:
                     version=PROTOCOL_VERSION,
                     holder_id=self.spec.holder_id,
                     holder_pid=self.state.holder_pid,
+                    holder_started_at=self.state.holder_started_at,
                     provider_pid=self.state.provider_pid,
                     provider_started_at=self.state.provider_started_at,
                     spawn_id=self.state.spawn_id,

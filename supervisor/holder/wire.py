@@ -66,6 +66,7 @@ class Welcome(msgspec.Struct, rename="camel"):
     version: int
     holder_id: str
     holder_pid: int
+    holder_started_at: float
     provider_pid: int
     provider_started_at: float
     spawn_id: str

@@ -491,7 +491,10 @@ def cmd_drill(args: argparse.Namespace) -> int:
         state = Path(args.state_dir) if args.state_dir else root / "state"
         want = [args.provider] if args.provider else None
         daemon_cfg = DaemonConfig(
-            synchronous="FULL", idle_timeout_s=1.0 if args.name == "reap-resume" else 1800.0
+            synchronous="FULL",
+            idle_timeout_s=1.0 if args.name == "reap-resume" else 1800.0,
+            # These drills are about providers that die with their daemon: no holders.
+            reattach_grace_s=0.0,
         )
         with provider_environment(work, root, want, daemon=daemon_cfg) as (config, kinds):
             kind = kinds[0]

@@ -7,7 +7,9 @@ after it, nothing claims to be running that no live process backs.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
+import attrs
 import msgspec
 
 from t3orch.domain.request import NotResumableCapability
@@ -24,15 +26,47 @@ _LIVE = {
 }
 
 
-def reconcile(reason: str = "daemon_restart", swept: Mapping[str, int] | None = None) -> Decide:
-    """``swept``: what the orphan sweep before it did, recorded with the settling counts."""
+@attrs.frozen
+class Held:
+    """What a live holder keeps running (issue 20): its sessions and their app threads.
+
+    Their rows stay as they are: the daemon reattaches to them instead of settling.
+    """
+
+    sessions: frozenset[str] = frozenset()
+    threads: frozenset[str] = frozenset()
+
+    def keeps(self, view: StateView, kind: str, row: Any) -> bool:
+        if not self.threads:
+            return False
+        if kind == "provider_session":
+            return row.id in self.sessions
+        if kind == "provider_thread":
+            return row.app_thread_id in self.threads
+        if kind == "provider_turn":
+            pt = view.get("provider_thread", row.provider_thread_id)
+            return pt is not None and pt.app_thread_id in self.threads
+        return getattr(row, "thread_id", None) in self.threads
+
+
+#: No holder outlived the previous daemon (or none is used).
+NOTHING_HELD = Held()
+
+
+def reconcile(
+    reason: str = "daemon_restart",
+    swept: Mapping[str, int] | None = None,
+    held: Held = NOTHING_HELD,
+) -> Decide:
+    """``swept``: what the orphan sweep before it did, recorded with the settling counts;
+    ``held``: what live holders keep running, left live (``counts["held_sessions"]``)."""
 
     def decide(view: StateView) -> Decision:
         ch = Changes(view)
         now = view.now()
         counts: dict[str, int] = {}
         for kind, (live, settled) in _LIVE.items():
-            rows = view.select_by_status(kind, live)
+            rows = [r for r in view.select_by_status(kind, live) if not held.keeps(view, kind, r)]
             for row in rows:
                 fields: dict[str, object] = {"status": settled}
                 if hasattr(row, "completed_at"):
@@ -44,14 +78,22 @@ def reconcile(reason: str = "daemon_restart", swept: Mapping[str, int] | None = 
                     fields["error"] = reason
                 ch.put(kind, msgspec.structs.replace(row, **fields))
             counts[kind] = len(rows)
-        items = view.select_by_status("turn_item", ("pending", "running", "waiting"))
+        items = [
+            i
+            for i in view.select_by_status("turn_item", ("pending", "running", "waiting"))
+            if not held.keeps(view, "turn_item", i)
+        ]
         for item in items:
             if item.status not in TURN_ITEM_TERMINAL:
                 ch.put(
                     "turn_item", msgspec.structs.replace(item, status="interrupted", updated_at=now)
                 )
         counts["turn_item"] = len(items)
-        requests = view.select_by_status("runtime_request", ("pending",))
+        requests = [
+            r
+            for r in view.select_by_status("runtime_request", ("pending",))
+            if not held.keeps(view, "runtime_request", r)
+        ]
         for req in requests:
             ch.put(
                 "runtime_request",
@@ -63,9 +105,13 @@ def reconcile(reason: str = "daemon_restart", swept: Mapping[str, int] | None = 
                 ),
             )
         counts["runtime_request"] = len(requests)
-        sessions = view.select_by_status(
-            "provider_session", ("starting", "ready", "running", "waiting")
-        )
+        sessions = [
+            s
+            for s in view.select_by_status(
+                "provider_session", ("starting", "ready", "running", "waiting")
+            )
+            if not held.keeps(view, "provider_session", s)
+        ]
         for s in sessions:
             ch.put(
                 "provider_session",
@@ -74,7 +120,11 @@ def reconcile(reason: str = "daemon_restart", swept: Mapping[str, int] | None = 
                 ),
             )
         counts["provider_session"] = len(sessions)
-        threads = view.select_by_status("provider_thread", ("active", "idle"))
+        threads = [
+            pt
+            for pt in view.select_by_status("provider_thread", ("active", "idle"))
+            if not held.keeps(view, "provider_thread", pt)
+        ]
         for pt in threads:
             # The native ref is kept: the next piece of work resumes it.
             ch.put(
@@ -82,6 +132,8 @@ def reconcile(reason: str = "daemon_restart", swept: Mapping[str, int] | None = 
             )
         counts["provider_thread"] = len(threads)
         counts.update(swept or {})
+        if held.sessions:
+            counts["held_sessions"] = len(held.sessions)
         ch.emit(RuntimeReconciled(reason=reason, counts=counts))
         return Decision(ch.drafts, counts)
 

@@ -3,6 +3,7 @@ of a buffered delta (issue 20, step 2)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import trio
@@ -24,6 +25,11 @@ from t3orch.provider_events import (
 )
 from tests.core.test_stream import Owner
 from tests.store.support import new_thread, started_turn
+
+
+async def until(done: Callable[[], bool]) -> None:
+    while not done():  # noqa: ASYNC110 (the store is read, not waited on)
+        await trio.sleep(0.01)
 
 
 def offsets(events: list[ProviderEvent]) -> list[int]:
@@ -76,14 +82,11 @@ async def test_the_committed_offset_is_stored_with_the_events_it_covers(tmp_path
                 queue.put(JournalOffset(holder_id="h", offset=5))
                 queue.put(ItemDelta(native_item_ref="m", text="hel"))
                 queue.put(JournalOffset(holder_id="h", offset=6))
-                while committed() is None:
-                    await trio.sleep(0.01)
+                await until(lambda: committed() is not None)
                 # The delta of frame 6 is buffered (250 ms): 6 is not committed yet.
                 assert committed() == JournalCommitted(holder_id="h", offset=5)
-                while text() != "hel":
-                    await trio.sleep(0.01)
-                while committed() != JournalCommitted(holder_id="h", offset=6):
-                    await trio.sleep(0.01)
+                await until(lambda: text() == "hel")
+                await until(lambda: committed() == JournalCommitted(holder_id="h", offset=6))
                 queue.put(ItemDelta(native_item_ref="m", text="lo"))
                 queue.put(JournalOffset(holder_id="h", offset=7))
                 queue.put(

@@ -65,10 +65,15 @@ def rpc(state_dir: Path, method: str, params: dict[str, Any] | None = None) -> A
     return reply["result"]
 
 
-def config_file(tmp: Path, *standin_args: str) -> Path:
+def config_file(tmp: Path, *standin_args: str, reattach_grace_s: float = 0) -> Path:
+    """The stand-in with ``standin_args``; no holders unless ``reattach_grace_s`` (the
+    tests of live restore): the other daemon tests are about providers that die with it."""
     cmd = [sys.executable, "-m", "adapters.standin", *standin_args]
     path = tmp / "t3orch.toml"
-    path.write_text(f"[providers.standin]\ncommand = {json.dumps(cmd)}\n")
+    path.write_text(
+        f"[daemon]\nreattach_grace_s = {reattach_grace_s}\n"
+        f"[providers.standin]\ncommand = {json.dumps(cmd)}\n"
+    )
     return path
 
 

@@ -1,0 +1,154 @@
+"""Live restore (issue 20): a provider under a holder outlives a SIGKILLed daemon; the next
+daemon reattaches before it serves and the run completes, every delta exactly once."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from t3orch.store.sqlite.backend import SQLiteStore
+from tests.daemon.support import REPO, rpc, serve
+
+ECHO = REPO / "fixtures" / "standin" / "codex_echo.ndjson"
+
+
+def long_reply(tmp: Path, words: list[str], every_ms: float = 40.0) -> Path:
+    """The echo transcript with its reply streamed as ``words``, one delta each."""
+    out = []
+    text = "".join(words)
+    deltas_done = False
+    for line in ECHO.read_text().splitlines():
+        step = json.loads(line)
+        frame = step.get("frame") or {}
+        if frame.get("method") == "item/agentMessage/delta":
+            if not deltas_done:
+                deltas_done = True
+                for word in words:
+                    delta = json.loads(line)
+                    delta["afterMs"] = every_ms
+                    delta["frame"]["params"]["delta"] = word
+                    out.append(json.dumps(delta))
+            continue
+        out.append(line.replace('"text":"ack: hello"', f'"text":{json.dumps(text)}'))
+    path = tmp / "long_reply.ndjson"
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+def config(tmp: Path, transcript: Path, grace_s: float = 30) -> Path:
+    path = tmp / "t3orch.toml"
+    cmd = [sys.executable, "-m", "adapters.standin"]
+    path.write_text(
+        f"[daemon]\nreattach_grace_s = {grace_s}\n"
+        f"[providers.standin]\ncommand = {json.dumps(cmd)}\n"
+        f"transcript = {json.dumps(str(transcript))}\n"
+    )
+    return path
+
+
+def rows(state: Path, kind: str) -> list[Any]:
+    store = SQLiteStore(state / "events.sqlite3", readonly=True)
+    try:
+        with store.snapshot():
+            return [r.decode() for r in store.rows(kind)]
+    finally:
+        store.close()
+
+
+def events(state: Path, type_: str) -> list[Any]:
+    store = SQLiteStore(state / "events.sqlite3", readonly=True)
+    try:
+        return [e for e in store.iter_events() if e.type == type_]
+    finally:
+        store.close()
+
+
+def wait(predicate: Any, within: float) -> Any:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"condition not met within {within}s")
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def test_a_daemon_sigkill_mid_stream_is_reattached_and_every_delta_lands_once(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    words = [f"w{i} " for i in range(60)]
+    cfg = config(tmp_path, long_reply(tmp_path, words))
+    with serve(state, cfg) as d:
+        d.wait_notify("READY=1")
+        created = rpc(
+            state, "thread.create", {"commandId": "c1", "provider": "standin", "cwd": str(tmp_path)}
+        )
+        thread_id = created["result"]["threadId"]
+        rpc(state, "run.send", {"commandId": "c2", "threadId": thread_id, "text": "hi"})
+        wait(lambda: len(events(state, "turn_item.delta")) >= 2, 30)
+        (session,) = [s for s in rows(state, "provider_session") if s.status != "stopped"]
+        assert session.holder is not None and session.pid is not None
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(timeout=10)
+        # The provider lives on under its holder, mid-reply.
+        time.sleep(0.3)
+        assert alive(session.pid) and alive(session.holder.pid)
+        before = len(events(state, "turn_item.delta"))
+        assert before > 0
+        (run,) = rows(state, "run")
+        assert run.status == "running"
+    with serve(state, cfg) as d2:
+        d2.wait_notify("READY=1")
+        # By READY the run was not settled: it goes on.
+        (run,) = rows(state, "run")
+        assert run.status in ("running", "completed")
+        assert [e.payload.counts.get("held_sessions") for e in events(state, "runtime.reconciled")][
+            -1
+        ] == 1
+        wait(lambda: rows(state, "run")[0].status == "completed", 30)
+        deltas = [e.payload.text for e in events(state, "turn_item.delta")]
+        assert "".join(deltas) == "".join(words), deltas
+        items = [i for i in rows(state, "turn_item") if getattr(i, "text", None) is not None]
+        assert any(i.text == "".join(words) for i in items)
+        # The same provider process finished the turn.
+        assert alive(session.pid)
+        # The thread takes the next run on the reattached runtime.
+        rpc(state, "run.send", {"commandId": "c3", "threadId": thread_id, "text": "again"})
+        wait(lambda: [r.status for r in rows(state, "run")].count("completed") == 2, 30)
+        d2.proc.send_signal(signal.SIGTERM)
+        assert d2.proc.wait(timeout=30) == 0
+    # A final stop leaves nothing running: provider and holder are gone.
+    _, left = psutil.wait_procs(
+        [p for p in map(_proc, (session.pid, session.holder.pid)) if p is not None], timeout=10
+    )
+    assert not left
+    check = subprocess.run(
+        [sys.executable, "-m", "t3orch.cli.main", "check", "--state-dir", str(state)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def _proc(pid: int) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
