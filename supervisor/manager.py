@@ -417,6 +417,8 @@ class SessionManager:
             await self._fail_run(thread_id, run, str(exc))
             return
         await runner.wait_turn()
+        if runner.left_held:
+            return  # the run goes on in its holder, for the next daemon
         # A steer without native support asked for the run to go on as a new attempt.
         while runner.restart is not None and not runner.stopping:
             turn, combined = runner.restart
@@ -753,6 +755,11 @@ class SessionManager:
     def stop_all(self, reason: str = "shutdown") -> None:
         for runner in list(self.runners.values()):
             runner.stop(reason)
+
+    def leave_held(self) -> int:
+        """A daemon exit: held runtimes are left to their holders (the next daemon
+        reattaches); returns how many. The others are stopped by :meth:`stop_all`."""
+        return sum(1 for runner in list(self.runners.values()) if runner.leave_held())
 
     def binding_for(self, thread_id: str) -> SessionBinding | None:
         runner = self.runners.get(thread_id)

@@ -191,6 +191,8 @@ class SessionRunner:
     _events: EventQueue | None = None
     #: The turn :meth:`abandon_turn` has ended (queued its end), until the stream settles it.
     _abandoned: TurnBinding | None = None
+    #: :meth:`leave_held` was called: the provider stays with its holder for the next daemon.
+    _left_held: bool = False
     #: The session's binding until its ingest stream exists (then the stream's).
     _binding: SessionBinding | None = attrs.field(default=None, init=False)
     #: The core's ingest stream of this runtime's events (created by ``run``).
@@ -307,9 +309,11 @@ class SessionRunner:
                             await self._stop.wait()
                         turn = self.active_turn
                         mid_turn = turn is not None and turn is not self._abandoned
-                        if mid_turn and not self.exited.is_set():
+                        if self._left_held:
+                            pass  # its turn goes on in the holder; the next daemon reattaches
+                        elif mid_turn and not self.exited.is_set():
                             await self._interrupt_for_stop()
-                        if not self.exited.is_set():
+                        if not self.exited.is_set() and not self._left_held:
                             await self._graceful_close(rt)
                 except BaseException as exc:
                     cause = _start_failure(exc)
@@ -340,7 +344,7 @@ class SessionRunner:
             close = getattr(raw, "close", None)
             if close is not None:
                 close()
-            if self.exit_event is None:
+            if self.exit_event is None and not self._left_held:
                 # Shut down before the adapter reported an exit (daemon shutdown), or
                 # no process ever ran (its binary is missing): record the release
                 # ourselves, shielded so it survives cancellation.
@@ -696,6 +700,27 @@ class SessionRunner:
     def stop(self, reason: str) -> None:
         self.stop_reason = self.stop_reason or reason
         self._stop.set()
+
+    @property
+    def left_held(self) -> bool:
+        return self._left_held
+
+    def leave_held(self) -> bool:
+        """The daemon exits and leaves a held provider running: what the log has is kept,
+        nothing more is committed (the next daemon replays the rest from the journal), the
+        provider is sent nothing that would stop it. False when it is not held (or gone)."""
+        child = self.launcher.current if self.launcher else None
+        if not isinstance(child, HeldProcess) or self.exited.is_set() or self._events is None:
+            return False
+        self._left_held = True
+        # Events queued so far are committed, with the offset of the last line they came
+        # from (the reader maps a read whole before it yields); later ones are not.
+        child.report_delivered()
+        self._events.muted = True
+        child.on_mute = None
+        child.leave_running()
+        self.stop("daemon_exit")
+        return True
 
     # -- what the ingest stream tells the runtime's owner (StreamOwner) ----------
 

@@ -8,6 +8,7 @@ manager and the API, and only then say READY.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -25,7 +26,7 @@ import trio
 from adapters.diagnostics import RotatingRawLog
 from adapters.ownership import this_process
 from adapters.protocol import RawFrameSink
-from supervisor.holder.client import holder_launchers
+from supervisor.holder.client import holder_launchers, stop_all_holders
 from supervisor.holder.layout import held_root
 from supervisor.manager import ReaperPolicy, RestartPolicy, SessionManager
 from supervisor.providers import STANDIN_TRANSCRIPT, ProviderSettings
@@ -98,12 +99,17 @@ class Daemon:
             log.warning("drain %s: interrupting %d running turn(s)", why, left)
         self.draining = None
 
-    async def shutdown(self, reason: str = "shutdown", *, drain_s: float = 0.0) -> None:
+    async def shutdown(
+        self, reason: str = "shutdown", *, drain_s: float = 0.0, leave_held: bool = False
+    ) -> None:
         """Stop every runtime through its stop ladder, bounded; the store stays open.
 
         ``drain_s`` > 0: first let running turns end for up to that long (:meth:`drain`).
         """
         with trio.CancelScope(shield=True):
+            if leave_held and (left := self.manager.leave_held()):
+                # Their turns go on in their holders; the next daemon picks them up.
+                log.info("leaving %d held runtime(s) to their holders", left)
             if drain_s > 0:
                 await self.drain(drain_s)
             self.notifier.status("stopping: interrupting what still runs, stopping runtimes")
@@ -317,7 +323,9 @@ async def serve_until_signalled(config: Config, state_dir: Path) -> None:
             log.info("serving %s (api port %s, pid %d)", state_dir, daemon.port, os.getpid())
 
             async def stop() -> None:
-                await daemon.shutdown(drain_s=drain_s)
+                # Any exit of `serve` leaves held runtimes to their holders (issue 20):
+                # stopping the agents is `t3orch stop-agents` (docs/systemd.md).
+                await daemon.shutdown(drain_s=drain_s, leave_held=True)
                 nursery.cancel_scope.cancel()
 
             stopping = False
@@ -337,3 +345,26 @@ async def serve_until_signalled(config: Config, state_dir: Path) -> None:
                 else:
                     log.info("%s again: interrupting running turns now", name)
                     daemon.skip_drain.set()
+
+
+def stop_agents(state_dir: Path, within: float = 20.0) -> tuple[list[int], list[int]]:
+    """``t3orch stop-agents``: stop every provider a holder keeps for ``state_dir``.
+
+    Each holder gets SIGTERM and stops its provider through the stop ladder (journaled);
+    returns (holders stopped, holders still running after ``within`` seconds).
+    """
+    import time
+
+    import psutil
+
+    stopped = stop_all_holders(state_dir)
+    procs = []
+    for pid in stopped:
+        with contextlib.suppress(psutil.Error):
+            procs.append(psutil.Process(pid))
+    deadline = time.monotonic() + within
+    alive = procs
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.05)
+    return stopped, [p.pid for p in alive]

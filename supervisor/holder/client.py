@@ -52,6 +52,8 @@ from t3orch.provider_events import JournalOffset
 
 log = logging.getLogger(__name__)
 
+#: What :meth:`HeldProcess.wait` says of a provider left running for the next daemon.
+LEFT_RUNNING = ExitStatus(code=None, signal=None)
 #: The environment variable naming the holder a process is (the orphan sweep reads it).
 HOLDER_ENV = "T3ORCH_HOLDER"
 #: How long a holder may take to start its provider and say so.
@@ -209,6 +211,8 @@ class HeldProcess:
         self._arrived = trio.Event()
         self._taken = trio.Event()
         self._reaped = trio.Event()
+        #: Set by :meth:`leave_running`: the daemon goes, the provider stays.
+        self._left = trio.Event()
         self._stdin_closed = False
         self._out = bytearray()
         self._out_ready = trio.Event()
@@ -314,21 +318,40 @@ class HeldProcess:
         self._wake_reader()
         return out
 
+    def report_delivered(self) -> None:
+        """Report the offset of the lines handed out so far now, not at the next read."""
+        self._report_delivered()
+
     def _report_delivered(self) -> None:
         if self.delivered > max(self._reported, self.mute_through) and self.on_delivered:
             self._reported = self.delivered
             self.on_delivered(self.delivered)
 
     async def close_stdin(self) -> None:
-        if not self._stdin_closed:
+        if not self._stdin_closed and not self._left.is_set():
             self._stdin_closed = True
             self._queue(encode(Kind.CLOSE_STDIN, 0))
         await trio.lowlevel.checkpoint()
 
     async def wait(self) -> ExitStatus:
-        await self._reaped.wait()
-        assert self._status is not None
+        """The provider's exit; after :meth:`leave_running`, at once ``LEFT_RUNNING``."""
+        if not self._reaped.is_set():
+            async with trio.open_nursery() as nursery:
+
+                async def first(event: trio.Event) -> None:
+                    await event.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(first, self._reaped)
+                nursery.start_soon(first, self._left)
+        if self._status is None:
+            return LEFT_RUNNING
         return self._status
+
+    def leave_running(self) -> None:
+        """The daemon goes away and leaves the provider to its holder (and its grace):
+        from now on nothing is sent that would stop it, and :meth:`wait` returns."""
+        self._left.set()
 
     def stderr_tail(self) -> str:
         text = redact_stderr(bytes(self._stderr_tail))
@@ -340,14 +363,15 @@ class HeldProcess:
         self._stderr_tees.append(sink)
 
     async def kill(self) -> None:
-        self.signal_group(signal.SIGKILL)
+        if not self._left.is_set():
+            self.signal_group(signal.SIGKILL)
         await trio.lowlevel.checkpoint()
 
     # -- what the stop ladder uses -------------------------------------------------
 
     def signal_group(self, sig: int) -> bool:
         """Ask the holder to signal the provider's group; False once it has exited."""
-        if self._status is not None:
+        if self._status is not None or self._left.is_set():
             return False
         self._queue(encode(Kind.SIGNAL, 0, struct.pack("<i", int(sig))))
         return True

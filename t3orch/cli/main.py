@@ -67,6 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(handler=daemoncmds.cmd_serve)
 
+    p = sub.add_parser(
+        "stop-agents",
+        help="stop every provider a holder keeps running for this state dir (the daemon's "
+        "exit leaves them to their grace: daemon.reattach_grace_s)",
+    )
+    _common(p)
+    p.set_defaults(handler=daemoncmds.cmd_stop_agents)
+
     p = sub.add_parser("replay", help="run an adapter over a transcript; canonical events as JSONL")
     _common(p)
     p.add_argument("--provider", required=True, choices=["codex", "claude"])

@@ -4,6 +4,7 @@ daemon reattaches before it serves and the run completes, every delta exactly on
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from t3orch.store.sqlite.backend import SQLiteStore
 from tests.daemon.support import REPO, rpc, serve
@@ -87,13 +89,16 @@ def alive(pid: int) -> bool:
         return False
 
 
-def test_a_daemon_sigkill_mid_stream_is_reattached_and_every_delta_lands_once(
-    tmp_path: Path,
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+def test_a_daemon_restart_mid_stream_is_reattached_and_every_delta_lands_once(
+    tmp_path: Path, stop: signal.Signals
 ) -> None:
+    """A crash (SIGKILL) or a graceful restart (SIGTERM: any exit of ``serve`` leaves held
+    runtimes to their holders) in the middle of a streamed reply."""
     state = tmp_path / "state"
     words = [f"w{i} " for i in range(60)]
     cfg = config(tmp_path, long_reply(tmp_path, words))
-    with serve(state, cfg) as d:
+    with serve(state, cfg, keep_holders=True) as d:
         d.wait_notify("READY=1")
         created = rpc(
             state, "thread.create", {"commandId": "c1", "provider": "standin", "cwd": str(tmp_path)}
@@ -103,8 +108,8 @@ def test_a_daemon_sigkill_mid_stream_is_reattached_and_every_delta_lands_once(
         wait(lambda: len(events(state, "turn_item.delta")) >= 2, 30)
         (session,) = [s for s in rows(state, "provider_session") if s.status != "stopped"]
         assert session.holder is not None and session.pid is not None
-        d.proc.send_signal(signal.SIGKILL)
-        d.proc.wait(timeout=10)
+        d.proc.send_signal(stop)
+        assert d.proc.wait(timeout=30) == (0 if stop == signal.SIGTERM else -signal.SIGKILL)
         # The provider lives on under its holder, mid-reply.
         time.sleep(0.3)
         assert alive(session.pid) and alive(session.holder.pid)
@@ -112,7 +117,8 @@ def test_a_daemon_sigkill_mid_stream_is_reattached_and_every_delta_lands_once(
         assert before > 0
         (run,) = rows(state, "run")
         assert run.status == "running"
-    with serve(state, cfg) as d2:
+        assert all(s.status != "stopped" for s in rows(state, "provider_session"))
+    with serve(state, cfg, keep_holders=True) as d2:
         d2.wait_notify("READY=1")
         # By READY the run was not settled: it goes on.
         (run,) = rows(state, "run")
@@ -132,6 +138,17 @@ def test_a_daemon_sigkill_mid_stream_is_reattached_and_every_delta_lands_once(
         wait(lambda: [r.status for r in rows(state, "run")].count("completed") == 2, 30)
         d2.proc.send_signal(signal.SIGTERM)
         assert d2.proc.wait(timeout=30) == 0
+    # The daemon's exit left the runtime to its holder; stopping the agents is explicit.
+    assert alive(session.pid) and alive(session.holder.pid)
+    stopped = subprocess.run(
+        [sys.executable, "-m", "t3orch.cli.main", "stop-agents", "--state-dir", str(state)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert stopped.returncode == 0, stopped.stderr
+    assert "stopped 1 held runtime(s)" in stopped.stdout
     # A final stop leaves nothing running: provider and holder are gone.
     _, left = psutil.wait_procs(
         [p for p in map(_proc, (session.pid, session.holder.pid)) if p is not None], timeout=10
@@ -152,3 +169,72 @@ def _proc(pid: int) -> psutil.Process | None:
         return psutil.Process(pid)
     except psutil.Error:
         return None
+
+
+def _start_streaming(state: Path, tmp: Path) -> tuple[str, Any]:
+    created = rpc(
+        state, "thread.create", {"commandId": "c1", "provider": "standin", "cwd": str(tmp)}
+    )
+    thread_id = created["result"]["threadId"]
+    rpc(state, "run.send", {"commandId": "c2", "threadId": thread_id, "text": "hi"})
+    wait(lambda: len(events(state, "turn_item.delta")) >= 2, 30)
+    (session,) = [s for s in rows(state, "provider_session") if s.status != "stopped"]
+    assert session.holder is not None and session.pid is not None
+    return thread_id, session
+
+
+def _settled_then_works_again(state: Path, cfg: Path, thread_id: str) -> None:
+    with serve(state, cfg, keep_holders=True) as d:
+        d.wait_notify("READY=1")
+        # The holder is gone: its runtime is settled as before holders existed.
+        (run,) = rows(state, "run")
+        assert (run.status, run.last_error) == ("interrupted", "daemon_restart")
+        assert all(s.status == "stopped" for s in rows(state, "provider_session"))
+        rpc(state, "run.send", {"commandId": "c3", "threadId": thread_id, "text": "again"})
+        wait(lambda: [r.status for r in rows(state, "run")].count("completed") == 1, 30)
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.proc.wait(timeout=30) == 0
+    subprocess.run(
+        [sys.executable, "-m", "t3orch.cli.main", "stop-agents", "--state-dir", str(state)],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def test_a_holder_whose_daemon_never_returns_stops_its_provider_after_the_grace(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    cfg = config(tmp_path, long_reply(tmp_path, [f"w{i} " for i in range(200)]), grace_s=1)
+    with serve(state, cfg, keep_holders=True) as d:
+        d.wait_notify("READY=1")
+        thread_id, session = _start_streaming(state, tmp_path)
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(timeout=10)
+    killed = time.monotonic()
+    procs = [p for p in map(_proc, (session.pid, session.holder.pid)) if p is not None]
+    _, left = psutil.wait_procs(procs, timeout=15)
+    assert not left
+    # Not before its grace (1 s), and well before the reply would have ended (8 s).
+    assert 0.9 <= time.monotonic() - killed < 7
+    _settled_then_works_again(state, cfg, thread_id)
+
+
+def test_a_holder_killed_while_its_daemon_is_down_is_settled_by_the_next_start(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    cfg = config(tmp_path, long_reply(tmp_path, [f"w{i} " for i in range(200)]))
+    with serve(state, cfg, keep_holders=True) as d:
+        d.wait_notify("READY=1")
+        thread_id, session = _start_streaming(state, tmp_path)
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(timeout=10)
+    os.kill(session.holder.pid, signal.SIGKILL)
+    # Its provider dies with it (the parent-death signal).
+    procs = [p for p in map(_proc, (session.pid, session.holder.pid)) if p is not None]
+    _, left = psutil.wait_procs(procs, timeout=10)
+    assert not left
+    _settled_then_works_again(state, cfg, thread_id)
