@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 import attrs
@@ -22,6 +23,7 @@ from adapters.errors import AdapterError, NotSupported, StaleRequest
 from adapters.protocol import ProviderAdapter, RequestAnswer
 from supervisor.checkpointing import Checkpointer
 from supervisor.holder.client import ReattachLauncher, stop_holder
+from supervisor.holder.layout import describe_held
 from supervisor.launcher import LauncherFactory
 from supervisor.providers import ProviderSettings, adapter_for, runtime_config
 from supervisor.reattach import Reattach
@@ -100,6 +102,8 @@ class SessionManager:
     recover_runs: bool = False
     #: How runtimes launch their provider (tests: replayed transcripts); default real processes.
     launcher_factory: LauncherFactory | None = None
+    #: The state dir whose holders ``status`` lists (None: no holders).
+    state_dir: Path | None = None
     #: ``daemon.max_delta_handoff_chars``: past it a return gets a fresh provider thread.
     delta_handoff_limit: int | None = None
     started_at: float = 0.0
@@ -321,6 +325,8 @@ class SessionManager:
             "heldThreads": sorted(t for t, c in self.crashes.items() if c.held),
             # What ``--version`` said of each binary (the daemon probes them once at start).
             "providers": [describe(kind, s.command) for kind, s in self.providers.items()],
+            # Runtimes whose providers outlive the daemon (issue 20), and their grace.
+            "held": describe_held(self.state_dir) if self.state_dir is not None else [],
         }
 
     # -- dispatch ------------------------------------------------------------------
