@@ -16,33 +16,9 @@ from typing import Any
 import psutil
 import pytest
 
+from t3orch.cli.drill import long_reply
 from t3orch.store.sqlite.backend import SQLiteStore
 from tests.daemon.support import REPO, rpc, serve
-
-ECHO = REPO / "fixtures" / "standin" / "codex_echo.ndjson"
-
-
-def long_reply(tmp: Path, words: list[str], every_ms: float = 40.0) -> Path:
-    """The echo transcript with its reply streamed as ``words``, one delta each."""
-    out = []
-    text = "".join(words)
-    deltas_done = False
-    for line in ECHO.read_text().splitlines():
-        step = json.loads(line)
-        frame = step.get("frame") or {}
-        if frame.get("method") == "item/agentMessage/delta":
-            if not deltas_done:
-                deltas_done = True
-                for word in words:
-                    delta = json.loads(line)
-                    delta["afterMs"] = every_ms
-                    delta["frame"]["params"]["delta"] = word
-                    out.append(json.dumps(delta))
-            continue
-        out.append(line.replace('"text":"ack: hello"', f'"text":{json.dumps(text)}'))
-    path = tmp / "long_reply.ndjson"
-    path.write_text("\n".join(out) + "\n")
-    return path
 
 
 def config(tmp: Path, transcript: Path, grace_s: float = 30) -> Path:
