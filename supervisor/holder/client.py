@@ -30,7 +30,7 @@ from adapters.diagnostics import redact_stderr
 from adapters.ownership import OWNER_ENV, OwnerMark
 from adapters.process import STDERR_TAIL_BYTES, StopResult, stop_ladder
 from adapters.transport import ExitStatus, LaunchSpec, OversizedLine
-from supervisor.holder.layout import HeldPaths, HeldSpec, held_dirs, socket_address, write_private
+from supervisor.holder.layout import HeldPaths, HeldSpec, held_dirs, socket_address
 from supervisor.holder.wire import (
     PROTOCOL_VERSION,
     ExitRecord,
@@ -120,7 +120,6 @@ def _spawn_holder(
         owner=owner,
         grace_s=grace_s,
     )
-    write_private(paths.spec, msgspec.json.encode(held))
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
     env[OWNER_ENV] = owner
@@ -130,13 +129,18 @@ def _spawn_holder(
         with open(paths.log, "ab") as log_file:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "supervisor.holder", "--dir", os.fspath(paths.dir)],
-                stdin=subprocess.DEVNULL,
+                # The spec (the provider's environment: its keys) goes through a pipe,
+                # never into a file.
+                stdin=subprocess.PIPE,
                 stdout=ready_write,
                 stderr=log_file,
                 cwd=paths.dir,
                 env=env,
                 start_new_session=True,
             )
+        assert popen.stdin is not None
+        with popen.stdin:
+            popen.stdin.write(msgspec.json.encode(held))
     except BaseException:
         os.close(ready_read)
         raise
