@@ -158,3 +158,18 @@ def describe_held(state_dir: Path) -> list[dict[str, object]]:
             }
         )
     return out
+
+
+def prune_held(state_dir: Path, keep: frozenset[str]) -> list[str]:
+    """Remove the directories of holders that are gone (their runtimes are settled by
+    now), except ``keep``; returns the ids removed."""
+    import shutil
+
+    alive = {str(h["holderId"]) for h in describe_held(state_dir)}
+    removed = []
+    for paths in held_dirs(state_dir):
+        if paths.holder_id in keep or paths.holder_id in alive:
+            continue
+        shutil.rmtree(paths.dir, ignore_errors=True)
+        removed.append(paths.holder_id)
+    return removed

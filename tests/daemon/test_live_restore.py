@@ -179,9 +179,11 @@ def _start_streaming(state: Path, tmp: Path) -> tuple[str, Any]:
     return thread_id, session
 
 
-def _settled_then_works_again(state: Path, cfg: Path, thread_id: str) -> None:
+def _settled_then_works_again(state: Path, cfg: Path, thread_id: str, holder_id: str) -> None:
     with serve(state, cfg, keep_holders=True) as d:
         d.wait_notify("READY=1")
+        # Its journal was read and its runtime settled: the holder's directory is gone.
+        assert not (state / "held" / holder_id).exists()
         # The holder is gone: its runtime is settled as before holders existed.
         (run,) = rows(state, "run")
         assert (run.status, run.last_error) == ("interrupted", "daemon_restart")
@@ -215,7 +217,7 @@ def test_a_holder_whose_daemon_never_returns_stops_its_provider_after_the_grace(
     assert not left
     # Not before its grace (1 s), and well before the reply would have ended (8 s).
     assert 0.9 <= time.monotonic() - killed < 7
-    _settled_then_works_again(state, cfg, thread_id)
+    _settled_then_works_again(state, cfg, thread_id, session.holder.holder_id)
 
 
 def test_a_holder_killed_while_its_daemon_is_down_is_settled_by_the_next_start(
@@ -233,7 +235,7 @@ def test_a_holder_killed_while_its_daemon_is_down_is_settled_by_the_next_start(
     procs = [p for p in map(_proc, (session.pid, session.holder.pid)) if p is not None]
     _, left = psutil.wait_procs(procs, timeout=10)
     assert not left
-    _settled_then_works_again(state, cfg, thread_id)
+    _settled_then_works_again(state, cfg, thread_id, session.holder.holder_id)
 
 
 def test_fifty_random_daemon_sigkills_lose_nothing_double_nothing_leave_nothing(
