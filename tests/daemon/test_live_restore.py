@@ -295,3 +295,44 @@ def test_fifty_random_daemon_sigkills_lose_nothing_double_nothing_leave_nothing(
     assert not left, left
     assert cli(state, "held") == "no held runtimes\n"
     cli(state, "check")
+
+
+APPROVAL = REPO / "tests" / "supervisor" / "transcripts" / "codex_approval_pending.ndjson"
+
+
+def test_an_approval_pending_across_a_daemon_sigkill_is_answered_after_it(
+    tmp_path: Path,
+) -> None:
+    """The provider still waits on the same request id: the answer after the restart
+    reaches it, and its turn completes (the stand-in plays Codex asking, then going on)."""
+    state = tmp_path / "state"
+    cfg = config(tmp_path, APPROVAL)
+    with serve(state, cfg, keep_holders=True) as d:
+        d.wait_notify("READY=1")
+        created = rpc(
+            state, "thread.create", {"commandId": "c1", "provider": "standin", "cwd": "/tmp"}
+        )
+        tid = created["result"]["threadId"]
+        rpc(state, "run.send", {"commandId": "c2", "threadId": tid, "text": "touch it"})
+        (request,) = wait(
+            lambda: [r for r in rows(state, "runtime_request") if r.status == "pending"], 30
+        )
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(timeout=10)
+    with serve(state, cfg, keep_holders=True) as d2:
+        d2.wait_notify("READY=1")
+        (still,) = [r for r in rows(state, "runtime_request") if r.id == request.id]
+        assert still.status == "pending"
+        assert rows(state, "run")[0].status in ("running", "waiting")
+        rpc(
+            state,
+            "request.respond",
+            {"commandId": "c3", "requestId": request.id, "decision": "accept"},
+        )
+        wait(lambda: rows(state, "run")[0].status == "completed", 30)
+        (answered,) = [r for r in rows(state, "runtime_request") if r.id == request.id]
+        assert (answered.status, answered.decision) == ("resolved", "accept")
+        d2.proc.send_signal(signal.SIGTERM)
+        assert d2.proc.wait(timeout=30) == 0
+    cli(state, "stop-agents")
+    cli(state, "check")
