@@ -39,7 +39,7 @@ import signal
 import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Literal
+from typing import Literal, Protocol
 
 import attrs
 import psutil
@@ -80,6 +80,33 @@ class StopResult:
     @property
     def escalated(self) -> bool:
         return self.stage != "close"
+
+
+class Ladderable(Protocol):
+    """What the stop ladder works on: a child here, or a provider in a holder."""
+
+    async def close_stdin(self) -> None: ...
+
+    async def wait(self) -> ExitStatus: ...
+
+    def signal_group(self, sig: int) -> bool: ...
+
+
+async def stop_ladder(
+    process: Ladderable, grace_close: float, grace_term: float, grace_kill: float
+) -> StopResult:
+    """Close stdin, then SIGTERM the group, then SIGKILL it; each rung waits its grace."""
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        await process.close_stdin()
+    with trio.move_on_after(grace_close):
+        return StopResult(await process.wait(), "close")
+    process.signal_group(signal.SIGTERM)
+    with trio.move_on_after(grace_term):
+        return StopResult(await process.wait(), "term")
+    process.signal_group(signal.SIGKILL)
+    with trio.move_on_after(grace_kill):
+        return StopResult(await process.wait(), "kill")
+    return StopResult(None, "kill")
 
 
 def exit_status(returncode: int) -> ExitStatus:
@@ -245,17 +272,7 @@ class ChildProcess:
 
         Each rung waits at most its grace (seconds) for the process to be reaped.
         """
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await self.close_stdin()
-        with trio.move_on_after(grace_close):
-            return StopResult(await self.wait(), "close")
-        self.signal_group(signal.SIGTERM)
-        with trio.move_on_after(grace_term):
-            return StopResult(await self.wait(), "term")
-        self.signal_group(signal.SIGKILL)
-        with trio.move_on_after(grace_kill):
-            return StopResult(await self.wait(), "kill")
-        return StopResult(None, "kill")
+        return await stop_ladder(self, grace_close, grace_term, grace_kill)
 
     async def aclose(self) -> None:
         """Close our ends of all pipes (the lifetime task does this on teardown)."""
@@ -373,8 +390,12 @@ def _name(proc: psutil.Process) -> str:
         return "?"
 
 
-def _spawn(spec: LaunchSpec) -> ChildProcess:
-    """Fork and exec in *this* thread (see the module docstring for why)."""
+def _spawn(spec: LaunchSpec, owner: str | None = None) -> ChildProcess:
+    """Fork and exec in *this* thread (see the module docstring for why).
+
+    ``owner``: the owner mark the child carries, when it is not this process's (a
+    holder runs its provider on behalf of the daemon that started the holder).
+    """
     pipes: list[int] = []
     spawn_id = new_spawn_id()
     try:
@@ -396,7 +417,7 @@ def _spawn(spec: LaunchSpec) -> ChildProcess:
             env={
                 **spec.env,
                 "PWD": os.path.abspath(spec.cwd),
-                OWNER_ENV: this_process().token(),
+                OWNER_ENV: owner or this_process().token(),
                 SPAWN_ENV: spawn_id,
             },
             cwd=spec.cwd,
@@ -423,15 +444,16 @@ def _spawn(spec: LaunchSpec) -> ChildProcess:
 async def run_child_process(
     spec: LaunchSpec,
     *,
+    owner: str | None = None,
     task_status: trio.TaskStatus[ChildProcess] = trio.TASK_STATUS_IGNORED,
 ) -> ExitStatus:
     """Spawn a provider and supervise it until it is reaped; use with ``nursery.start``.
 
     ``task_status.started`` hands out the :class:`ChildProcess`. The task ends
     (returning the exit status) once the process has exited and stderr is
-    drained. Cancelling it kills the group and reaps.
+    drained. Cancelling it kills the group and reaps. ``owner``: as :func:`_spawn`.
     """
-    return await _supervise(_spawn(spec), task_status=task_status)
+    return await _supervise(_spawn(spec, owner), task_status=task_status)
 
 
 async def _supervise(

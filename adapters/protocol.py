@@ -41,6 +41,10 @@ class RuntimeConfig:
     #: The runtime is opened to resume a thread; a provider that picks its mode when
     #: it is spawned (the stand-in plays a different transcript segment) needs it.
     resuming: bool = False
+    #: The provider already runs (a holder kept it across a daemon restart): the
+    #: runtime replays what it said, sends nothing to set it up, and is given its
+    #: thread by :meth:`ProviderRuntime.adopt`.
+    reattaching: bool = False
 
 
 @attrs.frozen
@@ -100,6 +104,10 @@ class ProviderRuntime(Protocol):
 
     async def close(self) -> None:
         """Graceful stop (protocol close / stdin EOF); the supervisor escalates after."""
+
+    def adopt(self, native_thread_ref: str | None, native_turn_ref: str | None) -> None:
+        """Reattached: the thread (and the turn, if one runs) the provider already hosts,
+        as the log has them. NotSupported where the runtime cannot be reattached to."""
 
 
 class ProviderAdapter(Protocol):

@@ -8,9 +8,25 @@ from typing import Protocol
 import psutil
 import trio
 
-from adapters.process import ChildProcess, TrioProcessLauncher
-from adapters.transport import LaunchSpec, ProviderProcess
+from adapters.process import ChildProcess, StopResult, TrioProcessLauncher
+from adapters.transport import ExitStatus, LaunchSpec, ProviderProcess
 from t3orch.domain.vocab import ProviderKind
+
+
+class StoppableProcess(Protocol):
+    """What the stop ladder and the stall watch signal: a child, or a provider in a holder."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def status(self) -> ExitStatus | None: ...
+
+    def signal_group(self, sig: int) -> bool: ...
+
+    async def stop(
+        self, grace_close: float = 2.0, grace_term: float = 2.0, grace_kill: float = 5.0
+    ) -> StopResult: ...
 
 
 class SupervisedLauncher(Protocol):
@@ -22,7 +38,7 @@ class SupervisedLauncher(Protocol):
     async def launch(self, spec: LaunchSpec) -> ProviderProcess: ...
 
     @property
-    def current(self) -> ChildProcess | None: ...
+    def current(self) -> StoppableProcess | None: ...
 
 
 #: Makes a session's launcher, given its provider kind and the nursery processes live in.

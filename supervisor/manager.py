@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 import attrs
@@ -21,8 +22,11 @@ import trio
 from adapters.errors import AdapterError, NotSupported, StaleRequest
 from adapters.protocol import ProviderAdapter, RequestAnswer
 from supervisor.checkpointing import Checkpointer
+from supervisor.holder.client import ReattachLauncher, stop_holder
+from supervisor.holder.layout import describe_held
 from supervisor.launcher import LauncherFactory
 from supervisor.providers import ProviderSettings, adapter_for, runtime_config
+from supervisor.reattach import Reattach
 from supervisor.session import RawSinkFactory, SessionFailed, SessionRunner
 from t3orch.domain.run import Run
 from t3orch.domain.thread import AppThread
@@ -98,6 +102,8 @@ class SessionManager:
     recover_runs: bool = False
     #: How runtimes launch their provider (tests: replayed transcripts); default real processes.
     launcher_factory: LauncherFactory | None = None
+    #: The state dir whose holders ``status`` lists (None: no holders).
+    state_dir: Path | None = None
     #: ``daemon.max_delta_handoff_chars``: past it a return gets a fresh provider thread.
     delta_handoff_limit: int | None = None
     started_at: float = 0.0
@@ -319,6 +325,8 @@ class SessionManager:
             "heldThreads": sorted(t for t, c in self.crashes.items() if c.held),
             # What ``--version`` said of each binary (the daemon probes them once at start).
             "providers": [describe(kind, s.command) for kind, s in self.providers.items()],
+            # Runtimes whose providers outlive the daemon (issue 20), and their grace.
+            "held": describe_held(self.state_dir) if self.state_dir is not None else [],
         }
 
     # -- dispatch ------------------------------------------------------------------
@@ -415,6 +423,8 @@ class SessionManager:
             await self._fail_run(thread_id, run, str(exc))
             return
         await runner.wait_turn()
+        if runner.left_held:
+            return  # the run goes on in its holder, for the next daemon
         # A steer without native support asked for the run to go on as a new attempt.
         while runner.restart is not None and not runner.stopping:
             turn, combined = runner.restart
@@ -528,7 +538,60 @@ class SessionManager:
                 return item.text
         raise CommandRejected("no_user_message", f"run {run.id} has no user message")
 
-    async def _open_runner(self, thread_id: str, run_id: str | None) -> SessionRunner:
+    async def reattach_all(self, held: list[Reattach]) -> list[Reattach]:
+        """Reattach to each held runtime; returns those that could not be (their holders
+        are told to stop; the caller settles them)."""
+        failed: list[Reattach] = []
+
+        async def one(h: Reattach) -> None:
+            try:
+                await self.reattach(h)
+            except Exception as exc:
+                cause = _unwrapped(exc)
+                log.warning(
+                    "thread %s: cannot reattach to holder %s: %s",
+                    h.thread_id,
+                    h.paths.holder_id,
+                    cause,
+                )
+                await self.core.note(
+                    h.session.id, "warning", "reattach_failed", f"{type(cause).__name__}: {cause}"
+                )
+                stop_holder(h.paths, h.state.holder_pid, h.state.holder_started_at)
+                failed.append(h)
+
+        # All at once: each waits for its holder's welcome and a commit of its own.
+        async with trio.open_nursery() as nursery:
+            for h in held:
+                nursery.start_soon(one, h)
+        return failed
+
+    async def reattach(self, held: Reattach) -> SessionRunner:
+        """Pick up a runtime a holder kept across a daemon restart (before the API serves).
+
+        Its turn goes on where the log left it; once it ends, the thread's queued runs
+        are dispatched as after any turn.
+        """
+        runner = await self._open_runner(held.thread_id, None, held)
+        assert self._nursery is not None
+        if held.unsent and held.turn is not None:
+            run = self.reader.get(Run, held.turn.run_id)
+            if run is not None:
+                log.info(
+                    "thread %s: sending run %s, begun before the restart", held.thread_id, run.id
+                )
+                await runner.start_turn(run.id, self._user_text(run), turn=held.turn)
+
+        async def then_dispatch() -> None:
+            await runner.wait_turn()
+            self.kick(held.thread_id)
+
+        self._nursery.start_soon(then_dispatch)
+        return runner
+
+    async def _open_runner(
+        self, thread_id: str, run_id: str | None, held: Reattach | None = None
+    ) -> SessionRunner:
         assert self._nursery is not None
         thread = self.reader.get(AppThread, thread_id)
         if thread is None:
@@ -557,6 +620,11 @@ class SessionManager:
         runner.recover_runs = self.recover_runs
         runner.delta_handoff_limit = self.delta_handoff_limit
         runner.launcher_factory = self.launcher_factory
+        if held is not None:
+            runner.reattach = held
+            runner.launcher_factory = lambda kind, nursery: ReattachLauncher(
+                nursery, held.paths, held.committed
+            )
         runner.on_turn_ending = self._checkpoint_at_barrier
         runner.on_subagent_ended = self.checkpointer.after_subagent
         runner.stall_after_s = self.stall_after_s
@@ -706,6 +774,11 @@ class SessionManager:
     def stop_all(self, reason: str = "shutdown") -> None:
         for runner in list(self.runners.values()):
             runner.stop(reason)
+
+    def leave_held(self) -> int:
+        """A daemon exit: held runtimes are left to their holders (the next daemon
+        reattaches); returns how many. The others are stopped by :meth:`stop_all`."""
+        return sum(1 for runner in list(self.runners.values()) if runner.leave_held())
 
     def binding_for(self, thread_id: str) -> SessionBinding | None:
         runner = self.runners.get(thread_id)

@@ -25,7 +25,6 @@ import trio
 
 from adapters.diagnostics import redact_text
 from adapters.errors import AdapterError, ProviderGone, ProviderTimeout, ResumeError
-from adapters.process import ChildProcess
 from adapters.protocol import (
     NullRawSink,
     ProviderAdapter,
@@ -36,13 +35,16 @@ from adapters.protocol import (
     RuntimeConfig,
 )
 from adapters.transport import LaunchSpec, ProviderProcess
+from supervisor.holder.client import HeldProcess, feed_offsets, holder_ref
 from supervisor.launcher import (
     LauncherFactory,
     RecordingLauncher,
+    StoppableProcess,
     SupervisedLauncher,
     process_start_time,
 )
 from supervisor.leftovers import process_clock, stop_turn_leftovers
+from supervisor.reattach import Reattach
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.queue import EventQueue
@@ -127,7 +129,7 @@ class _Announced:
         return process
 
     @property
-    def current(self) -> ChildProcess | None:
+    def current(self) -> StoppableProcess | None:
         return self.inner.current
 
 
@@ -142,6 +144,8 @@ class SessionRunner:
     raw_factory: RawSinkFactory = lambda kind, session: NullRawSink()
     #: The run whose dispatch opened this runtime (consumes a resume-fallback handoff).
     first_run_id: str | None = None
+    #: A runtime a holder kept across a daemon restart, to pick up instead of opening one.
+    reattach: Reattach | None = None
 
     #: How the provider is launched (default: a real child process).
     launcher_factory: LauncherFactory | None = None
@@ -187,6 +191,8 @@ class SessionRunner:
     _events: EventQueue | None = None
     #: The turn :meth:`abandon_turn` has ended (queued its end), until the stream settles it.
     _abandoned: TurnBinding | None = None
+    #: :meth:`leave_held` was called: the provider stays with its holder for the next daemon.
+    _left_held: bool = False
     #: The session's binding until its ingest stream exists (then the stream's).
     _binding: SessionBinding | None = attrs.field(default=None, init=False)
     #: The core's ingest stream of this runtime's events (created by ``run``).
@@ -230,13 +236,20 @@ class SessionRunner:
         # Never idle while starting (bounded by the request timeouts): a sweep that
         # lands during a slow start must not reap it. Set for real once the thread is open.
         self.last_activity = math.inf
-        binding = await self.core.open_session(self.thread_id, provider=self.provider)
-        self.binding = binding
-        if isinstance(self._plan(), ResumeThread):
-            binding = await self._unless_unusable(binding)
-        plan = self._plan()
-        if isinstance(plan, ResumeThread):
-            self.config = attrs.evolve(self.config, resuming=True)
+        plan: RuntimePlan | None = None
+        if self.reattach is not None:
+            # Its session, provider thread and turn are the log's: nothing is opened.
+            binding = self.reattach.binding
+            self.binding = binding
+            self.config = attrs.evolve(self.config, reattaching=True)
+        else:
+            binding = await self.core.open_session(self.thread_id, provider=self.provider)
+            self.binding = binding
+            if isinstance(self._plan(), ResumeThread):
+                binding = await self._unless_unusable(binding)
+            plan = self._plan()
+            if isinstance(plan, ResumeThread):
+                self.config = attrs.evolve(self.config, resuming=True)
         events = EventQueue(MAX_INGEST_BATCH)
         self._events = events
         stream = IngestStream(
@@ -247,6 +260,10 @@ class SessionRunner:
             subagent_barrier=self.on_subagent_ended is not None,
         )
         self._stream = stream
+        if self.reattach is not None and self.reattach.turn is not None:
+            # Before the replay's first event reaches the stream.
+            stream.turn_started(self.reattach.turn)
+            self.turn_sent_at = process_clock()
         raw = self.raw_factory(self.provider, binding.provider_session_id)
         started = False
         not_started: str | None = None
@@ -271,10 +288,18 @@ class SessionRunner:
                         self.config, self.launcher, events, raw
                     ) as rt:
                         self.runtime = rt
+                        current = self.launcher.current
                         await self.core.record_process(
-                            binding.provider_session_id, rt.pid, process_start_time(rt.pid)
+                            binding.provider_session_id,
+                            rt.pid,
+                            process_start_time(rt.pid),
+                            holder_ref(current) if isinstance(current, HeldProcess) else None,
                         )
-                        await self._open_thread(rt, plan)
+                        if self.reattach is not None:
+                            rt.adopt(self.reattach.native_thread_ref, self.reattach.native_turn_ref)
+                        else:
+                            assert plan is not None
+                            await self._open_thread(rt, plan)
                         self.last_activity = trio.current_time()
                         started = True
                         task_status.started(self)
@@ -284,9 +309,11 @@ class SessionRunner:
                             await self._stop.wait()
                         turn = self.active_turn
                         mid_turn = turn is not None and turn is not self._abandoned
-                        if mid_turn and not self.exited.is_set():
+                        if self._left_held:
+                            pass  # its turn goes on in the holder; the next daemon reattaches
+                        elif mid_turn and not self.exited.is_set():
                             await self._interrupt_for_stop()
-                        if not self.exited.is_set():
+                        if not self.exited.is_set() and not self._left_held:
                             await self._graceful_close(rt)
                 except BaseException as exc:
                     cause = _start_failure(exc)
@@ -317,7 +344,7 @@ class SessionRunner:
             close = getattr(raw, "close", None)
             if close is not None:
                 close()
-            if self.exit_event is None:
+            if self.exit_event is None and not self._left_held:
                 # Shut down before the adapter reported an exit (daemon shutdown), or
                 # no process ever ran (its binary is missing): record the release
                 # ourselves, shielded so it survives cancellation.
@@ -357,6 +384,8 @@ class SessionRunner:
         sink = getattr(raw, "stderr", None)
         if callable(tee) and callable(sink):
             tee(sink)
+        if isinstance(process, HeldProcess) and self._events is not None:
+            feed_offsets(process, self._events)
 
     async def _unless_unusable(self, binding: SessionBinding) -> SessionBinding:
         """Before resuming: a fresh provider thread when the stored one is not to be resumed.
@@ -671,6 +700,27 @@ class SessionRunner:
     def stop(self, reason: str) -> None:
         self.stop_reason = self.stop_reason or reason
         self._stop.set()
+
+    @property
+    def left_held(self) -> bool:
+        return self._left_held
+
+    def leave_held(self) -> bool:
+        """The daemon exits and leaves a held provider running: what the log has is kept,
+        nothing more is committed (the next daemon replays the rest from the journal), the
+        provider is sent nothing that would stop it. False when it is not held (or gone)."""
+        child = self.launcher.current if self.launcher else None
+        if not isinstance(child, HeldProcess) or self.exited.is_set() or self._events is None:
+            return False
+        self._left_held = True
+        # Events queued so far are committed, with the offset of the last line they came
+        # from (the reader maps a read whole before it yields); later ones are not.
+        child.report_delivered()
+        self._events.muted = True
+        child.on_mute = None
+        child.leave_running()
+        self.stop("daemon_exit")
+        return True
 
     # -- what the ingest stream tells the runtime's owner (StreamOwner) ----------
 

@@ -33,7 +33,15 @@ import attrs
 import psutil
 import trio
 
-from adapters.ownership import START_TIME_TOLERANCE_S, OwnerMark, mark_of, this_process
+from adapters.ownership import (
+    SPAWN_ENV,
+    START_TIME_TOLERANCE_S,
+    OwnerMark,
+    mark_of,
+    this_process,
+)
+from supervisor.holder.client import HOLDER_ENV
+from supervisor.reattach import Reattach, held_of
 from t3orch.domain.provider import ProcessOwner, ProviderSession
 from t3orch.service import CoreService
 from t3orch.store.interface import ReadModel
@@ -117,7 +125,9 @@ def _group(
     return members
 
 
-def _marked(owners: Iterable[OwnerMark], table: dict[int, _Proc]) -> list[_Proc]:
+def _marked(
+    owners: Iterable[OwnerMark], table: dict[int, _Proc], spared: Spared | None = None
+) -> list[_Proc]:
     """Processes anywhere that carry a dead owner's mark (escaped the provider's group)."""
     dead = set(owners)
     if not dead:
@@ -128,8 +138,26 @@ def _marked(owners: Iterable[OwnerMark], table: dict[int, _Proc]) -> list[_Proc]
             continue
         mark = mark_of(p.proc)
         if mark in dead and p.started_at >= mark.started_at - START_TIME_TOLERANCE_S:
+            if spared is not None and spared.spares(p.proc):
+                continue
             out.append(p)
     return out
+
+
+@attrs.frozen
+class Spared:
+    """What live holders keep running: their own processes and their providers' launches
+    (found by the marks in their environments), left to the daemon that reattaches."""
+
+    holder_ids: frozenset[str]
+    spawn_ids: frozenset[str]
+
+    def spares(self, proc: psutil.Process) -> bool:
+        try:
+            env = proc.environ()
+        except psutil.Error:
+            return False
+        return env.get(HOLDER_ENV) in self.holder_ids or env.get(SPAWN_ENV) in self.spawn_ids
 
 
 def _signal(procs: Iterable[_Proc], sig: int) -> list[_Proc]:
@@ -194,6 +222,7 @@ class _Planner:
 
     sessions: list[ProviderSession]
     me: ProcessOwner | None
+    spared: Spared | None = None
     ours: OwnerMark = attrs.field(factory=this_process)
     protected: frozenset[int] = attrs.field(
         factory=lambda: frozenset({os.getpid(), *(p.pid for p in psutil.Process().parents())})
@@ -234,7 +263,7 @@ class _Planner:
                 plan.skipped.append(s.pid)
                 continue
             plan.victims.update((p.proc.pid, p) for p in members)
-        plan.victims.update((p.proc.pid, p) for p in _marked(dead, table))
+        plan.victims.update((p.proc.pid, p) for p in _marked(dead, table, self.spared))
         for pid in self.protected:
             plan.victims.pop(pid, None)
         return plan
@@ -247,18 +276,25 @@ async def sweep_orphans(
     state_dir: Path | None = None,
     grace_s: float = 2.0,
     daemon_id: str | None = None,
+    held: list[Reattach] | None = None,
 ) -> SweepResult:
-    """Terminate what dead daemons recorded in this store left running; leave live ones' alone.
+    """Terminate what dead daemons recorded in this store left running; leave live ones' alone
+    (and what live holders keep, ``held``: the daemon reattaches to it).
 
     ``daemon_id``: in a fleet, only this daemon's sessions (and those without an
     owner) are looked at: another daemon's pids name processes of its own machine.
     """
+    kept = {r.session.id for r in held or ()}
     sessions = [
         s
         for s in reader.select(ProviderSession)
-        if daemon_id is None or s.owner_daemon_id in (None, daemon_id)
+        if s.id not in kept and (daemon_id is None or s.owner_daemon_id in (None, daemon_id))
     ]
-    planner = _Planner(sessions, me)
+    spared = Spared(
+        frozenset(r.state.holder_id for r in held or ()),
+        frozenset(r.state.spawn_id for r in held or ()),
+    )
+    planner = _Planner(sessions, me, spared if held else None)
     plan = planner.plan(_process_table())
     previous = _previous_status_owner(state_dir)
     if previous is not None:
@@ -290,9 +326,13 @@ async def settle_previous_run(
     *,
     me: ProcessOwner | None = None,
     state_dir: Path | None = None,
+    held: list[Reattach] | None = None,
 ) -> dict[str, int]:
-    """The startup step: orphan sweep, then one reconciliation transaction."""
-    sweep = await sweep_orphans(reader, me=me, state_dir=state_dir, daemon_id=core.daemon_id)
+    """The startup step: orphan sweep, then one reconciliation transaction; what live
+    holders keep (``held``) is neither swept nor settled."""
+    sweep = await sweep_orphans(
+        reader, me=me, state_dir=state_dir, daemon_id=core.daemon_id, held=held
+    )
     for owner in sweep.copy_of:
         message = copy_message(state_dir, owner)
         log.warning("%s", message)
@@ -302,4 +342,4 @@ async def settle_previous_run(
         "orphans_left_to_live_daemon": len(sweep.left_to_live_owner),
         "copy_of_live_state_dir": len(sweep.copy_of),
     }
-    return await core.reconcile("daemon_restart", swept)
+    return await core.reconcile("daemon_restart", swept, held_of(held or []))

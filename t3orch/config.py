@@ -130,6 +130,9 @@ class DaemonConfig:
     heartbeat_s: float = 2.0
     #: A daemon whose last heartbeat is older than this is offline.
     heartbeat_timeout_s: float = 10.0
+    #: Providers run under a holder that outlives the daemon this long without one, so a
+    #: restarted daemon reattaches to their turns; 0 = no holder, they die with the daemon.
+    reattach_grace_s: float = 600.0
 
 
 @attrs.frozen
@@ -356,7 +359,7 @@ def _validate(cfg: Config) -> list[str]:
     ):
         if getattr(d, key) <= 0:
             out.append(f"daemon.{key}: must be positive, got {getattr(d, key)}")
-    for key in ("stall_timeout_s", "stop_drain_s"):
+    for key in ("stall_timeout_s", "stop_drain_s", "reattach_grace_s"):
         if getattr(d, key) < 0:
             out.append(f"daemon.{key}: must be 0 (off) or positive, got {getattr(d, key)}")
     if 0 < d.stall_timeout_s < d.stall_warning_s:

@@ -8,6 +8,7 @@ manager and the API, and only then say READY.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -26,8 +27,12 @@ import trio
 from adapters.diagnostics import RotatingRawLog
 from adapters.ownership import this_process
 from adapters.protocol import RawFrameSink
+from supervisor.holder.client import holder_launchers, stop_all_holders
+from supervisor.holder.layout import describe_held, held_dirs, held_root, prune_held
+from supervisor.holder.wire import Kind, iter_file
 from supervisor.manager import ReaperPolicy, RestartPolicy, SessionManager
 from supervisor.providers import STANDIN_TRANSCRIPT, ProviderSettings
+from supervisor.reattach import find_held, held_of
 from supervisor.startup import settle_previous_run
 from supervisor.systemd import Notifier
 from t3orch.api.auth import load_or_create_token
@@ -47,6 +52,12 @@ from t3orch.store.interface import Decision
 from t3orch.store.open import is_postgres_url, open_registry
 
 log = logging.getLogger("t3orch.daemon")
+
+
+def owner_token() -> str:
+    """This daemon's owner mark, as its providers carry it (held ones too)."""
+    return this_process().token()
+
 
 #: Bound on stopping every runtime at shutdown (each interrupts its turn, ≤ 3 s, and
 #: runs the stop ladder, ≤ 10 s, all at once). After the drain (``daemon.stop_drain_s``).
@@ -94,12 +105,17 @@ class Daemon:
             log.warning("drain %s: interrupting %d running turn(s)", why, left)
         self.draining = None
 
-    async def shutdown(self, reason: str = "shutdown", *, drain_s: float = 0.0) -> None:
+    async def shutdown(
+        self, reason: str = "shutdown", *, drain_s: float = 0.0, leave_held: bool = False
+    ) -> None:
         """Stop every runtime through its stop ladder, bounded; the store stays open.
 
         ``drain_s`` > 0: first let running turns end for up to that long (:meth:`drain`).
         """
         with trio.CancelScope(shield=True):
+            if leave_held and (left := self.manager.leave_held()):
+                # Their turns go on in their holders; the next daemon picks them up.
+                log.info("leaving %d held runtime(s) to their holders", left)
             if drain_s > 0:
                 await self.drain(drain_s)
             self.notifier.status("stopping: interrupting what still runs, stopping runtimes")
@@ -220,8 +236,10 @@ async def run_daemon(
                 # Before settling anything: a live twin would have its runs settled here.
                 await membership.check_alone(state_dir)
             notifier.status("settling the previous run")
+            # Runtimes whose holders outlived the previous daemon are picked up, not settled.
+            held = find_held(core.reader, state_dir)
             reconciled = await settle_previous_run(
-                core.service, core.reader, me=owner, state_dir=state_dir
+                core.service, core.reader, me=owner, state_dir=state_dir, held=held
             )
             log.info("settled what the previous daemon left: %s", _counts(reconciled))
             manager = SessionManager(
@@ -240,9 +258,31 @@ async def run_daemon(
                 delta_handoff_limit=d.max_delta_handoff_chars,
                 stall_after_s=d.stall_warning_s,
                 stall_timeout_s=d.stall_timeout_s or None,
+                state_dir=state_dir,
+                launcher_factory=(
+                    holder_launchers(held_root(state_dir), d.reattach_grace_s, owner_token())
+                    if d.reattach_grace_s > 0
+                    else None
+                ),
             )
             async with trio.open_nursery() as nursery:
                 await nursery.start(manager.run)
+                if held:
+                    notifier.status(f"reattaching {len(held)} held runtime(s)")
+                    started = trio.current_time()
+                    failed = await manager.reattach_all(held)
+                    kept = [h for h in held if h not in failed]
+                    if failed:
+                        await core.service.reconcile("reattach_failed", None, held_of(kept))
+                    reconciled["reattached"] = len(kept)
+                    log.info(
+                        "reattached %d held runtime(s) in %.3fs (%d could not be)",
+                        len(kept),
+                        trio.current_time() - started,
+                        len(failed),
+                    )
+                # What holders that are gone journaled is settled by now: their files go.
+                prune_held(state_dir, frozenset(h.paths.holder_id for h in held))
                 try:
                     routed = RoutedOperations(manager, membership, core.reader)
                     endpoints = await nursery.start(
@@ -313,7 +353,9 @@ async def serve_until_signalled(config: Config, state_dir: Path) -> None:
             log.info("serving %s (api port %s, pid %d)", state_dir, daemon.port, os.getpid())
 
             async def stop() -> None:
-                await daemon.shutdown(drain_s=drain_s)
+                # Any exit of `serve` leaves held runtimes to their holders (issue 20):
+                # stopping the agents is `t3orch stop-agents` (docs/systemd.md).
+                await daemon.shutdown(drain_s=drain_s, leave_held=True)
                 nursery.cancel_scope.cancel()
 
             stopping = False
@@ -333,3 +375,44 @@ async def serve_until_signalled(config: Config, state_dir: Path) -> None:
                 else:
                     log.info("%s again: interrupting running turns now", name)
                     daemon.skip_drain.set()
+
+
+def stop_agents(state_dir: Path, within: float = 20.0) -> tuple[list[int], list[int]]:
+    """``t3orch stop-agents``: stop every provider a holder keeps for ``state_dir``.
+
+    Each holder gets SIGTERM and stops its provider through the stop ladder (journaled);
+    returns (holders stopped, holders still running after ``within`` seconds).
+    """
+    import time
+
+    import psutil
+
+    stopped = stop_all_holders(state_dir)
+    procs = []
+    for pid in stopped:
+        with contextlib.suppress(psutil.Error):
+            procs.append(psutil.Process(pid))
+    deadline = time.monotonic() + within
+    alive = procs
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.05)
+    return stopped, [p.pid for p in alive]
+
+
+def held_runtimes(state_dir: Path) -> list[dict[str, object]]:
+    """``t3orch held``: what holders keep for ``state_dir`` (no daemon needed)."""
+    return describe_held(state_dir)
+
+
+def journal_coverage(state_dir: Path, committed: dict[str, int]) -> tuple[int, int]:
+    """The provider frames the holders of ``state_dir`` journaled, and how many of them
+    lie at or below the offset the log committed for their holder (``committed``)."""
+    journaled = covered = 0
+    for paths in held_dirs(state_dir):
+        with contextlib.suppress(OSError):
+            for _, record in iter_file(os.fspath(paths.journal)):
+                if record.kind is Kind.OUT:
+                    journaled += 1
+                    covered += record.offset <= committed.get(paths.holder_id, 0)
+    return journaled, covered

@@ -121,6 +121,16 @@ class ProviderDiagnostic(Payload, tag="provider.diagnostic"):
     detail: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+class ProviderJournalCommitted(Payload, tag="provider.journal"):
+    """How far the log holds a held runtime's journal: everything its frames up to
+    ``offset`` meant is committed with (or before) this event. A reattach replays
+    the journal muted up to it (``supervisor/holder``)."""
+
+    provider_session_id: ProviderSessionId
+    holder_id: str
+    offset: int
+
+
 class RuntimeReconciled(Payload, tag="runtime.reconciled"):
     """Startup settled what a previous daemon left non-terminal (counts per entity kind)."""
 
@@ -146,6 +156,7 @@ EventPayload = (
     | ContextHandoffUpserted
     | ProviderUsage
     | ProviderDiagnostic
+    | ProviderJournalCommitted
     | RuntimeReconciled
 )
 

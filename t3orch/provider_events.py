@@ -152,6 +152,14 @@ class RuntimeExited(AdapterEvent, tag="runtime.exited"):
     error: str | None = None
 
 
+class JournalOffset(AdapterEvent, tag="journal.offset"):
+    """Every event of the held provider's frames up to ``offset`` of its holder's journal
+    is queued before this one (not an adapter's: the held transport puts it)."""
+
+    holder_id: str
+    offset: int
+
+
 ProviderEvent = (
     SessionReady
     | ThreadRefsLearned
@@ -169,4 +177,5 @@ ProviderEvent = (
     | UsageUpdated
     | Diagnostic
     | RuntimeExited
+    | JournalOffset
 )

@@ -21,7 +21,7 @@ from t3orch.commands import (
 )
 from t3orch.commands import reconcile as reconcile_mod
 from t3orch.commands.specs import CreateThread
-from t3orch.domain.provider import ProcessOwner
+from t3orch.domain.provider import HolderRef, ProcessOwner
 from t3orch.domain.vocab import (
     ContextHandoffStrategy,
     ProviderKind,
@@ -168,10 +168,14 @@ class CoreService:
         return result.result
 
     async def record_process(
-        self, session_id: str, pid: int | None, started_at: float | None
+        self,
+        session_id: str,
+        pid: int | None,
+        started_at: float | None,
+        holder: HolderRef | None = None,
     ) -> None:
         await self._run(
-            sessions.record_process(session_id, pid, started_at, self.process_owner),
+            sessions.record_process(session_id, pid, started_at, self.process_owner, holder),
             None,
             "session.process",
         )
@@ -400,9 +404,12 @@ class CoreService:
         )
 
     async def reconcile(
-        self, reason: str = "daemon_restart", swept: Mapping[str, int] | None = None
+        self,
+        reason: str = "daemon_restart",
+        swept: Mapping[str, int] | None = None,
+        held: reconcile_mod.Held = reconcile_mod.NOTHING_HELD,
     ) -> dict[str, int]:
-        decide = reconcile_mod.reconcile(reason, swept, self.daemon_id)
+        decide = reconcile_mod.reconcile(reason, swept, self.daemon_id, held)
         result = await self._run(decide, None, "runtime.reconcile")
         assert isinstance(result.result, dict)
         return result.result

@@ -153,6 +153,9 @@ class ClaudeRuntime:
         await self._start(argv, mapper, ref)
         return ref
 
+    def adopt(self, native_thread_ref: str | None, native_turn_ref: str | None) -> None:
+        raise NotSupported("claude: a runtime cannot be reattached to yet")
+
     async def fork_thread(self, resume: ResumeRefs, *, session_id: str | None = None) -> str:
         """A new process resuming ``resume`` under a new session id (``--fork-session``).
 

@@ -55,11 +55,15 @@ class CodexAdapter:
         """
         process = await launcher.launch(self.launch_spec(config))
         runtime = CodexRuntime(process, config, events, raw, self.options)
+        if config.reattaching and hasattr(process, "on_input"):
+            # The calls an earlier daemon made, in journal order with the frames.
+            process.on_input = runtime.client.replayed
         body_error: BaseException | None = None
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(runtime.run)
-                await runtime.initialize()
+                if not config.reattaching:
+                    await runtime.initialize()
                 try:
                     yield runtime
                 except trio.Cancelled:

@@ -55,6 +55,8 @@ class CodexClient:
         self._raw = raw
         self._timeout = request_timeout_s
         self._ids = itertools.count(1)
+        #: Past the ids a replayed journal shows in use.
+        self._next_id = 1
         self._pending: dict[int, Call] = {}
         self._send_lock = trio.Lock()
         self._gone: str | None = None
@@ -62,6 +64,26 @@ class CodexClient:
     @property
     def gone(self) -> bool:
         return self._gone is not None
+
+    def replayed(self, offset: int, line: bytes) -> None:
+        """A request an earlier daemon sent this process (its holder's journal): its
+        answer is still to pair with it, and our ids go on after it."""
+        try:
+            frame = msgspec.json.decode(line)
+        except msgspec.DecodeError:
+            return
+        if not isinstance(frame, dict) or not isinstance(frame.get("id"), int):
+            return
+        call_id: int = frame["id"]
+        method = frame.get("method")
+        if isinstance(method, str):
+            params = frame.get("params")
+            self._pending[call_id] = Call(
+                call_id, method, params if isinstance(params, dict) else {}
+            )
+            if call_id >= self._next_id:
+                self._next_id = call_id + 1
+                self._ids = itertools.count(self._next_id)
 
     def answered(self, frame: Response) -> Call | None:
         """The pending request ``frame`` answers (no longer pending), if any."""

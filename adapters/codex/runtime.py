@@ -158,6 +158,10 @@ class CodexRuntime:
         self._turn = None
         return self._thread
 
+    def adopt(self, native_thread_ref: str | None, native_turn_ref: str | None) -> None:
+        self._thread = native_thread_ref
+        self._turn = native_turn_ref
+
     async def start_turn(self, text: str) -> None:
         thread = self._require_thread("turn/start")
         params = {"threadId": thread, "input": [{"type": "text", "text": text}]}

@@ -30,6 +30,47 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stop_agents(args: argparse.Namespace) -> int:
+    """Stop every provider runtime a holder keeps for the state dir (issue 20)."""
+    import sys
+
+    from t3orch.daemon import stop_agents
+
+    config = load_config(args.config)
+    state_dir = resolve_state_dir(
+        args.state_dir or (str(config.daemon.state_dir) if config.daemon.state_dir else None)
+    )
+    stopped, left = stop_agents(state_dir)
+    print(
+        f"stopped {len(stopped) - len(left)} held runtime(s)"
+        + (f"; {len(left)} still run: " + ", ".join(map(str, left)) if left else "")
+    )
+    if left:
+        print(f"t3orch stop-agents: holder(s) {left} did not stop within 20 s", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_held(args: argparse.Namespace) -> int:
+    """The runtimes holders keep for the state dir, with or without a daemon."""
+    import json
+
+    from t3orch.cli.clientcmds import held_lines
+    from t3orch.daemon import held_runtimes
+
+    config = load_config(args.config)
+    state_dir = resolve_state_dir(
+        args.state_dir or (str(config.daemon.state_dir) if config.daemon.state_dir else None)
+    )
+    held = held_runtimes(state_dir)
+    if args.json:
+        print(json.dumps(held))
+    else:
+        for line in held_lines(held) or ["no held runtimes"]:
+            print(line)
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     """Run an adapter over a recorded transcript; print its canonical events as JSON lines."""
     import sys

@@ -71,6 +71,20 @@ def build_parser() -> argparse.ArgumentParser:
     add_store_option(p)
     p.set_defaults(handler=daemoncmds.cmd_serve)
 
+    p = sub.add_parser(
+        "stop-agents",
+        help="stop every provider a holder keeps running for this state dir (the daemon's "
+        "exit leaves them to their grace: daemon.reattach_grace_s)",
+    )
+    _common(p)
+    p.set_defaults(handler=daemoncmds.cmd_stop_agents)
+
+    p = sub.add_parser(
+        "held", help="list the runtimes holders keep for this state dir, and their grace left"
+    )
+    _common(p)
+    p.set_defaults(handler=daemoncmds.cmd_held)
+
     p = sub.add_parser("replay", help="run an adapter over a transcript; canonical events as JSONL")
     _common(p)
     p.add_argument("--provider", required=True, choices=["codex", "claude"])
@@ -85,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["codex", "claude", "standin"],
         default=None,
         help="default: codex if installed, else claude, else the stand-in",
+    )
+    p.add_argument(
+        "--kill", action="store_true", help="live-restore: SIGKILL the daemon instead of SIGTERM"
     )
     p.set_defaults(handler=drill.cmd_drill)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
 import msgspec
 
 from t3orch.domain.node import ExecutionNode
@@ -56,13 +57,42 @@ def _ours(view: StateView, me: DaemonId | None) -> Callable[[str, Any], bool]:
     return ours
 
 
+@attrs.frozen
+class Held:
+    """What a live holder keeps running (issue 20): its sessions and their app threads.
+
+    Their rows stay as they are: the daemon reattaches to them instead of settling.
+    """
+
+    sessions: frozenset[str] = frozenset()
+    threads: frozenset[str] = frozenset()
+
+    def keeps(self, view: StateView, kind: str, row: Any) -> bool:
+        if not self.threads:
+            return False
+        if kind == "provider_session":
+            return row.id in self.sessions
+        if kind == "provider_thread":
+            return row.app_thread_id in self.threads
+        if kind == "provider_turn":
+            pt = view.get(ProviderThread, row.provider_thread_id)
+            return pt is not None and pt.app_thread_id in self.threads
+        return getattr(row, "thread_id", None) in self.threads
+
+
+#: No holder outlived the previous daemon (or none is used).
+NOTHING_HELD = Held()
+
+
 def reconcile(
     reason: str = "daemon_restart",
     swept: Mapping[str, int] | None = None,
     owner: DaemonId | None = None,
+    held: Held = NOTHING_HELD,
 ) -> Decide:
     """``swept``: what the orphan sweep before it did, recorded with the settling counts;
-    ``owner``: the daemon settling (only its own rows), None for every row."""
+    ``owner``: the daemon settling (only its own rows), None for every row;
+    ``held``: what live holders keep running, left live (``counts["held_sessions"]``)."""
 
     def decide(view: StateView) -> Decision:
         ch = Changes(view)
@@ -70,7 +100,11 @@ def reconcile(
         ours = _ours(view, owner)
         counts: dict[str, int] = {}
         for kind, (live, settled) in _LIVE.items():
-            rows = [r for r in view.select_by_status(entity_of(kind), live) if ours(kind, r)]
+            rows = [
+                r
+                for r in view.select_by_status(entity_of(kind), live)
+                if ours(kind, r) and not held.keeps(view, kind, r)
+            ]
             for row in rows:
                 fields: dict[str, object] = {"status": settled}
                 if hasattr(row, "completed_at"):
@@ -85,7 +119,7 @@ def reconcile(
         items = [
             i
             for i in view.select_by_status(TurnItemBase, ("pending", "running", "waiting"))
-            if ours("turn_item", i)
+            if ours("turn_item", i) and not held.keeps(view, "turn_item", i)
         ]
         for item in items:
             if item.status not in TURN_ITEM_TERMINAL:
@@ -96,7 +130,7 @@ def reconcile(
         requests = [
             r
             for r in view.select_by_status(RuntimeRequest, ("pending",))
-            if ours("runtime_request", r)
+            if ours("runtime_request", r) and not held.keeps(view, "runtime_request", r)
         ]
         for req in requests:
             ch.put(
@@ -114,7 +148,7 @@ def reconcile(
             for s in view.select_by_status(
                 ProviderSession, ("starting", "ready", "running", "waiting")
             )
-            if ours("provider_session", s)
+            if ours("provider_session", s) and not held.keeps(view, "provider_session", s)
         ]
         for s in sessions:
             ch.put(
@@ -127,7 +161,7 @@ def reconcile(
         threads = [
             t
             for t in view.select_by_status(ProviderThread, ("active", "idle"))
-            if ours("provider_thread", t)
+            if ours("provider_thread", t) and not held.keeps(view, "provider_thread", t)
         ]
         for pt in threads:
             # The native ref is kept: the next piece of work resumes it.
@@ -136,6 +170,8 @@ def reconcile(
             )
         counts["provider_thread"] = len(threads)
         counts.update(swept or {})
+        if held.sessions:
+            counts["held_sessions"] = len(held.sessions)
         ch.emit(RuntimeReconciled(reason=reason, counts=counts))
         return Decision(ch.drafts, counts)
 

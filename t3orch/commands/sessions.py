@@ -6,6 +6,7 @@ import msgspec
 
 from t3orch.commands.threads import require_thread
 from t3orch.domain.provider import (
+    HolderRef,
     ProcessOwner,
     ProviderCapabilities,
     ProviderSession,
@@ -104,9 +105,14 @@ def open_session(
 
 
 def record_process(
-    session_id: str, pid: int | None, started_at: float | None, owner: ProcessOwner | None
+    session_id: str,
+    pid: int | None,
+    started_at: float | None,
+    owner: ProcessOwner | None,
+    holder: HolderRef | None = None,
 ) -> Decide:
-    """Remember a runtime's pid, start time and owning daemon: the orphan sweep checks all three."""
+    """Remember a runtime's pid, start time and owning daemon: the orphan sweep checks all three
+    (and the holder it runs under, which a restarted daemon reattaches to)."""
 
     def decide(view: StateView) -> Decision:
         ch = Changes(view)
@@ -115,7 +121,12 @@ def record_process(
             ch.put(
                 "provider_session",
                 msgspec.structs.replace(
-                    s, pid=pid, process_started_at=started_at, owner=owner, updated_at=view.now()
+                    s,
+                    pid=pid,
+                    process_started_at=started_at,
+                    owner=owner,
+                    holder=holder,
+                    updated_at=view.now(),
                 ),
             )
         return Decision(ch.drafts)

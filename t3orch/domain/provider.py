@@ -67,6 +67,24 @@ class ProviderSession(Wire):
     #: The fleet daemon that runs it: only that daemon settles it after a crash.
     #: None on rows from before owners were recorded: the local daemon's.
     owner_daemon_id: DaemonId | None = None
+    #: The holder ``pid`` runs under, when it outlives the daemon (``daemon.reattach_grace_s``).
+    holder: HolderRef | None = None
+
+
+class HolderRef(Wire):
+    """The holder process a runtime's provider runs under (``supervisor/holder``): named
+    forever by its pid and start time, found by its id under ``<state-dir>/held/``."""
+
+    holder_id: str
+    pid: int
+    started_at: float
+
+
+class JournalCommitted(Wire):
+    """How far the log holds a held runtime's journal (the ``journal`` row, per session)."""
+
+    holder_id: str
+    offset: int
 
 
 class ProviderThreadForkSource(Wire):

@@ -5,6 +5,10 @@ logs explode (one 10.5k-character reply → 3,024 events). The bound here: at mo
 one stored delta per item per ``window`` (default 250 ms, i.e. ≤ 4 rows per item
 per second), plus the completed item. Buffered text is flushed before any other
 event about the same item and before any turn-level event, so order is kept.
+
+A held runtime's journal offsets (``JournalOffset``: every event of the frames up to
+it is queued before it) wait until no delta queued before them is still buffered:
+an offset the log records as committed never hides a buffered delta.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from t3orch.provider_events import (
     ItemCompleted,
     ItemDelta,
     ItemStarted,
+    JournalOffset,
     ProviderEvent,
 )
 
@@ -27,6 +32,8 @@ class _Buffer:
     parts: list[str]
     raw_event_id: str | None
     channel: str | None
+    #: The order it opened in (among buffers and journal offsets).
+    seq: int = 0
 
 
 #: Channels whose deltas are whole snapshots: only the last one matters.
@@ -37,6 +44,9 @@ class DeltaCoalescer:
     def __init__(self, window_s: float = DEFAULT_WINDOW_S) -> None:
         self.window_s = window_s
         self._buffers: dict[tuple[str, str | None], _Buffer] = {}
+        self._seq = 0
+        #: Journal offsets waiting for older buffers: (seq, offset), in order.
+        self._offsets: list[tuple[int, JournalOffset]] = []
 
     def push(self, event: ProviderEvent, now: float) -> list[ProviderEvent]:
         """Feed one event; returns the events ready to ingest, in order."""
@@ -44,7 +54,10 @@ class DeltaCoalescer:
             key = (event.native_item_ref, event.channel)
             buf = self._buffers.get(key)
             if buf is None:
-                self._buffers[key] = _Buffer(now, [event.text], event.raw_event_id, event.channel)
+                self._seq += 1
+                self._buffers[key] = _Buffer(
+                    now, [event.text], event.raw_event_id, event.channel, self._seq
+                )
             elif event.channel in REPLACING_CHANNELS:
                 buf.parts = [event.text]
             else:
@@ -54,6 +67,12 @@ class DeltaCoalescer:
             out = self._take(event.native_item_ref)
             out.append(event)
             return out
+        if type(event) is JournalOffset:
+            if not self._buffers:
+                return [event]
+            self._seq += 1
+            self._offsets.append((self._seq, event))
+            return self.flush_due(now)
         out = self.flush_all()
         out.append(event)
         return out
@@ -95,4 +114,15 @@ class DeltaCoalescer:
                     channel=buf.channel,
                 )
             )
+        if self._offsets:
+            self._release_offsets(out)
         return out
+
+    def _release_offsets(self, out: list[ProviderEvent]) -> None:
+        """The latest journal offset no open buffer is older than, after what was taken."""
+        oldest = next(iter(self._buffers.values())).seq if self._buffers else None
+        released = None
+        while self._offsets and (oldest is None or self._offsets[0][0] < oldest):
+            released = self._offsets.pop(0)[1]
+        if released is not None:
+            out.append(released)

@@ -15,6 +15,9 @@ everything queued in one call. What a channel gave is kept:
   then awaits :meth:`room` before reading more. Memory stays below the bound
   plus what the producer queues between two checks: one frame's events for
   Claude's reader, one pipe read's (at most 64 KiB of lines) for Codex's.
+* **Muting.** While :attr:`EventQueue.muted` is set, puts are dropped: a reattaching
+  runtime replays its journal through the adapter to rebuild the adapter's state,
+  and what the log holds already must not be committed twice.
 * **Close.** After :meth:`close` (the consumer is gone, or the session is being
   torn down) events are dropped with a debug log, as a closed channel's were:
   the raw frame log still has their frames. The consumer still takes what was
@@ -43,6 +46,8 @@ class EventQueue:
         self.high_water = high_water
         self._events: list[ProviderEvent] = []
         self._closed = False
+        #: Puts are dropped (a replay of what the log holds): see the module docstring.
+        self.muted = False
         #: Set when events arrive or the queue closes, while the consumer waits.
         self._arrived: trio.Event | None = None
         #: Set when the consumer has taken the queue's events, while a producer waits.
@@ -59,7 +64,7 @@ class EventQueue:
 
     def put(self, event: ProviderEvent) -> bool:
         """Queue ``event``; True when the producer should await :meth:`room`."""
-        if self._closed:
+        if self._closed or self.muted:
             _dropped(event)
             return False
         events = self._events
@@ -71,7 +76,7 @@ class EventQueue:
 
     def put_all(self, events: Iterable[ProviderEvent]) -> bool:
         """Queue ``events`` in order; True when the producer should await :meth:`room`."""
-        if self._closed:
+        if self._closed or self.muted:
             for event in events:
                 _dropped(event)
             return False

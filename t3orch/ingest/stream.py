@@ -14,7 +14,10 @@ between a frame's event and its commit:
   completed turn's earlier events commit first, then its owner's barrier runs
   (the checkpoint), then the end commits; a runtime's exit ends the turn;
 * **subagent barriers**: a subagent's end commits before its owner hears of it,
-  and a child that outlives its turn stays bound to that turn until it ends.
+  and a child that outlives its turn stays bound to that turn until it ends;
+* **journal offsets** of a held runtime (``JournalOffset``) commit with the events
+  of the frames up to them: the coalescer holds one back while an older delta is
+  buffered, and a delivery keeps only its last.
 
 The owner of the process (the supervisor) learns what happened through
 :class:`StreamOwner`, which it implements; the stream never reads what the
@@ -40,6 +43,7 @@ from t3orch.live import LiveHub
 from t3orch.provider_events import (
     Diagnostic,
     ItemCompleted,
+    JournalOffset,
     ProviderEvent,
     RuntimeExited,
     SubagentEnded,
@@ -186,7 +190,13 @@ class IngestStream:
         owner = self.owner
         # Split at turn ends so events after a turn are not bound to it.
         chunk: list[ProviderEvent] = []
+        # A held runtime's journal offset: only the last one counts, and it may move
+        # later (it says the events before it are queued), never earlier.
+        offset: JournalOffset | None = None
         for event in events:
+            if type(event) is JournalOffset:
+                offset = event
+                continue
             chunk.append(event)
             owner.observed(event)
             if isinstance(event, RuntimeExited):
@@ -229,6 +239,8 @@ class IngestStream:
                     self.active_turn = None
                     self.turn_done.set()
                     owner.runtime_exited(event, ending)
+        if offset is not None:
+            chunk.append(offset)
         if chunk:
             # Mid-turn events are queued, not awaited: the writer merges the queued
             # batches of every session into few transactions (one fsync each).

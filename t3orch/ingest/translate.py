@@ -29,7 +29,12 @@ from t3orch.domain.vocab import (
     NodeKind,
     TurnItemStatus,
 )
-from t3orch.events import Correlation, ProviderDiagnostic, ProviderUsage
+from t3orch.events import (
+    Correlation,
+    ProviderDiagnostic,
+    ProviderJournalCommitted,
+    ProviderUsage,
+)
 from t3orch.ids import MessageId, NodeId, PlanId, RuntimeRequestId, TurnItemId, derived_id
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.changes import Changes
@@ -45,6 +50,7 @@ from t3orch.provider_events import (
     ItemCompleted,
     ItemDelta,
     ItemStarted,
+    JournalOffset,
     PlanUpdated,
     ProviderEvent,
     RequestCancelled,
@@ -181,6 +187,12 @@ def _dispatch(ch: Changes, b: SessionBinding, event: ProviderEvent) -> None:
             _plan_updated(ch, b, event)
         case UsageUpdated():
             ch.emit(ProviderUsage(provider_session_id=b.provider_session_id, usage=event.usage))
+        case JournalOffset(holder_id=holder, offset=offset):
+            ch.emit(
+                ProviderJournalCommitted(
+                    provider_session_id=b.provider_session_id, holder_id=holder, offset=offset
+                )
+            )
         case Diagnostic():
             ch.emit(
                 ProviderDiagnostic(

@@ -19,6 +19,7 @@ import attrs
 import msgspec
 
 from t3orch.domain.message import ConversationMessage
+from t3orch.domain.provider import JournalCommitted
 from t3orch.domain.turn_items import AssistantMessage, TurnItem, TurnItemBase, UserMessage
 from t3orch.domain.vocab import MessageRole
 from t3orch.events import (
@@ -31,6 +32,7 @@ from t3orch.events import (
     NodeUpserted,
     PlanUpserted,
     ProviderDiagnostic,
+    ProviderJournalCommitted,
     ProviderSessionUpserted,
     ProviderThreadUpserted,
     ProviderTurnUpserted,
@@ -161,7 +163,7 @@ def concerns(payload: EventPayload) -> Concerns:
             return Concerns(thread_id=t.target_thread_id)
         case ContextHandoffUpserted(handoff=h):
             return Concerns(thread_id=h.thread_id, run_id=h.target_run_id)
-        case ProviderUsage(provider_session_id=s):
+        case ProviderUsage(provider_session_id=s) | ProviderJournalCommitted(provider_session_id=s):
             return Concerns(provider_session_id=s)
         case ProviderDiagnostic(provider_session_id=s):
             return Concerns(provider_session_id=s)
@@ -239,5 +241,7 @@ def apply(env: EventEnvelope, sink: RowSink) -> None:
             _upsert(sink, seq, "context_handoff", h.id, h.thread_id, h.status, h)
         case ProviderUsage(provider_session_id=s, usage=u):
             _upsert(sink, seq, "usage", s, None, None, u)
+        case ProviderJournalCommitted(provider_session_id=s, holder_id=h, offset=o):
+            _upsert(sink, seq, "journal", s, None, None, JournalCommitted(holder_id=h, offset=o))
         case ProviderDiagnostic() | RuntimeReconciled():
             pass

@@ -12,7 +12,12 @@ from t3orch.domain.context import ContextHandoff, ContextTransfer
 from t3orch.domain.message import ConversationMessage
 from t3orch.domain.node import ExecutionNode
 from t3orch.domain.plan import PlanArtifact
-from t3orch.domain.provider import ProviderSession, ProviderThread, ProviderTurn
+from t3orch.domain.provider import (
+    JournalCommitted,
+    ProviderSession,
+    ProviderThread,
+    ProviderTurn,
+)
 from t3orch.domain.request import RuntimeRequest
 from t3orch.domain.run import Run, RunAttempt
 from t3orch.domain.thread import AppThread
@@ -49,6 +54,7 @@ KINDS: dict[str, EntityKind] = {
         _kind("context_transfer", ContextTransfer),
         _kind("context_handoff", ContextHandoff),
         _kind("usage", dict[str, Any]),
+        _kind("journal", JournalCommitted),
     )
 }
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import attrs
 
+from t3orch.daemon import stop_agents
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -65,10 +67,15 @@ def rpc(state_dir: Path, method: str, params: dict[str, Any] | None = None) -> A
     return reply["result"]
 
 
-def config_file(tmp: Path, *standin_args: str) -> Path:
+def config_file(tmp: Path, *standin_args: str, reattach_grace_s: float = 0) -> Path:
+    """The stand-in with ``standin_args``; no holders unless ``reattach_grace_s`` (the
+    tests of live restore): the other daemon tests are about providers that die with it."""
     cmd = [sys.executable, "-m", "adapters.standin", *standin_args]
     path = tmp / "t3orch.toml"
-    path.write_text(f"[providers.standin]\ncommand = {json.dumps(cmd)}\n")
+    path.write_text(
+        f"[daemon]\nreattach_grace_s = {reattach_grace_s}\n"
+        f"[providers.standin]\ncommand = {json.dumps(cmd)}\n"
+    )
     return path
 
 
@@ -78,9 +85,12 @@ def serve(
     config: Path | None = None,
     watchdog_usec: int | None = None,
     nofile: int | tuple[int, int] | None = None,
+    keep_holders: bool = False,
 ) -> Iterator[Served]:
     """``nofile``: the daemon's RLIMIT_NOFILE (soft and hard, or both as one), so a
-    test can exhaust it cheaply."""
+    test can exhaust it cheaply. The daemon's exit leaves held providers to their holders
+    (issue 20); after it they are stopped as ``t3orch stop-agents`` does, unless
+    ``keep_holders`` (a test of live restore, whose next daemon reattaches)."""
     sock_path = state_dir.parent / f"notify-{os.getpid()}-{time.monotonic_ns()}.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     listener.bind(str(sock_path))
@@ -110,6 +120,8 @@ def serve(
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=30)
+        if not keep_holders:
+            stop_agents(state_dir)
         if proc.stderr:
             proc.stderr.close()
         listener.close()

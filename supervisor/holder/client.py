@@ -1,0 +1,621 @@
+"""The daemon's side of a holder: start one, attach to one, and talk to its provider.
+
+:class:`HeldProcess` is a :class:`~adapters.transport.ProviderProcess` (with
+``receive_lines``), so an adapter reads and writes a held provider as it does a
+child: how a provider runs is not its business. It also has what the stop
+ladder uses of a :class:`~adapters.process.ChildProcess` (``status``,
+``signal_group``, ``stop``). Records come from the holder's journal, so each
+line has its offset (:attr:`HeldProcess.delivered`: the last line handed out).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import attrs
+import msgspec
+import trio
+
+from adapters.diagnostics import redact_stderr
+from adapters.ownership import OWNER_ENV, OwnerMark
+from adapters.process import STDERR_TAIL_BYTES, StopResult, stop_ladder
+from adapters.transport import ExitStatus, LaunchSpec, OversizedLine
+from supervisor.holder.layout import HeldPaths, HeldSpec, held_dirs, socket_address
+from supervisor.holder.wire import (
+    PROTOCOL_VERSION,
+    ExitRecord,
+    Hello,
+    Kind,
+    Note,
+    ProtocolError,
+    Record,
+    RecordReader,
+    Welcome,
+    encode,
+    encode_json,
+)
+from supervisor.launcher import LauncherFactory, RecordingLauncher, SupervisedLauncher
+from supervisor.providers import SCRUBBED_ENV
+from t3orch.domain.provider import HolderRef
+from t3orch.domain.vocab import ProviderKind
+from t3orch.ingest.queue import EventQueue
+from t3orch.provider_events import JournalOffset
+
+log = logging.getLogger(__name__)
+
+#: What :meth:`HeldProcess.wait` says of a provider left running for the next daemon.
+LEFT_RUNNING = ExitStatus(code=None, signal=None)
+#: The environment variable naming the holder a process is (the orphan sweep reads it).
+HOLDER_ENV = "T3ORCH_HOLDER"
+#: How long a holder may take to start its provider and say so.
+START_TIMEOUT_S = 30.0
+#: Lines buffered before the socket is not read further (the adapter's backpressure).
+HIGH_WATER_LINES = 4096
+_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+@attrs.frozen
+class _Input:
+    """A replayed ``IN`` record among the lines (see :meth:`HeldProcess._next_batch`)."""
+
+    line: bytes
+
+
+class HolderError(Exception):
+    """A holder could not be started or attached to; the message says why."""
+
+
+async def start_holder(root: Path, spec: LaunchSpec, *, grace_s: float, owner: str) -> HeldPaths:
+    """Start a holder for ``spec`` under ``root`` (``<state-dir>/held``); return its paths
+    once its provider runs. A provider that cannot be started raises its ``OSError``."""
+    paths, popen, ready_read = _spawn_holder(root, spec, grace_s, owner)
+    stream = trio.lowlevel.FdStream(ready_read)
+    line = b""
+    try:
+        with trio.move_on_after(START_TIMEOUT_S):
+            while not line.endswith(b"\n"):
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    break
+                line += chunk
+    finally:
+        await stream.aclose()
+        # The first process forks the holder and exits at once.
+        await trio.to_thread.run_sync(popen.wait)
+    try:
+        ready = msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        tail = _tail(paths.log)
+        shutil.rmtree(paths.dir, ignore_errors=True)
+        raise HolderError(f"the holder did not start: {tail or 'no output'}") from None
+    if isinstance(ready, dict) and "error" in ready:
+        shutil.rmtree(paths.dir, ignore_errors=True)
+        raise OSError(ready.get("errno"), ready["error"], ready.get("filename"))
+    return paths
+
+
+def _spawn_holder(
+    root: Path, spec: LaunchSpec, grace_s: float, owner: str
+) -> tuple[HeldPaths, subprocess.Popen[bytes], int]:
+    """The holder's directory and spec, and its first process; returns the ready pipe."""
+    paths = HeldPaths(root / secrets.token_hex(6))
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    paths.dir.mkdir(mode=0o700)
+    held = HeldSpec(
+        holder_id=paths.holder_id,
+        argv=list(spec.argv),
+        env=dict(spec.env),
+        cwd=spec.cwd,
+        max_line_bytes=spec.max_line_bytes,
+        owner=owner,
+        grace_s=grace_s,
+    )
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
+    env[OWNER_ENV] = owner
+    env[HOLDER_ENV] = paths.holder_id
+    ready_read, ready_write = os.pipe2(os.O_CLOEXEC)
+    try:
+        with open(paths.log, "ab") as log_file:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "supervisor.holder", "--dir", os.fspath(paths.dir)],
+                # The spec (the provider's environment: its keys) goes through a pipe,
+                # never into a file.
+                stdin=subprocess.PIPE,
+                stdout=ready_write,
+                stderr=log_file,
+                cwd=paths.dir,
+                env=env,
+                start_new_session=True,
+            )
+        assert popen.stdin is not None
+        with popen.stdin:
+            popen.stdin.write(msgspec.json.encode(held))
+    except BaseException:
+        os.close(ready_read)
+        raise
+    finally:
+        os.close(ready_write)
+    return paths, popen, ready_read
+
+
+def _tail(path: Path) -> str:
+    try:
+        return " ".join(path.read_text(errors="replace").split()[-40:])
+    except OSError:
+        return ""
+
+
+async def attach(paths: HeldPaths, after: int) -> HeldProcess:
+    """Connect to a live holder and say hello: every record after ``after`` follows."""
+    try:
+        with socket_address(paths.socket) as address:
+            stream = await trio.open_unix_socket(address)
+    except OSError as exc:
+        raise HolderError(f"holder {paths.holder_id}: cannot connect: {exc}") from exc
+    try:
+        await stream.send_all(encode_json(Kind.HELLO, Hello(PROTOCOL_VERSION, after)))
+        reader = RecordReader(stream)
+        with trio.move_on_after(START_TIMEOUT_S):
+            first = await reader.receive_one()
+            if first is not None and first.kind == Kind.WELCOME:
+                welcome = msgspec.json.decode(first.payload, type=Welcome)
+                return HeldProcess(paths, welcome, stream, reader, after)
+            if first is not None and first.kind == Kind.REFUSED:
+                raise HolderError(first.payload.decode(errors="replace"))
+        raise HolderError(f"holder {paths.holder_id} did not welcome the daemon")
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
+        raise
+
+
+class HeldProcess:
+    """A provider run by a holder, seen through its socket (see the module docstring)."""
+
+    def __init__(
+        self,
+        paths: HeldPaths,
+        welcome: Welcome,
+        stream: trio.SocketStream,
+        reader: RecordReader,
+        after: int,
+    ) -> None:
+        self.paths = paths
+        self.welcome = welcome
+        self._stream = stream
+        self._reader = reader
+        #: The journal offset of the last record received.
+        self.offset = after
+        #: The journal offset of the last line :meth:`receive_lines` handed out.
+        self.delivered = after
+        self._lines: list[bytes | OversizedLine | _Input] = []
+        self._line_offsets: list[int] = []
+        self._eof = False
+        self._status: ExitStatus | None = None
+        self._lost: str | None = None
+        self._arrived = trio.Event()
+        self._taken = trio.Event()
+        self._reaped = trio.Event()
+        #: Set by :meth:`leave_running`: the daemon goes, the provider stays.
+        self._left = trio.Event()
+        self._stdin_closed = False
+        self._out = bytearray()
+        self._out_ready = trio.Event()
+        self._stderr_tail = bytearray()
+        self._stderr_tees: list[Callable[[bytes], None]] = []
+        #: Lines a daemon wrote to the provider before this attach (the journal's ``IN``
+        #: records up to the welcome), handed over in journal order with the lines read:
+        #: a reattaching adapter rebuilds its state (pending call ids) from both.
+        self.on_input: Callable[[int, bytes], None] | None = None
+        #: Lines up to this offset are a replay of what the log holds already: before
+        #: each read, ``on_mute`` is told whether the lines it returns are (a read
+        #: never mixes both).
+        self.mute_through = 0
+        self.on_mute: Callable[[bool], None] | None = None
+        #: The holder's own steps (grace expired, stopped by a rung).
+        self.notes: list[Note] = []
+        #: Told, at each read, the offset of the last line handed out before it: the
+        #: reader has queued those lines' events by then (they map synchronously).
+        self.on_delivered: Callable[[int], None] | None = None
+        self._reported = after
+
+    # -- ProviderProcess -------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        return self.welcome.provider_pid
+
+    @property
+    def pgid(self) -> int:
+        return self.welcome.provider_pid
+
+    @property
+    def holder_id(self) -> str:
+        return self.welcome.holder_id
+
+    @property
+    def status(self) -> ExitStatus | None:
+        return self._status
+
+    async def send_line(self, line: bytes) -> None:
+        if b"\n" in line:
+            raise ValueError("a frame must not contain a newline")
+        if self._stdin_closed:
+            raise trio.ClosedResourceError("stdin was closed")
+        if self._status is not None or self._lost is not None:
+            raise trio.BrokenResourceError(f"provider pid {self.pid} has exited")
+        self._queue(encode(Kind.WRITE, 0, line))
+        await trio.lowlevel.checkpoint()
+
+    async def receive_line(self) -> bytes | OversizedLine | None:
+        lines = await self._receive(1)
+        return lines[0] if lines else None
+
+    async def receive_lines(self) -> list[bytes | OversizedLine]:
+        return await self._receive(None)
+
+    async def _receive(self, limit: int | None) -> list[bytes | OversizedLine]:
+        self._report_delivered()
+        while True:
+            while not self._lines:
+                if self._eof:
+                    if self.on_mute is not None:
+                        self.on_mute(False)  # a replay that ends muted: the exit is news
+                    await trio.lowlevel.checkpoint()
+                    return []
+                await self._wait_lines()
+            if batch := self._next_batch(limit):
+                return batch
+
+    def _next_batch(self, limit: int | None) -> list[bytes | OversizedLine]:
+        """The next lines, never across a replayed input or the end of the muted replay.
+
+        A replayed input is applied once the lines before it are handed out (mapped),
+        before the lines after it: the adapter's state sees both in journal order.
+        """
+        items, offsets = self._lines, self._line_offsets
+        out: list[bytes | OversizedLine] = []
+        mute_through = self.mute_through
+        muted: bool | None = None
+        i, n = 0, len(items)
+        while i < n and (limit is None or len(out) < limit):
+            item = items[i]
+            if isinstance(item, _Input):
+                if out:
+                    break
+                if self.on_input is not None:
+                    self.on_input(offsets[i], item.line)
+                i += 1
+                continue
+            here = offsets[i] <= mute_through
+            if muted is None:
+                muted = here
+            elif here != muted:
+                break
+            out.append(item)
+            i += 1
+        if out:
+            self.delivered = offsets[i - 1]
+        del items[:i]
+        del offsets[:i]
+        if muted is not None and self.on_mute is not None:
+            self.on_mute(muted)
+        self._wake_reader()
+        return out
+
+    def report_delivered(self) -> None:
+        """Report the offset of the lines handed out so far now, not at the next read."""
+        self._report_delivered()
+
+    def _report_delivered(self) -> None:
+        if self.delivered > max(self._reported, self.mute_through) and self.on_delivered:
+            self._reported = self.delivered
+            self.on_delivered(self.delivered)
+
+    async def close_stdin(self) -> None:
+        if not self._stdin_closed and not self._left.is_set():
+            self._stdin_closed = True
+            self._queue(encode(Kind.CLOSE_STDIN, 0))
+        await trio.lowlevel.checkpoint()
+
+    async def wait(self) -> ExitStatus:
+        """The provider's exit; after :meth:`leave_running`, at once ``LEFT_RUNNING``."""
+        if not self._reaped.is_set():
+            async with trio.open_nursery() as nursery:
+
+                async def first(event: trio.Event) -> None:
+                    await event.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(first, self._reaped)
+                nursery.start_soon(first, self._left)
+        if self._status is None:
+            return LEFT_RUNNING
+        return self._status
+
+    def leave_running(self) -> None:
+        """The daemon goes away and leaves the provider to its holder (and its grace):
+        from now on nothing is sent that would stop it, and :meth:`wait` returns."""
+        self._left.set()
+
+    def stderr_tail(self) -> str:
+        text = redact_stderr(bytes(self._stderr_tail))
+        if self._lost is not None:
+            text += f"\n{self._lost}"
+        return text[-STDERR_TAIL_BYTES:]
+
+    def tee_stderr(self, sink: Callable[[bytes], None]) -> None:
+        self._stderr_tees.append(sink)
+
+    async def kill(self) -> None:
+        if not self._left.is_set():
+            self.signal_group(signal.SIGKILL)
+        await trio.lowlevel.checkpoint()
+
+    # -- what the stop ladder uses -------------------------------------------------
+
+    def signal_group(self, sig: int) -> bool:
+        """Ask the holder to signal the provider's group; False once it has exited."""
+        if self._status is not None or self._left.is_set():
+            return False
+        self._queue(encode(Kind.SIGNAL, 0, struct.pack("<i", int(sig))))
+        return True
+
+    async def stop(
+        self, grace_close: float = 2.0, grace_term: float = 2.0, grace_kill: float = 5.0
+    ) -> StopResult:
+        """The stop ladder, as :meth:`ChildProcess.stop`, through the holder."""
+        return await stop_ladder(self, grace_close, grace_term, grace_kill)
+
+    # -- its life on the daemon's side -----------------------------------------
+
+    async def serve(
+        self, *, task_status: trio.TaskStatus[HeldProcess] = trio.TASK_STATUS_IGNORED
+    ) -> ExitStatus:
+        """Read the holder until the provider's exit; use with ``nursery.start``.
+
+        Leaving after the exit releases the holder and removes its directory (the
+        journal has been read to its end). Cancelled before it (the daemon goes
+        away), the holder is only detached from: its provider lives on for its grace.
+        """
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_loop)
+                task_status.started(self)
+                await self._read_loop()
+                nursery.cancel_scope.cancel()
+            assert self._status is not None
+            return self._status
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(2):
+                await self._leave()
+
+    async def detach(self) -> None:
+        """Leave the holder to its grace (a daemon that goes away)."""
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await self._stream.send_all(bytes(self._out) + encode(Kind.DETACH, 0))
+        self._out.clear()
+        await self._stream.aclose()
+
+    async def _leave(self) -> None:
+        if self._status is None:
+            await self.detach()
+            return
+        if self._lost is None:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await self._stream.send_all(encode(Kind.RELEASE, 0))
+                # The holder closes the connection once it has ended.
+                with trio.move_on_after(1):
+                    while await self._stream.receive_some(65536):
+                        pass
+        await self._stream.aclose()
+        shutil.rmtree(self.paths.dir, ignore_errors=True)
+
+    def _queue(self, data: bytes) -> None:
+        self._out += data
+        self._out_ready.set()
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                await self._out_ready.wait()
+                self._out_ready = trio.Event()
+                while self._out:
+                    data = bytes(self._out)
+                    self._out.clear()
+                    await self._stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return  # the read loop finds the holder gone
+
+    async def _read_loop(self) -> None:
+        try:
+            while self._status is None:
+                while len(self._lines) >= HIGH_WATER_LINES:
+                    self._taken = trio.Event()
+                    await self._taken.wait()
+                records = await self._reader.receive()
+                if not records:
+                    raise ProtocolError("the holder closed the connection")
+                self._take(records)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError, OSError) as exc:
+            self._lost = f"the holder (of provider pid {self.pid}) went away: {exc}"
+            log.warning("%s", self._lost)
+            self._eof = True
+            # Its provider died with it (its parent-death signal).
+            self._status = ExitStatus(code=None, signal=int(signal.SIGKILL))
+        self._arrived.set()
+        self._reaped.set()
+
+    def _take(self, records: Iterable[Record]) -> None:
+        arrived = False
+        for record in records:
+            self.offset = record.offset
+            match record.kind:
+                case Kind.OUT:
+                    self._lines.append(record.payload)
+                    self._line_offsets.append(record.offset)
+                    arrived = True
+                case Kind.OVERSIZED:
+                    (length,) = struct.unpack_from("<Q", record.payload)
+                    self._lines.append(OversizedLine(length=length, head=record.payload[8:]))
+                    self._line_offsets.append(record.offset)
+                    arrived = True
+                case Kind.IN:
+                    # Later ones are this daemon's own writes, journaled: nothing to learn.
+                    if record.offset <= self.welcome.journaled:
+                        self._lines.append(_Input(record.payload))
+                        self._line_offsets.append(record.offset)
+                        arrived = True
+                case Kind.ERR:
+                    self._keep_stderr(record.payload)
+                case Kind.EOF:
+                    self._eof = True
+                    arrived = True
+                case Kind.EXIT:
+                    exit_record = msgspec.json.decode(record.payload, type=ExitRecord)
+                    self._status = ExitStatus(code=exit_record.code, signal=exit_record.signal)
+                    self._eof = True
+                    arrived = True
+                case Kind.NOTE:
+                    self.notes.append(msgspec.json.decode(record.payload, type=Note))
+                case _:
+                    raise ProtocolError(f"a {record.kind.name} record from the holder")
+        if arrived:
+            self._arrived.set()
+
+    def _keep_stderr(self, chunk: bytes) -> None:
+        self._stderr_tail += chunk
+        if len(self._stderr_tail) > 2 * STDERR_TAIL_BYTES:
+            cut = self._stderr_tail.find(b"\n", len(self._stderr_tail) - STDERR_TAIL_BYTES)
+            del self._stderr_tail[: cut + 1 if cut >= 0 else -STDERR_TAIL_BYTES]
+        for tee in self._stderr_tees:
+            tee(chunk)
+
+    async def _wait_lines(self) -> None:
+        self._arrived = trio.Event()
+        await self._arrived.wait()
+
+    def _wake_reader(self) -> None:
+        self._taken.set()
+
+
+class HolderLauncher:
+    """A :class:`~supervisor.launcher.SupervisedLauncher` whose providers run in holders.
+
+    Each launch starts a holder under ``root`` and serves it in ``nursery``;
+    cancelling the nursery detaches from the holders (their providers live on
+    for ``grace_s``), an exit read to its end releases the holder.
+    """
+
+    def __init__(self, nursery: trio.Nursery, root: Path, grace_s: float, owner: str) -> None:
+        self._nursery = nursery
+        self._root = root
+        self._grace_s = grace_s
+        self._owner = owner
+        self.children: list[HeldProcess] = []
+
+    async def launch(self, spec: LaunchSpec) -> HeldProcess:
+        paths = await start_holder(self._root, spec, grace_s=self._grace_s, owner=self._owner)
+        held = await attach(paths, 0)
+        await self._nursery.start(held.serve)
+        self.children.append(held)
+        return held
+
+    @property
+    def current(self) -> HeldProcess | None:
+        return self.children[-1] if self.children else None
+
+
+class ReattachLauncher:
+    """The launcher of a reattaching runtime: its one "launch" attaches to the holder that
+    kept the provider, replaying the journal from its start, muted through ``committed``."""
+
+    def __init__(self, nursery: trio.Nursery, paths: HeldPaths, committed: int) -> None:
+        self._nursery = nursery
+        self._paths = paths
+        self._committed = committed
+        self.children: list[HeldProcess] = []
+
+    async def launch(self, spec: LaunchSpec) -> HeldProcess:
+        if self.children:
+            raise HolderError(f"holder {self._paths.holder_id}: its provider was reattached once")
+        held = await attach(self._paths, 0)
+        held.mute_through = self._committed
+        await self._nursery.start(held.serve)
+        self.children.append(held)
+        return held
+
+    @property
+    def current(self) -> HeldProcess | None:
+        return self.children[-1] if self.children else None
+
+
+def feed_offsets(held: HeldProcess, events: EventQueue) -> None:
+    """Wire a held provider to its runtime's event queue: its journal offsets go in as
+    ``JournalOffset`` events (committed with what they cover), and a reattach's replay
+    of what the log holds already is muted."""
+    holder_id = held.holder_id
+
+    def delivered(offset: int) -> None:
+        events.put(JournalOffset(holder_id=holder_id, offset=offset))
+
+    def mute(muted: bool) -> None:
+        events.muted = muted
+
+    held.on_delivered = delivered
+    held.on_mute = mute
+
+
+def holder_ref(held: HeldProcess) -> HolderRef:
+    """What the ProviderSession records of the holder (the next start looks for it)."""
+    w = held.welcome
+    return HolderRef(holder_id=w.holder_id, pid=w.holder_pid, started_at=w.holder_started_at)
+
+
+#: The providers whose runtimes can be reattached to (``ProviderRuntime.adopt``).
+REATTACHABLE: frozenset[str] = frozenset({"codex", "standin"})
+
+
+def holder_launchers(root: Path, grace_s: float, owner: str) -> LauncherFactory:
+    """A session manager's launchers: a holder per reattachable provider, a child otherwise."""
+
+    def make(kind: ProviderKind, nursery: trio.Nursery) -> SupervisedLauncher:
+        if kind in REATTACHABLE:
+            return HolderLauncher(nursery, root, grace_s, owner)
+        return RecordingLauncher(nursery)
+
+    return make
+
+
+def stop_holder(paths: HeldPaths, pid: int, started_at: float) -> bool:
+    """SIGTERM the holder (it stops its provider through the ladder, journals it, exits),
+    if ``pid`` still is that very holder; False if it is gone."""
+    if not OwnerMark(pid, started_at).alive():
+        return False
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    log.info("holder %s (pid %d): asked to stop its provider", paths.holder_id, pid)
+    return True
+
+
+def stop_all_holders(state_dir: Path) -> list[int]:
+    """SIGTERM every live holder of ``state_dir`` (``t3orch stop-agents``); their pids."""
+    stopped = []
+    for paths in held_dirs(state_dir):
+        state = paths.read_state()
+        if state is not None and stop_holder(paths, state.holder_pid, state.holder_started_at):
+            stopped.append(state.holder_pid)
+    return stopped

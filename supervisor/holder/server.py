@@ -1,0 +1,398 @@
+"""The holder process: one provider runtime that outlives the daemon which started it.
+
+It runs the provider (its own process group, killed with the holder by the
+parent-death signal), reads its stdout and stderr as fast as they come and
+appends each line, in order, to the journal with the next offset; every line
+the daemon writes to the provider's stdin is journaled too (``IN``), since the
+adapter's state (a Codex call id waiting for its response) needs both. It serves
+one daemon at a time on its 0600 socket: after the hello, the journal's bytes
+after the daemon's last offset, then live (:mod:`supervisor.holder.wire`).
+
+Without a daemon for ``grace_s`` (none ever came back), or on SIGTERM/SIGINT, it
+stops the provider through the stop ladder, journals that and the exit, and
+exits; so does it on the daemon's ``RELEASE``. The journal stays for the next
+daemon, which settles the runtime from it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import math
+import os
+import signal
+import socket
+import struct
+import time
+from typing import BinaryIO
+
+import msgspec
+import psutil
+import trio
+
+from adapters.diagnostics import redact_stderr
+from adapters.process import ChildProcess, run_child_process
+from adapters.transport import LaunchSpec, OversizedLine
+from supervisor.holder.layout import HeldPaths, HeldSpec, HolderState, socket_address, write_private
+from supervisor.holder.wire import (
+    HEADER,
+    PROTOCOL_VERSION,
+    ExitRecord,
+    Hello,
+    Kind,
+    Note,
+    ProtocolError,
+    RecordReader,
+    Welcome,
+    encode,
+    encode_json,
+    iter_file,
+)
+
+log = logging.getLogger(__name__)
+
+#: A connection must say hello within this long.
+HELLO_TIMEOUT_S = 5.0
+#: The stop ladder's rungs when the holder stops its provider itself.
+LADDER = {"grace_close": 2.0, "grace_term": 3.0, "grace_kill": 5.0}
+_SEND_CHUNK = 256 * 1024
+_OVERSIZED = struct.Struct("<Q")
+#: A stderr line longer than this is journaled (redacted) in pieces, not held whole.
+STDERR_LINE_BOUND = 8 * 1024
+
+
+class Holder:
+    def __init__(self, paths: HeldPaths, spec: HeldSpec) -> None:
+        self.paths = paths
+        self.spec = spec
+        self._fd = os.open(
+            paths.journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
+        )
+        self.offset = 0
+        self._grown = trio.Event()
+        self._client: trio.CancelScope | None = None
+        self._presence = trio.Event()
+        self._writes_in, self._writes_out = trio.open_memory_channel[bytes | None](math.inf)
+        self.child: ChildProcess | None = None
+        self.state: HolderState | None = None
+        self.exited = trio.Event()
+        self.done = trio.Event()
+        self._finishing = False
+        self._stderr_open = b""
+        #: Set unless a stop ladder runs whose rung is not journaled yet.
+        self._stage_noted = trio.Event()
+        self._stage_noted.set()
+
+    # -- the journal -------------------------------------------------------------
+
+    def append(self, kind: Kind, payload: bytes = b"") -> int:
+        self.offset += 1
+        self._write(encode(kind, self.offset, payload))
+        return self.offset
+
+    def journal_stderr(self, chunk: bytes) -> None:
+        """Stderr goes into the journal redacted, whole lines at a time (a cut line could
+        hide a secret's name from the rules): a provider's key reaches no file."""
+        data = self._stderr_open + chunk
+        complete, newline, rest = data.rpartition(b"\n")
+        if len(rest) > STDERR_LINE_BOUND:
+            complete, newline, rest = data, b"\n", b""
+        self._stderr_open = rest
+        if newline:
+            self.append(Kind.ERR, redact_stderr(complete + newline).encode())
+
+    def flush_stderr(self) -> None:
+        if self._stderr_open:
+            self.append(Kind.ERR, redact_stderr(self._stderr_open).encode())
+            self._stderr_open = b""
+
+    def _append_lines(self, lines: list[bytes | OversizedLine]) -> None:
+        parts = []
+        pack = HEADER.pack
+        for line in lines:
+            self.offset += 1
+            if isinstance(line, OversizedLine):
+                payload = _OVERSIZED.pack(line.length) + line.head
+                parts.append(pack(Kind.OVERSIZED, self.offset, len(payload)) + payload)
+            else:
+                parts.append(pack(Kind.OUT, self.offset, len(line)))
+                parts.append(line)
+        self._write(b"".join(parts))
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        self._grown.set()
+        self._grown = trio.Event()
+
+    # -- the provider ------------------------------------------------------------
+
+    async def pump_stdout(self, child: ChildProcess) -> None:
+        """Every stdout line into the journal, then the end and the exit status."""
+        while lines := await child.receive_lines():
+            self._append_lines(lines)
+        self.append(Kind.EOF)
+        status = await child.wait()
+        self.flush_stderr()
+        # A stop's rung is journaled before the exit it caused.
+        await self._stage_noted.wait()
+        self.append(Kind.EXIT, msgspec.json.encode(ExitRecord(status.code, status.signal)))
+        log.info("provider pid %d %s", child.pid, status.describe())
+        self.exited.set()
+
+    async def write_stdin(self, child: ChildProcess) -> None:
+        """The daemon's writes, in order; a provider that stops reading holds up only these."""
+        async for line in self._writes_out:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                if line is None:
+                    await child.close_stdin()
+                else:
+                    await child.send_line(line)
+
+    async def finish(self, why: Note) -> None:
+        """Stop the provider through the ladder (journaled), then end the holder."""
+        if self._finishing:
+            return
+        self._finishing = True
+        child = self.child
+        if child is not None and not self.exited.is_set():
+            log.info("stopping provider pid %d: %s", child.pid, why.event)
+            self.append(Kind.NOTE, msgspec.json.encode(why))
+            self._stage_noted = trio.Event()
+            try:
+                result = await child.stop(**LADDER)
+                self.append(Kind.NOTE, msgspec.json.encode(Note("stopped", result.stage)))
+            finally:
+                self._stage_noted.set()
+            with trio.move_on_after(LADDER["grace_kill"]):
+                await self.exited.wait()
+        self.done.set()
+
+    async def release(self) -> None:
+        """The daemon is done with the runtime: what still runs is killed, the holder ends."""
+        child = self.child
+        if child is not None and not self.exited.is_set():
+            child.signal_group(signal.SIGKILL)
+            with trio.move_on_after(LADDER["grace_kill"]):
+                await self.exited.wait()
+        self.done.set()
+
+    async def watch_grace(self) -> None:
+        """No daemon attached for ``grace_s``: stop the provider and end."""
+        while True:
+            presence = self._presence
+            if self._client is not None:
+                await presence.wait()
+                continue
+            with trio.move_on_after(self.spec.grace_s):
+                await presence.wait()
+                continue
+            log.info("no daemon attached for %gs", self.spec.grace_s)
+            await self.finish(Note("grace_expired"))
+            return
+
+    async def watch_signals(self, *, task_status: trio.TaskStatus[None]) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            task_status.started()
+            async for signum in signals:
+                log.info("got signal %d", signum)
+                await self.finish(Note("signalled"))
+                return
+
+    def _changed(self) -> None:
+        self._presence.set()
+        self._presence = trio.Event()
+        if self.state is not None:
+            # What `t3orch status` shows: attached, or alone since when (its grace runs).
+            alone = None if self._client is not None else time.time()
+            self.state = msgspec.structs.replace(self.state, alone_since=alone)
+            with contextlib.suppress(OSError):
+                write_private(self.paths.state, msgspec.json.encode(self.state))
+
+    # -- the daemon ----------------------------------------------------------------
+
+    async def serve(self, listener: trio.SocketListener) -> None:
+        async with trio.open_nursery() as nursery:
+            while True:
+                stream = await listener.accept()
+                nursery.start_soon(self._serve_client, stream)
+
+    async def _serve_client(self, stream: trio.SocketStream) -> None:
+        # A daemon SIGKILLed mid-write resets the connection: that ends this client only,
+        # never the holder (the errors come grouped from the sender/receiver nursery).
+        try:
+            async with stream:
+                await self._attach(stream)
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError, OSError) as exc:
+            log.info("daemon connection ended: %s", exc.exceptions[0])
+
+    async def _attach(self, stream: trio.SocketStream) -> None:
+        reader = RecordReader(stream)
+        with trio.move_on_after(HELLO_TIMEOUT_S):
+            first = await reader.receive_one()
+        if first is None or first.kind != Kind.HELLO:
+            return
+        try:
+            hello = msgspec.json.decode(first.payload, type=Hello)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise ProtocolError("a hello that does not decode") from None
+        if hello.version != PROTOCOL_VERSION:
+            why = (
+                f"holder {self.spec.holder_id} speaks protocol version {PROTOCOL_VERSION}, "
+                f"the daemon {hello.version}"
+            )
+            await stream.send_all(encode(Kind.REFUSED, 0, why.encode()))
+            return
+        assert self.state is not None
+        # The newest daemon wins: an older connection is a dead daemon's.
+        if self._client is not None:
+            self._client.cancel()
+        with trio.CancelScope() as scope:
+            self._client = scope
+            self._changed()
+            try:
+                welcome = Welcome(
+                    version=PROTOCOL_VERSION,
+                    holder_id=self.spec.holder_id,
+                    holder_pid=self.state.holder_pid,
+                    holder_started_at=self.state.holder_started_at,
+                    provider_pid=self.state.provider_pid,
+                    provider_started_at=self.state.provider_started_at,
+                    spawn_id=self.state.spawn_id,
+                    grace_s=self.spec.grace_s,
+                    journaled=self.offset,
+                )
+                await stream.send_all(encode_json(Kind.WELCOME, welcome))
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._send_journal, stream, hello.after)
+                    await self._take_commands(reader)
+                    nursery.cancel_scope.cancel()
+            finally:
+                if self._client is scope:
+                    self._client = None
+                    self._changed()
+
+    async def _send_journal(self, stream: trio.SocketStream, after: int) -> None:
+        with _journal_after(self.paths, after) as f:
+            while True:
+                grown = self._grown
+                chunk = f.read(_SEND_CHUNK)
+                if chunk:
+                    await stream.send_all(chunk)
+                else:
+                    await grown.wait()
+
+    async def _take_commands(self, reader: RecordReader) -> None:
+        while records := await reader.receive():
+            for record in records:
+                match record.kind:
+                    case Kind.WRITE:
+                        self.append(Kind.IN, record.payload)
+                        self._writes_in.send_nowait(record.payload)
+                    case Kind.CLOSE_STDIN:
+                        self._writes_in.send_nowait(None)
+                    case Kind.SIGNAL:
+                        (signum,) = struct.unpack("<i", record.payload)
+                        if self.child is not None:
+                            self.child.signal_group(signum)
+                    case Kind.DETACH:
+                        return
+                    case Kind.RELEASE:
+                        await self.release()
+                        return
+                    case _:
+                        raise ProtocolError(f"a {record.kind.name} record from the daemon")
+
+
+def _journal_after(paths: HeldPaths, after: int) -> BinaryIO:
+    """The journal, open for reading at its first record after offset ``after``."""
+    start = None
+    for pos, record in iter_file(os.fspath(paths.journal)):
+        if record.offset > after:
+            start = pos
+            break
+    f = open(paths.journal, "rb")  # noqa: SIM115 (the caller's with closes it)
+    f.seek(0, os.SEEK_END) if start is None else f.seek(start)
+    return f
+
+
+async def _listen(paths: HeldPaths) -> trio.SocketListener:
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)  # the socket is born 0600
+    try:
+        with socket_address(paths.socket) as address:
+            await sock.bind(address)
+    finally:
+        os.umask(old)
+    sock.listen(16)
+    return trio.SocketListener(sock)
+
+
+def _started_at(pid: int) -> float:
+    """The provider's start time; 0 when it has already exited and been reaped (a provider
+    that fails at once: its exit and stderr are journaled all the same)."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return 0.0
+
+
+def _report(ready_fd: int, message: dict[str, object]) -> None:
+    with contextlib.suppress(OSError):
+        os.write(ready_fd, msgspec.json.encode(message) + b"\n")
+    with contextlib.suppress(OSError):
+        os.close(ready_fd)
+
+
+async def hold(paths: HeldPaths, spec: HeldSpec, ready_fd: int) -> int:
+    """The holder's life; ``ready_fd`` gets one JSON line (the state, or the error)."""
+    holder = Holder(paths, spec)
+    listener = await _listen(paths)
+    launch = LaunchSpec(
+        argv=spec.argv, env=spec.env, cwd=spec.cwd, max_line_bytes=spec.max_line_bytes
+    )
+    try:
+        async with trio.open_nursery() as nursery:
+            try:
+                child: ChildProcess = await nursery.start(
+                    functools.partial(run_child_process, launch, owner=spec.owner)
+                )
+            except OSError as exc:
+                _report(
+                    ready_fd,
+                    {
+                        "error": exc.strerror or str(exc),
+                        "errno": exc.errno,
+                        "filename": exc.filename,
+                    },
+                )
+                return 1
+            holder.child = child
+            child.tee_stderr(holder.journal_stderr)
+            me = psutil.Process()
+            holder.state = HolderState(
+                holder_id=spec.holder_id,
+                holder_pid=me.pid,
+                holder_started_at=me.create_time(),
+                provider_pid=child.pid,
+                provider_started_at=_started_at(child.pid),
+                spawn_id=child.spawn_id or "",
+                owner=spec.owner,
+                grace_s=spec.grace_s,
+                alone_since=time.time(),
+            )
+            write_private(paths.state, msgspec.json.encode(holder.state))
+            nursery.start_soon(holder.pump_stdout, child)
+            nursery.start_soon(holder.write_stdin, child)
+            nursery.start_soon(holder.serve, listener)
+            nursery.start_soon(holder.watch_grace)
+            await nursery.start(holder.watch_signals)
+            _report(ready_fd, msgspec.to_builtins(holder.state))
+            await holder.done.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        with contextlib.suppress(OSError):
+            paths.socket.unlink()
+    return 0

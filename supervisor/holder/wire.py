@@ -1,0 +1,183 @@
+"""The holder's record format: one framing for its journal file and its socket.
+
+A record is a 13-byte header (``<BQI``: kind, offset, payload length) and its
+payload. Journaled records (what the provider wrote, what the daemon wrote to
+it, its stderr, its end) carry the journal's monotonic offset, from 1; the
+control records of the socket (hello, welcome, the daemon's commands) carry 0.
+The socket after the welcome is the journal file's bytes as they are, so a
+reattaching daemon reads a replay and the live stream with one parser.
+
+The protocol is versioned (:data:`PROTOCOL_VERSION`, in the hello and the
+welcome): a holder refuses a hello of another version with one line naming
+both, and a daemon of a later release keeps speaking the versions its holders
+may have been started with.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from enum import IntEnum
+from typing import Literal
+
+import attrs
+import msgspec
+import trio
+
+#: Bumped when a record's meaning changes; a holder refuses any other version.
+PROTOCOL_VERSION = 1
+
+HEADER = struct.Struct("<BQI")
+#: A record's payload bound: a provider line can be megabytes (the line bound is 8 MiB).
+MAX_PAYLOAD = 64 * 1024 * 1024
+
+
+class Kind(IntEnum):
+    # Journaled (offset > 0).
+    OUT = 1  #: a provider stdout line, without its newline
+    IN = 2  #: a line the daemon wrote to the provider's stdin
+    ERR = 3  #: a chunk of the provider's stderr
+    OVERSIZED = 4  #: a stdout line past the bound: ``<Q`` length + its head
+    EOF = 5  #: the provider's stdout ended
+    EXIT = 6  #: the provider was reaped: :class:`ExitRecord`
+    NOTE = 7  #: the holder's own step: :class:`Note`
+    # Control, daemon -> holder (offset 0).
+    HELLO = 16  #: :class:`Hello`
+    WRITE = 17  #: a line for the provider's stdin
+    CLOSE_STDIN = 18
+    SIGNAL = 19  #: ``<i`` signal number, to the provider's process group
+    DETACH = 20  #: the daemon leaves; the grace time starts
+    RELEASE = 21  #: the daemon is done with this runtime: kill what is left, exit
+    # Control, holder -> daemon (offset 0).
+    WELCOME = 32  #: :class:`Welcome`
+    REFUSED = 33  #: one line: why the hello was refused
+
+
+JOURNALED = frozenset({Kind.OUT, Kind.IN, Kind.ERR, Kind.OVERSIZED, Kind.EOF, Kind.EXIT, Kind.NOTE})
+
+
+class Hello(msgspec.Struct, rename="camel"):
+    version: int
+    #: The last journal offset the daemon has: the holder sends every record after it.
+    after: int
+
+
+class Welcome(msgspec.Struct, rename="camel"):
+    version: int
+    holder_id: str
+    holder_pid: int
+    holder_started_at: float
+    provider_pid: int
+    provider_started_at: float
+    spawn_id: str
+    grace_s: float
+    #: The journal's last offset when the hello was answered.
+    journaled: int
+
+
+class ExitRecord(msgspec.Struct):
+    code: int | None
+    signal: int | None
+
+
+class Note(msgspec.Struct):
+    #: ``grace_expired``: no daemon attached within the grace; ``signalled``: the holder
+    #: got SIGTERM/SIGINT; either way it stopped the provider (``stage``: the rung).
+    event: Literal["grace_expired", "signalled", "stopped"]
+    stage: str | None = None
+
+
+@attrs.frozen
+class Record:
+    kind: Kind
+    offset: int
+    payload: bytes
+
+
+def encode(kind: Kind, offset: int, payload: bytes = b"") -> bytes:
+    return HEADER.pack(kind, offset, len(payload)) + payload
+
+
+def encode_json(kind: Kind, message: msgspec.Struct) -> bytes:
+    return encode(kind, 0, msgspec.json.encode(message))
+
+
+def parse(data: bytes | bytearray, start: int = 0) -> tuple[list[Record], int]:
+    """The complete records in ``data`` from ``start``, and where the next one begins."""
+    records: list[Record] = []
+    size = HEADER.size
+    end = len(data)
+    pos = start
+    unpack = HEADER.unpack_from
+    while pos + size <= end:
+        kind, offset, length = unpack(data, pos)
+        if length > MAX_PAYLOAD:
+            raise ProtocolError(f"a record of {length} bytes is past the bound")
+        if pos + size + length > end:
+            break
+        try:
+            known = Kind(kind)
+        except ValueError:
+            raise ProtocolError(f"unknown record kind {kind}") from None
+        records.append(Record(known, offset, bytes(data[pos + size : pos + size + length])))
+        pos += size + length
+    return records, pos
+
+
+def iter_file(path: str) -> Iterator[tuple[int, Record]]:
+    """Each complete record of a journal file with its byte position (a torn tail is left)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    records, _ = parse(data)
+    pos = 0
+    for record in records:
+        yield pos, record
+        pos += HEADER.size + len(record.payload)
+
+
+class ProtocolError(Exception):
+    """The other end sent something this protocol does not have."""
+
+
+class RecordReader:
+    """Records from a byte stream, a read's worth per call."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self._stream = stream
+        self._buffer = bytearray()
+
+    async def receive(self) -> list[Record]:
+        """The next complete records (at least one); ``[]`` at end of stream."""
+        while True:
+            records, used = parse(self._buffer)
+            if records:
+                del self._buffer[:used]
+                return records
+            chunk = await self._stream.receive_some(256 * 1024)
+            if not chunk:
+                if self._buffer:
+                    raise ProtocolError("the stream ended inside a record")
+                return []
+            self._buffer += chunk
+
+    async def receive_one(self) -> Record | None:
+        """One record (for the hello/welcome exchange; never reads past what it needs)."""
+        while len(self._buffer) < HEADER.size:
+            chunk = await self._stream.receive_some(HEADER.size - len(self._buffer))
+            if not chunk:
+                return None
+            self._buffer += chunk
+        kind, offset, length = HEADER.unpack_from(self._buffer)
+        if length > MAX_PAYLOAD:
+            raise ProtocolError(f"a record of {length} bytes is past the bound")
+        while len(self._buffer) < HEADER.size + length:
+            chunk = await self._stream.receive_some(HEADER.size + length - len(self._buffer))
+            if not chunk:
+                return None
+            self._buffer += chunk
+        payload = bytes(self._buffer[HEADER.size : HEADER.size + length])
+        del self._buffer[: HEADER.size + length]
+        try:
+            return Record(Kind(kind), offset, payload)
+        except ValueError:
+            raise ProtocolError(f"unknown record kind {kind}") from None

@@ -1,0 +1,106 @@
+"""A held runtime's journal offsets: committed with the events of their frames, never ahead
+of a buffered delta (issue 20, step 2)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+
+from t3orch.core import open_core
+from t3orch.domain.provider import JournalCommitted
+from t3orch.domain.turn_items import AssistantMessage
+from t3orch.ingest.coalesce import DeltaCoalescer
+from t3orch.ingest.queue import EventQueue
+from t3orch.ingest.stream import IngestStream
+from t3orch.projections.check import compare, rebuild
+from t3orch.provider_events import (
+    ItemCompleted,
+    ItemDelta,
+    ItemStarted,
+    JournalOffset,
+    ProviderEvent,
+    TurnCompleted,
+)
+from tests.core.test_stream import Owner
+from tests.store.support import new_thread, started_turn
+
+
+async def until(done: Callable[[], bool]) -> None:
+    while not done():  # noqa: ASYNC110 (the store is read, not waited on)
+        await trio.sleep(0.01)
+
+
+def offsets(events: list[ProviderEvent]) -> list[int]:
+    return [e.offset for e in events if isinstance(e, JournalOffset)]
+
+
+def test_an_offset_waits_for_the_deltas_buffered_before_it() -> None:
+    c = DeltaCoalescer(window_s=0.25)
+    assert c.push(JournalOffset(holder_id="h", offset=1), 0.0) == [
+        JournalOffset(holder_id="h", offset=1)
+    ]  # nothing buffered: it passes at once
+    assert c.push(ItemDelta(native_item_ref="m", text="a"), 0.0) == []
+    assert c.push(JournalOffset(holder_id="h", offset=2), 0.1) == []  # "a" is still buffered
+    assert c.push(JournalOffset(holder_id="h", offset=3), 0.1) == []
+    # A delta of another item opens after offset 3: it does not hold 3 back.
+    assert c.push(ItemDelta(native_item_ref="n", text="x"), 0.2) == []
+    ready = c.flush_due(0.3)
+    assert ready == [
+        ItemDelta(native_item_ref="m", text="a"),
+        JournalOffset(holder_id="h", offset=3),
+    ]
+    assert c.push(JournalOffset(holder_id="h", offset=4), 0.3) == []  # "x" still buffered
+    ready = c.push(ItemCompleted(native_item_ref="n", content=AssistantMessage(text="x")), 0.3)
+    assert offsets(ready) == [4] and ready.index(JournalOffset(holder_id="h", offset=4)) == 1
+
+
+async def test_the_committed_offset_is_stored_with_the_events_it_covers(tmp_path: Path) -> None:
+    async with open_core(tmp_path / "e.db") as core:
+        tid = await new_thread(core.service)
+        binding = await started_turn(core.service, tid)
+        assert binding.turn is not None
+        sid = binding.provider_session_id
+
+        def committed() -> JournalCommitted | None:
+            with core.reader.snapshot():
+                return core.reader.get(JournalCommitted, sid)
+
+        def text() -> str:
+            with core.reader.snapshot():
+                items = core.reader.select(AssistantMessage, thread_id=tid)
+            return items[0].text if items else ""
+
+        stream = IngestStream(core.service, binding.with_turn(None), Owner(core))
+        stream.turn_started(binding.turn)
+        queue = EventQueue()
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(stream.run, queue)
+                queue.put(ItemStarted(native_item_ref="m", content=AssistantMessage()))
+                queue.put(JournalOffset(holder_id="h", offset=5))
+                queue.put(ItemDelta(native_item_ref="m", text="hel"))
+                queue.put(JournalOffset(holder_id="h", offset=6))
+                await until(lambda: committed() is not None)
+                # The delta of frame 6 is buffered (250 ms): 6 is not committed yet.
+                assert committed() == JournalCommitted(holder_id="h", offset=5)
+                await until(lambda: text() == "hel")
+                await until(lambda: committed() == JournalCommitted(holder_id="h", offset=6))
+                queue.put(ItemDelta(native_item_ref="m", text="lo"))
+                queue.put(JournalOffset(holder_id="h", offset=7))
+                queue.put(
+                    ItemCompleted(native_item_ref="m", content=AssistantMessage(text="hello"))
+                )
+                queue.put(TurnCompleted(native_turn_ref="t1", status="completed"))
+                queue.put(JournalOffset(holder_id="h", offset=8))
+                await stream.turn_done.wait()
+                queue.close()
+        assert committed() == JournalCommitted(holder_id="h", offset=8)
+        assert text() == "hello"
+        with core.reader.snapshot():
+            types = [e.type for e in core.reader.iter_events()]
+            # The rebuilt projection has the same offset: `t3orch check` agrees.
+            rebuilt, _, _ = rebuild(core.reader.iter_events())
+            assert compare(core.reader.all_rows(), rebuilt) == []
+        assert types.count("provider.journal") <= 4

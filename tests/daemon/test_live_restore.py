@@ -1,0 +1,338 @@
+"""Live restore (issue 20): a provider under a holder outlives a SIGKILLed daemon; the next
+daemon reattaches before it serves and the run completes, every delta exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from t3orch.cli.drill import long_reply
+from t3orch.store.sqlite.backend import SQLiteStore
+from tests.daemon.support import REPO, rpc, serve
+
+
+def config(tmp: Path, transcript: Path, grace_s: float = 30) -> Path:
+    path = tmp / "t3orch.toml"
+    cmd = [sys.executable, "-m", "adapters.standin"]
+    path.write_text(
+        f"[daemon]\nreattach_grace_s = {grace_s}\n"
+        f"[providers.standin]\ncommand = {json.dumps(cmd)}\n"
+        f"transcript = {json.dumps(str(transcript))}\n"
+    )
+    return path
+
+
+def rows(state: Path, kind: str) -> list[Any]:
+    store = SQLiteStore(state / "events.sqlite3", readonly=True)
+    try:
+        with store.snapshot():
+            return [r.decode() for r in store.rows(kind)]
+    finally:
+        store.close()
+
+
+def events(state: Path, type_: str) -> list[Any]:
+    store = SQLiteStore(state / "events.sqlite3", readonly=True)
+    try:
+        return [e for e in store.iter_events() if e.type == type_]
+    finally:
+        store.close()
+
+
+def wait(predicate: Any, within: float) -> Any:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"condition not met within {within}s")
+
+
+def cli(state: Path, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "t3orch.cli.main", *args, "--state-dir", str(state)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+def test_a_daemon_restart_mid_stream_is_reattached_and_every_delta_lands_once(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
+    """A crash (SIGKILL) or a graceful restart (SIGTERM: any exit of ``serve`` leaves held
+    runtimes to their holders) in the middle of a streamed reply."""
+    state = tmp_path / "state"
+    words = [f"w{i} " for i in range(60)]
+    cfg = config(tmp_path, long_reply(tmp_path, words))
+    with serve(state, cfg, keep_holders=True) as d:
+        d.wait_notify("READY=1")
+        created = rpc(
+            state, "thread.create", {"commandId": "c1", "provider": "standin", "cwd": str(tmp_path)}
+        )
+        thread_id = created["result"]["threadId"]
+        rpc(state, "run.send", {"commandId": "c2", "threadId": thread_id, "text": "hi"})
+        wait(lambda: len(events(state, "turn_item.delta")) >= 2, 30)
+        (session,) = [s for s in rows(state, "provider_session") if s.status != "stopped"]
+        assert session.holder is not None and session.pid is not None
+        d.proc.send_signal(stop)
+        assert d.proc.wait(timeout=30) == (0 if stop == signal.SIGTERM else -signal.SIGKILL)
+        # The provider lives on under its holder, mid-reply.
+        time.sleep(0.3)
+        assert alive(session.pid) and alive(session.holder.pid)
+        before = len(events(state, "turn_item.delta"))
+        assert before > 0
+        (run,) = rows(state, "run")
+        assert run.status == "running"
+        assert all(s.status != "stopped" for s in rows(state, "provider_session"))
+        # Without a daemon, `t3orch held` says what is held and how long it has left.
+        (held,) = json.loads(cli(state, "held", "--json"))
+        assert (held["holderPid"], held["providerPid"]) == (session.holder.pid, session.pid)
+        assert not held["attached"] and 0 < held["graceLeftS"] <= 30
+    with serve(state, cfg, keep_holders=True) as d2:
+        d2.wait_notify("READY=1")
+        # By READY the run was not settled: it goes on.
+        (run,) = rows(state, "run")
+        assert run.status in ("running", "completed")
+        assert [e.payload.counts.get("held_sessions") for e in events(state, "runtime.reconciled")][
+            -1
+        ] == 1
+        # `t3orch status` lists it, attached again.
+        (held,) = json.loads(cli(state, "status", "--json"))["held"]
+        assert held["attached"] and held["providerPid"] == session.pid
+        wait(lambda: rows(state, "run")[0].status == "completed", 30)
+        deltas = [e.payload.text for e in events(state, "turn_item.delta")]
+        assert "".join(deltas) == "".join(words), deltas
+        items = [i for i in rows(state, "turn_item") if getattr(i, "text", None) is not None]
+        assert any(i.text == "".join(words) for i in items)
+        # The same provider process finished the turn.
+        assert alive(session.pid)
+        # The thread takes the next run on the reattached runtime.
+        rpc(state, "run.send", {"commandId": "c3", "threadId": thread_id, "text": "again"})
+        wait(lambda: [r.status for r in rows(state, "run")].count("completed") == 2, 30)
+        d2.proc.send_signal(signal.SIGTERM)
+        assert d2.proc.wait(timeout=30) == 0
+    # The daemon's exit left the runtime to its holder; stopping the agents is explicit.
+    assert alive(session.pid) and alive(session.holder.pid)
+    stopped = subprocess.run(
+        [sys.executable, "-m", "t3orch.cli.main", "stop-agents", "--state-dir", str(state)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert stopped.returncode == 0, stopped.stderr
+    assert "stopped 1 held runtime(s)" in stopped.stdout
+    # A final stop leaves nothing running: provider and holder are gone.
+    _, left = psutil.wait_procs(
+        [p for p in map(_proc, (session.pid, session.holder.pid)) if p is not None], timeout=10
+    )
+    assert not left
+    check = subprocess.run(
+        [sys.executable, "-m", "t3orch.cli.main", "check", "--state-dir", str(state)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def _proc(pid: int) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
+
+
+def _start_streaming(state: Path, tmp: Path) -> tuple[str, Any]:
+    created = rpc(
+        state, "thread.create", {"commandId": "c1", "provider": "standin", "cwd": str(tmp)}
+    )
+    thread_id = created["result"]["threadId"]
+    rpc(state, "run.send", {"commandId": "c2", "threadId": thread_id, "text": "hi"})
+    wait(lambda: len(events(state, "turn_item.delta")) >= 2, 30)
+    (session,) = [s for s in rows(state, "provider_session") if s.status != "stopped"]
+    assert session.holder is not None and session.pid is not None
+    return thread_id, session
+
+
+def _settled_then_works_again(state: Path, cfg: Path, thread_id: str, holder_id: str) -> None:
+    with serve(state, cfg, keep_holders=True) as d:
+        d.wait_notify("READY=1")
+        # Its journal was read and its runtime settled: the holder's directory is gone.
+        assert not (state / "held" / holder_id).exists()
+        # The holder is gone: its runtime is settled as before holders existed.
+        (run,) = rows(state, "run")
+        assert (run.status, run.last_error) == ("interrupted", "daemon_restart")
+        assert all(s.status == "stopped" for s in rows(state, "provider_session"))
+        rpc(state, "run.send", {"commandId": "c3", "threadId": thread_id, "text": "again"})
+        wait(lambda: [r.status for r in rows(state, "run")].count("completed") == 1, 30)
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.proc.wait(timeout=30) == 0
+    subprocess.run(
+        [sys.executable, "-m", "t3orch.cli.main", "stop-agents", "--state-dir", str(state)],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def test_a_holder_whose_daemon_never_returns_stops_its_provider_after_the_grace(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    cfg = config(tmp_path, long_reply(tmp_path, [f"w{i} " for i in range(200)]), grace_s=1)
+    with serve(state, cfg, keep_holders=True) as d:
+        d.wait_notify("READY=1")
+        thread_id, session = _start_streaming(state, tmp_path)
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(timeout=10)
+    killed = time.monotonic()
+    procs = [p for p in map(_proc, (session.pid, session.holder.pid)) if p is not None]
+    _, left = psutil.wait_procs(procs, timeout=15)
+    assert not left
+    # Not before its grace (1 s), and well before the reply would have ended (8 s).
+    assert 0.9 <= time.monotonic() - killed < 7
+    _settled_then_works_again(state, cfg, thread_id, session.holder.holder_id)
+
+
+def test_a_holder_killed_while_its_daemon_is_down_is_settled_by_the_next_start(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    cfg = config(tmp_path, long_reply(tmp_path, [f"w{i} " for i in range(200)]))
+    with serve(state, cfg, keep_holders=True) as d:
+        d.wait_notify("READY=1")
+        thread_id, session = _start_streaming(state, tmp_path)
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(timeout=10)
+    os.kill(session.holder.pid, signal.SIGKILL)
+    # Its provider dies with it (the parent-death signal).
+    procs = [p for p in map(_proc, (session.pid, session.holder.pid)) if p is not None]
+    _, left = psutil.wait_procs(procs, timeout=10)
+    assert not left
+    _settled_then_works_again(state, cfg, thread_id, session.holder.holder_id)
+
+
+def test_fifty_random_daemon_sigkills_lose_nothing_double_nothing_leave_nothing(
+    tmp_path: Path,
+) -> None:
+    """Several sessions streaming; the daemon SIGKILLed 50 times at random points."""
+    rng = random.Random(20)
+    state = tmp_path / "state"
+    words = [f"w{i} " for i in range(50)]
+    cfg = config(tmp_path, long_reply(tmp_path, words, every_ms=25))
+    threads, runs = 3, 3
+    started = time.monotonic()
+    with serve(state, cfg, keep_holders=True) as d:
+        d.wait_notify("READY=1")
+        tids = []
+        for t in range(threads):
+            created = rpc(
+                state, "thread.create", {"commandId": f"t{t}", "provider": "standin", "cwd": "/tmp"}
+            )
+            tids.append(created["result"]["threadId"])
+        for r in range(runs):
+            for t, tid in enumerate(tids):
+                rpc(state, "run.send", {"commandId": f"r{t}.{r}", "threadId": tid, "text": "go"})
+        # Every session streaming under its holder; from here on the kills land anywhere.
+        wait(
+            lambda: len([s for s in rows(state, "provider_session") if s.holder]) == threads,
+            30,
+        )
+        wait(lambda: len(events(state, "turn_item.delta")) >= threads, 30)
+        time.sleep(rng.uniform(0, 0.4))
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(timeout=10)
+    for _ in range(49):
+        with serve(state, cfg, keep_holders=True) as d:
+            d.wait_notify("READY=1")
+            time.sleep(rng.uniform(0, 0.3))
+            d.proc.send_signal(signal.SIGKILL)
+            d.proc.wait(timeout=10)
+    with serve(state, cfg, keep_holders=True) as d:
+        d.wait_notify("READY=1")
+        wait(lambda: all(r.status == "completed" for r in rows(state, "run")), 60)
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.proc.wait(timeout=30) == 0
+    print(f"50 SIGKILLs and the final run in {time.monotonic() - started:.1f}s")
+    all_runs = rows(state, "run")
+    assert len(all_runs) == threads * runs
+    # Every reply in the log exactly once: each item's deltas are its words, in order.
+    by_item: dict[str, str] = {}
+    for e in events(state, "turn_item.delta"):
+        by_item[e.payload.item_id] = by_item.get(e.payload.item_id, "") + e.payload.text
+    assert len(by_item) == threads * runs
+    assert set(by_item.values()) == {"".join(words)}, by_item
+    sessions = [s for s in rows(state, "provider_session") if s.holder is not None]
+    cli(state, "stop-agents")
+    procs = [p for s in sessions for p in map(_proc, (s.pid, s.holder.pid)) if p is not None]
+    _, left = psutil.wait_procs(procs, timeout=15)
+    assert not left, left
+    assert cli(state, "held") == "no held runtimes\n"
+    cli(state, "check")
+
+
+APPROVAL = REPO / "tests" / "supervisor" / "transcripts" / "codex_approval_pending.ndjson"
+
+
+def test_an_approval_pending_across_a_daemon_sigkill_is_answered_after_it(
+    tmp_path: Path,
+) -> None:
+    """The provider still waits on the same request id: the answer after the restart
+    reaches it, and its turn completes (the stand-in plays Codex asking, then going on)."""
+    state = tmp_path / "state"
+    cfg = config(tmp_path, APPROVAL)
+    with serve(state, cfg, keep_holders=True) as d:
+        d.wait_notify("READY=1")
+        created = rpc(
+            state, "thread.create", {"commandId": "c1", "provider": "standin", "cwd": "/tmp"}
+        )
+        tid = created["result"]["threadId"]
+        rpc(state, "run.send", {"commandId": "c2", "threadId": tid, "text": "touch it"})
+        (request,) = wait(
+            lambda: [r for r in rows(state, "runtime_request") if r.status == "pending"], 30
+        )
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(timeout=10)
+    with serve(state, cfg, keep_holders=True) as d2:
+        d2.wait_notify("READY=1")
+        (still,) = [r for r in rows(state, "runtime_request") if r.id == request.id]
+        assert still.status == "pending"
+        assert rows(state, "run")[0].status in ("running", "waiting")
+        rpc(
+            state,
+            "request.respond",
+            {"commandId": "c3", "requestId": request.id, "decision": "accept"},
+        )
+        wait(lambda: rows(state, "run")[0].status == "completed", 30)
+        (answered,) = [r for r in rows(state, "runtime_request") if r.id == request.id]
+        assert (answered.status, answered.decision) == ("resolved", "accept")
+        d2.proc.send_signal(signal.SIGTERM)
+        assert d2.proc.wait(timeout=30) == 0
+    cli(state, "stop-agents")
+    cli(state, "check")
