@@ -59,12 +59,14 @@ def holder_alive(paths: HeldPaths, pid: int, started_at: float) -> HolderState |
     return state
 
 
-def find_held(reader: ReadModel, state_dir: Path) -> list[Reattach]:
-    """Every live session of the log whose holder still runs."""
+def find_held(reader: ReadModel, state_dir: Path, daemon_id: str | None = None) -> list[Reattach]:
+    """Every live session of the log whose holder still runs (in a fleet, of this
+    daemon's sessions only: another daemon's holders are on its own machine)."""
     out = []
     root = held_root(state_dir)
     for s in reader.select_by_status(ProviderSession, _LIVE_SESSION):
-        if s.holder is None:
+        theirs = daemon_id is not None and s.owner_daemon_id not in (None, daemon_id)
+        if s.holder is None or theirs:
             continue
         paths = HeldPaths(root / s.holder.holder_id)
         state = holder_alive(paths, s.holder.pid, s.holder.started_at)

@@ -237,7 +237,7 @@ async def run_daemon(
                 await membership.check_alone(state_dir)
             notifier.status("settling the previous run")
             # Runtimes whose holders outlived the previous daemon are picked up, not settled.
-            held = find_held(core.reader, state_dir)
+            held = find_held(core.reader, state_dir, core.service.daemon_id)
             reconciled = await settle_previous_run(
                 core.service, core.reader, me=owner, state_dir=state_dir, held=held
             )

@@ -34,8 +34,11 @@ _SLOW = ["--slow-ms", "400"]
 def _config(tmp: Path, host: str, url: str) -> Path:
     cmd = [sys.executable, "-m", "adapters.standin", *_SLOW]
     path = tmp / f"{host}.toml"
+    # No holders: what a returning daemon settles is what this test is about (with
+    # holders, B's restart would reattach its run instead: tests/daemon/test_live_restore.py).
     path.write_text(
         f'[daemon]\nhost_name = "{host}"\nheartbeat_s = 0.2\nheartbeat_timeout_s = 1.5\n'
+        "reattach_grace_s = 0\n"
         f'[store]\nurl = "{url}"\n'
         f"[providers.standin]\ncommand = {json.dumps(cmd)}\n"
     )
