@@ -238,6 +238,12 @@ class ChildProcess:
         text = bytes(self._stderr_tail) + redact_stderr(self._stderr_open_line).encode()
         return text[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
 
+    async def stderr_drained(self) -> None:
+        """Wait until stderr has been read to its end (after the exit: a provider that
+        fails at once writes why just before it), for at most a short grace."""
+        with trio.move_on_after(_STDERR_GRACE):
+            await self._stderr_done.wait()
+
     def tee_stderr(self, sink: Callable[[bytes], None]) -> None:
         """Hand ``sink`` what stderr held so far and every later chunk (a log file)."""
         if self._stderr_tail or self._stderr_open_line:
@@ -471,8 +477,7 @@ async def _supervise(
             task_status.started(child)
             status = await child._reap()
             # stderr normally ends with the group; never let it hold us up.
-            with trio.move_on_after(_STDERR_GRACE):
-                await child._stderr_done.wait()
+            await child.stderr_drained()
             nursery.cancel_scope.cancel()
         clean = True
         return status

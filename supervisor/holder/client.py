@@ -356,6 +356,10 @@ class HeldProcess:
         return text[-STDERR_TAIL_BYTES:]
 
     def tee_stderr(self, sink: Callable[[bytes], None]) -> None:
+        """Hand ``sink`` what stderr held so far and every later chunk (as a child does:
+        what the provider wrote before the daemon's log file was set up is in it too)."""
+        if self._stderr_tail:
+            sink(bytes(self._stderr_tail))
         self._stderr_tees.append(sink)
 
     async def kill(self) -> None:

@@ -135,6 +135,8 @@ class Holder:
             self._append_lines(lines)
         self.append(Kind.EOF)
         status = await child.wait()
+        # Every stderr byte is journaled before the exit: the daemon reads why from it.
+        await child.stderr_drained()
         self.flush_stderr()
         # A stop's rung is journaled before the exit it caused.
         await self._stage_noted.wait()

@@ -91,8 +91,11 @@ def files_holding(root: Path, needle: str) -> list[Path]:
 
 def failing_script(tmp: Path) -> Path:
     script = tmp / "fake-codex"
+    # It fails on the first frame it reads (the daemon's initialize), so that frame is
+    # in the session's raw log however fast the provider dies.
     script.write_text(
         "#!/bin/sh\n"
+        "read -r first\n"
         f'echo "{FATAL}" >&2\n'
         f'echo "export OPENAI_API_KEY={CANARY}" >&2\n'
         f'echo "Authorization: Bearer {CANARY}" >&2\n'
