@@ -45,6 +45,7 @@ from supervisor.launcher import (
 )
 from supervisor.leftovers import process_clock, stop_turn_leftovers
 from supervisor.reattach import Reattach
+from supervisor.shared_codex import SharedChild
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.queue import EventQueue
@@ -854,10 +855,13 @@ class SessionRunner:
             await self._stream.done.wait()
 
     def describe(self) -> dict[str, Any]:
+        child = self.launcher.current if self.launcher else None
         return {
             "threadId": self.thread_id,
             "provider": self.provider,
             "providerSessionId": self.session_id,
             "busy": self.busy,
             "pid": self.runtime.pid if self.runtime else None,
+            # The shared codex process it is on (issue 21), else its own.
+            "process": child.process_name if isinstance(child, SharedChild) else None,
         }

@@ -232,6 +232,11 @@ async def run_daemon(
                 delta_handoff_limit=d.max_delta_handoff_chars,
                 stall_after_s=d.stall_warning_s,
                 stall_timeout_s=d.stall_timeout_s or None,
+                # A shared process is not held yet (docs/decisions.md, issue 21): while
+                # live restore holds each runtime, Codex threads keep a process each.
+                codex_threads_per_process=(
+                    config.providers.codex.max_threads_per_process if d.reattach_grace_s == 0 else 1
+                ),
                 launcher_factory=(
                     holder_launchers(held_root(state_dir), d.reattach_grace_s, owner_token())
                     if d.reattach_grace_s > 0
