@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 import attrs
@@ -22,6 +23,7 @@ from adapters.errors import AdapterError, NotSupported, StaleRequest
 from adapters.protocol import ProviderAdapter, RequestAnswer
 from supervisor.checkpointing import Checkpointer
 from supervisor.holder.client import ReattachLauncher, stop_holder
+from supervisor.holder.layout import describe_held
 from supervisor.launcher import LauncherFactory
 from supervisor.providers import ProviderSettings, adapter_for, runtime_config
 from supervisor.reattach import Reattach
@@ -106,6 +108,8 @@ class SessionManager:
     codex_threads_per_process: int = 1
     #: The shared Codex processes (while the manager runs, when sharing is on).
     codex_pool: SharedCodexPool | None = None
+    #: The state dir whose holders ``status`` lists (None: no holders).
+    state_dir: Path | None = None
     #: ``daemon.max_delta_handoff_chars``: past it a return gets a fresh provider thread.
     delta_handoff_limit: int | None = None
     started_at: float = 0.0
@@ -333,6 +337,8 @@ class SessionManager:
             "sharedProcesses": [] if self.codex_pool is None else self.codex_pool.describe(),
             # What ``--version`` said of each binary (the daemon probes them once at start).
             "providers": [describe(kind, s.command) for kind, s in self.providers.items()],
+            # Runtimes whose providers outlive the daemon (issue 20), and their grace.
+            "held": describe_held(self.state_dir) if self.state_dir is not None else [],
         }
 
     # -- dispatch ------------------------------------------------------------------

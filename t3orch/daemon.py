@@ -27,7 +27,7 @@ from adapters.diagnostics import RotatingRawLog
 from adapters.ownership import this_process
 from adapters.protocol import RawFrameSink
 from supervisor.holder.client import holder_launchers, stop_all_holders
-from supervisor.holder.layout import held_root
+from supervisor.holder.layout import describe_held, held_root
 from supervisor.manager import ReaperPolicy, RestartPolicy, SessionManager
 from supervisor.providers import STANDIN_TRANSCRIPT, ProviderSettings
 from supervisor.reattach import find_held, held_of
@@ -237,6 +237,7 @@ async def run_daemon(
                 codex_threads_per_process=(
                     config.providers.codex.max_threads_per_process if d.reattach_grace_s == 0 else 1
                 ),
+                state_dir=state_dir,
                 launcher_factory=(
                     holder_launchers(held_root(state_dir), d.reattach_grace_s, owner_token())
                     if d.reattach_grace_s > 0
@@ -373,3 +374,8 @@ def stop_agents(state_dir: Path, within: float = 20.0) -> tuple[list[int], list[
         alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         time.sleep(0.05)
     return stopped, [p.pid for p in alive]
+
+
+def held_runtimes(state_dir: Path) -> list[dict[str, object]]:
+    """``t3orch held``: what holders keep for ``state_dir`` (no daemon needed)."""
+    return describe_held(state_dir)

@@ -48,6 +48,8 @@ class HolderState(msgspec.Struct, rename="camel"):
     spawn_id: str
     owner: str
     grace_s: float
+    #: Since when no daemon is attached (wall clock), None while one is.
+    alone_since: float | None = None
 
 
 @attrs.frozen
@@ -123,3 +125,39 @@ def socket_address(path: Path) -> Iterator[str]:
         yield f"/proc/self/fd/{fd}/{path.name}"
     finally:
         os.close(fd)
+
+
+def describe_held(state_dir: Path) -> list[dict[str, object]]:
+    """The live holders of ``state_dir``: ids, pids, attached or how long their grace has
+    left (``t3orch status``, ``t3orch held``). Read from their files, no daemon needed."""
+    import time
+
+    import psutil
+
+    out: list[dict[str, object]] = []
+    for paths in held_dirs(state_dir):
+        state = paths.read_state()
+        if state is None:
+            continue
+        try:
+            proc = psutil.Process(state.holder_pid)
+            if abs(proc.create_time() - state.holder_started_at) > 0.05:
+                continue
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except psutil.Error:
+            continue
+        left = None
+        if state.alone_since is not None:
+            left = max(0.0, state.grace_s - (time.time() - state.alone_since))
+        out.append(
+            {
+                "holderId": state.holder_id,
+                "holderPid": state.holder_pid,
+                "providerPid": state.provider_pid,
+                "attached": state.alone_since is None,
+                "graceS": state.grace_s,
+                "graceLeftS": None if left is None else round(left, 1),
+            }
+        )
+    return out

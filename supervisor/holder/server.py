@@ -24,6 +24,7 @@ import os
 import signal
 import socket
 import struct
+import time
 from typing import BinaryIO
 
 import msgspec
@@ -185,6 +186,12 @@ class Holder:
     def _changed(self) -> None:
         self._presence.set()
         self._presence = trio.Event()
+        if self.state is not None:
+            # What `t3orch status` shows: attached, or alone since when (its grace runs).
+            alone = None if self._client is not None else time.time()
+            self.state = msgspec.structs.replace(self.state, alone_since=alone)
+            with contextlib.suppress(OSError):
+                write_private(self.paths.state, msgspec.json.encode(self.state))
 
     # -- the daemon ----------------------------------------------------------------
 
@@ -345,6 +352,7 @@ async def hold(paths: HeldPaths, spec: HeldSpec, ready_fd: int) -> int:
                 spawn_id=child.spawn_id or "",
                 owner=spec.owner,
                 grace_s=spec.grace_s,
+                alone_since=time.time(),
             )
             write_private(paths.state, msgspec.json.encode(holder.state))
             nursery.start_soon(holder.pump_stdout, child)

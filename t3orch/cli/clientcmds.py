@@ -182,9 +182,20 @@ async def cmd_status(client: ApiClient, args: argparse.Namespace) -> int:
     found = st.get("providers")
     if found is not None:
         print(f"providers  {', '.join(_provider_version(p) for p in found) or 'none'}")
+    for line in held_lines(st.get("held") or []):
+        print(f"held       {line}")
     threadcmds.print_usage_summary(st.get("usage"))
     _version_warnings(st)
     return 0
+
+
+def held_lines(held: list[dict[str, Any]]) -> list[str]:
+    """One line per runtime a holder keeps (issue 20): attached, or its grace left."""
+    return [
+        f"holder {h['holderId']} (pid {h['holderPid']}), provider pid {h['providerPid']}: "
+        + ("attached" if h["attached"] else f"no daemon, {h['graceLeftS']:.0f} s of grace left")
+        for h in held
+    ]
 
 
 def _provider_version(p: dict[str, Any]) -> str:

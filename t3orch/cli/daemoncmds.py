@@ -46,6 +46,26 @@ def cmd_stop_agents(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_held(args: argparse.Namespace) -> int:
+    """The runtimes holders keep for the state dir, with or without a daemon."""
+    import json
+
+    from t3orch.cli.clientcmds import held_lines
+    from t3orch.daemon import held_runtimes
+
+    config = load_config(args.config)
+    state_dir = resolve_state_dir(
+        args.state_dir or (str(config.daemon.state_dir) if config.daemon.state_dir else None)
+    )
+    held = held_runtimes(state_dir)
+    if args.json:
+        print(json.dumps(held))
+    else:
+        for line in held_lines(held) or ["no held runtimes"]:
+            print(line)
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     """Run an adapter over a recorded transcript; print its canonical events as JSON lines."""
     import sys

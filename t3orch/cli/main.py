@@ -75,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(handler=daemoncmds.cmd_stop_agents)
 
+    p = sub.add_parser(
+        "held", help="list the runtimes holders keep for this state dir, and their grace left"
+    )
+    _common(p)
+    p.set_defaults(handler=daemoncmds.cmd_held)
+
     p = sub.add_parser("replay", help="run an adapter over a transcript; canonical events as JSONL")
     _common(p)
     p.add_argument("--provider", required=True, choices=["codex", "claude"])

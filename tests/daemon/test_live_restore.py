@@ -82,6 +82,18 @@ def wait(predicate: Any, within: float) -> Any:
     raise AssertionError(f"condition not met within {within}s")
 
 
+def cli(state: Path, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "t3orch.cli.main", *args, "--state-dir", str(state)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -118,6 +130,10 @@ def test_a_daemon_restart_mid_stream_is_reattached_and_every_delta_lands_once(
         (run,) = rows(state, "run")
         assert run.status == "running"
         assert all(s.status != "stopped" for s in rows(state, "provider_session"))
+        # Without a daemon, `t3orch held` says what is held and how long it has left.
+        (held,) = json.loads(cli(state, "held", "--json"))
+        assert (held["holderPid"], held["providerPid"]) == (session.holder.pid, session.pid)
+        assert not held["attached"] and 0 < held["graceLeftS"] <= 30
     with serve(state, cfg, keep_holders=True) as d2:
         d2.wait_notify("READY=1")
         # By READY the run was not settled: it goes on.
@@ -126,6 +142,9 @@ def test_a_daemon_restart_mid_stream_is_reattached_and_every_delta_lands_once(
         assert [e.payload.counts.get("held_sessions") for e in events(state, "runtime.reconciled")][
             -1
         ] == 1
+        # `t3orch status` lists it, attached again.
+        (held,) = json.loads(cli(state, "status", "--json"))["held"]
+        assert held["attached"] and held["providerPid"] == session.pid
         wait(lambda: rows(state, "run")[0].status == "completed", 30)
         deltas = [e.payload.text for e in events(state, "turn_item.delta")]
         assert "".join(deltas) == "".join(words), deltas
