@@ -337,12 +337,16 @@ class CodexMultiplexer:
         """Read the real process and route its lines until it ends; then end every member."""
         task_status.started()
         read = line_reads(self.process)
+        eof = False
         try:
             while lines := await read():
                 for line in lines:
                     self._route(line)
+            eof = True
         finally:
             with trio.CancelScope(shield=True):
+                if not eof:
+                    await self.process.kill()  # the pool is going: so is the process
                 status: ExitStatus | None = None
                 with trio.move_on_after(5):
                     status = await self.process.wait()
