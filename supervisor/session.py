@@ -764,10 +764,13 @@ class SessionRunner:
         if rt is None or rt.pid is None or since is None or tasks is None:
             return
         pid, until = rt.pid, process_clock()
+        child = self.launcher.current if self.launcher else None
+        shared = isinstance(child, SharedChild) and child.threads_on_process > 1
+        within = self.config.cwd if shared else None
 
         async def stop() -> None:
             try:
-                left = await stop_turn_leftovers(pid, since, until)
+                left = await stop_turn_leftovers(pid, since, until, within=within)
                 message = left.describe(run_id)
                 if message is not None:
                     log.warning("%s", message)
