@@ -106,6 +106,9 @@ class SessionManager:
     #: ``providers.codex.max_threads_per_process``: above 1, Codex threads with
     #: compatible settings share ``codex app-server`` processes (supervisor/shared_codex.py).
     codex_threads_per_process: int = 1
+    #: The provider kinds whose runtimes share processes: Codex's, and the stand-in's in
+    #: tests that launch it with ``--threads`` (it then hosts many threads the same way).
+    shared_kinds: frozenset[str] = frozenset({"codex"})
     #: The shared Codex processes (while the manager runs, when sharing is on).
     codex_pool: SharedCodexPool | None = None
     #: The state dir whose holders ``status`` lists (None: no holders).
@@ -619,7 +622,7 @@ class SessionManager:
         runner.recover_runs = self.recover_runs
         runner.delta_handoff_limit = self.delta_handoff_limit
         runner.launcher_factory = self.launcher_factory
-        if kind == "codex" and self.codex_pool is not None and held is None:
+        if kind in self.shared_kinds and self.codex_pool is not None and held is None:
             runner.launcher_factory = self.codex_pool.launcher
         if held is not None:
             runner.reattach = held
