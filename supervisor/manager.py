@@ -583,6 +583,13 @@ class SessionManager:
         """
         runner = await self._open_runner(held.thread_id, None, held)
         assert self._nursery is not None
+        if held.unsent and held.turn is not None:
+            run = self.reader.get(Run, held.turn.run_id)
+            if run is not None:
+                log.info(
+                    "thread %s: sending run %s, begun before the restart", held.thread_id, run.id
+                )
+                await runner.start_turn(run.id, self._user_text(run), turn=held.turn)
 
         async def then_dispatch() -> None:
             await runner.wait_turn()

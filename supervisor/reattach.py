@@ -10,12 +10,14 @@ binding, its active turn and its committed journal offset, all from the log.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import attrs
 
 from adapters.ownership import OwnerMark
 from supervisor.holder.layout import HeldPaths, HolderState, held_root
+from supervisor.holder.wire import Kind, iter_file
 from t3orch.commands.reconcile import Held
 from t3orch.domain.provider import JournalCommitted, ProviderSession, ProviderThread, ProviderTurn
 from t3orch.domain.run import RunAttempt
@@ -42,6 +44,9 @@ class Reattach:
     state: HolderState
     #: The journal offset the log holds everything up to.
     committed: int
+    #: The active turn was begun in the log but its input never reached the provider
+    #: (the daemon died in between): the reattached runner sends it.
+    unsent: bool = False
 
 
 def holder_alive(paths: HeldPaths, pid: int, started_at: float) -> HolderState | None:
@@ -76,6 +81,7 @@ def find_held(reader: ReadModel, state_dir: Path) -> list[Reattach]:
         pt = max(threads, key=lambda p: p.last_run_ordinal or 0)
         assert pt.app_thread_id is not None
         turn, native_turn = _active_turn(reader, pt.id)
+        unsent = turn is not None and native_turn is None and not _turn_sent(paths)
         committed = reader.get(JournalCommitted, s.id)
         out.append(
             Reattach(
@@ -97,9 +103,22 @@ def find_held(reader: ReadModel, state_dir: Path) -> list[Reattach]:
                     if committed is not None and committed.holder_id == s.holder.holder_id
                     else 0
                 ),
+                unsent=unsent,
             )
         )
     return out
+
+
+def _turn_sent(paths: HeldPaths) -> bool:
+    """Whether the journal's last turn request came after the last turn's end: a turn
+    started in the log whose request the provider never got has neither."""
+    last_start = last_end = 0
+    for _, record in iter_file(os.fspath(paths.journal)):
+        if record.kind is Kind.IN and b'"turn/start"' in record.payload:
+            last_start = record.offset
+        elif record.kind is Kind.OUT and b'"turn/completed"' in record.payload:
+            last_end = record.offset
+    return last_start > last_end
 
 
 def _active_turn(

@@ -27,7 +27,8 @@ from adapters.diagnostics import RotatingRawLog
 from adapters.ownership import this_process
 from adapters.protocol import RawFrameSink
 from supervisor.holder.client import holder_launchers, stop_all_holders
-from supervisor.holder.layout import describe_held, held_root
+from supervisor.holder.layout import describe_held, held_dirs, held_root
+from supervisor.holder.wire import Kind, iter_file
 from supervisor.manager import ReaperPolicy, RestartPolicy, SessionManager
 from supervisor.providers import STANDIN_TRANSCRIPT, ProviderSettings
 from supervisor.reattach import find_held, held_of
@@ -379,3 +380,16 @@ def stop_agents(state_dir: Path, within: float = 20.0) -> tuple[list[int], list[
 def held_runtimes(state_dir: Path) -> list[dict[str, object]]:
     """``t3orch held``: what holders keep for ``state_dir`` (no daemon needed)."""
     return describe_held(state_dir)
+
+
+def journal_coverage(state_dir: Path, committed: dict[str, int]) -> tuple[int, int]:
+    """The provider frames the holders of ``state_dir`` journaled, and how many of them
+    lie at or below the offset the log committed for their holder (``committed``)."""
+    journaled = covered = 0
+    for paths in held_dirs(state_dir):
+        with contextlib.suppress(OSError):
+            for _, record in iter_file(os.fspath(paths.journal)):
+                if record.kind is Kind.OUT:
+                    journaled += 1
+                    covered += record.offset <= committed.get(paths.holder_id, 0)
+    return journaled, covered

@@ -202,11 +202,13 @@ class Holder:
                 nursery.start_soon(self._serve_client, stream)
 
     async def _serve_client(self, stream: trio.SocketStream) -> None:
+        # A daemon SIGKILLed mid-write resets the connection: that ends this client only,
+        # never the holder (the errors come grouped from the sender/receiver nursery).
         try:
             async with stream:
                 await self._attach(stream)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError, OSError) as exc:
-            log.info("daemon connection ended: %s", exc)
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError, OSError) as exc:
+            log.info("daemon connection ended: %s", exc.exceptions[0])
 
     async def _attach(self, stream: trio.SocketStream) -> None:
         reader = RecordReader(stream)

@@ -11,6 +11,10 @@ thread again, and processes left behind (must be 0).
   again; what the provider started (its group, escaped helpers) must be gone.
 * ``reap-resume`` — let the idle reaper release the runtime, then resume it; a
   canary fact told before the reap must reach the model after.
+* ``live-restore`` — a streaming turn (and, on Codex, a pending approval) across a daemon
+  restart (SIGTERM; SIGKILL with ``--kill``): the runtime is held, the next daemon
+  reattaches, the turn completes with every delta once, the approval is answered after the
+  restart and its command runs; nothing is left after ``stop-agents`` (issue 20).
 * ``hang`` — SIGSTOP the provider mid-turn: the stall is reported, the run ends
   ``failed`` naming the stall and the runtime is killed, and the thread works
   again. Then a stand-in that closes its stdout mid-turn but keeps running: a
@@ -46,7 +50,9 @@ from t3orch.daemon import Daemon, run_daemon
 from t3orch.state import prepare_state_dir
 from t3orch.store.open import open_reader
 
-DRILLS = ("provider-crash", "daemon-crash", "reap-resume", "hang")
+DRILLS = ("provider-crash", "daemon-crash", "reap-resume", "hang", "live-restore")
+#: The stand-in's echo transcript, whose reply the live-restore drill streams slowly.
+ECHO_TRANSCRIPT = Path(__file__).resolve().parents[2] / "fixtures" / "standin" / "codex_echo.ndjson"
 SLOW = {"codex": "SLOW", "claude": "SLOW", "standin": "a slow turn"}
 STANDIN_SLOW = [sys.executable, "-m", "adapters.standin", "--slow-ms", "400"]
 #: The stand-in's default transcript writes 5 frames before its first turn and 15 per
@@ -456,6 +462,155 @@ def _daemon_crash(kind: str, config: Config, state: Path, work: Path, tmp: Path)
     return v
 
 
+def long_reply(tmp: Path, words: list[str], every_ms: float = 40.0) -> Path:
+    """The stand-in's echo transcript with its reply streamed as ``words``, one delta each."""
+    out = []
+    text = "".join(words)
+    deltas_done = False
+    for line in ECHO_TRANSCRIPT.read_text().splitlines():
+        step = json.loads(line)
+        frame = step.get("frame") or {}
+        if frame.get("method") == "item/agentMessage/delta":
+            if not deltas_done:
+                deltas_done = True
+                for word in words:
+                    delta = json.loads(line)
+                    delta["afterMs"] = every_ms
+                    delta["frame"]["params"]["delta"] = word
+                    out.append(json.dumps(delta))
+            continue
+        out.append(line.replace('"text":"ack: hello"', f'"text":{json.dumps(text)}'))
+    path = tmp / "long_reply.ndjson"
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+def _journal_coverage(state: Path) -> tuple[int, int]:
+    """(frames the holders journaled, frames of them the log has committed)."""
+    from t3orch.daemon import journal_coverage
+
+    committed = {j.holder_id: j.offset for j in _store_rows(state, "journal")}
+    return journal_coverage(state, committed)
+
+
+def _live_restore(
+    kind: str, config: Config, state: Path, work: Path, tmp: Path, *, kill: bool
+) -> Verdict:
+    from t3orch.daemon import stop_agents
+
+    how = "SIGKILL" if kill else "SIGTERM"
+    v = Verdict("live-restore", kind)
+    v.notes.append(f"the daemon is restarted by {how} mid-stream")
+    if kind == "claude":
+        v.checks["the provider's runtimes are held (Claude's are not yet)"] = False
+        return v
+    config_path = tmp / "t3orch.toml"
+    if kind == "standin":
+        words = [f"word{i} " for i in range(80)]
+        transcript = long_reply(tmp, words)
+        prompt, expected = "hello", "".join(words)
+        standin = [sys.executable, "-m", "adapters.standin"]
+        toml = config_toml(config, standin_command=standin)
+        toml += f"transcript = {json.dumps(str(transcript))}\n"
+    else:
+        prompt, expected = "DAWDLE", "dawdled: done"
+        toml = config_toml(config)
+    config_path.write_text("[daemon]\nreattach_grace_s = 120\n" + toml)
+    notify = tmp / "notify.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(notify))
+    procs: list[subprocess.Popen[bytes]] = []
+    made = work / "approved-after-restart.txt"
+    held_pids: list[int] = []
+    try:
+        proc = _serve(state, config_path, notify)
+        procs.append(proc)
+        _wait_ready(listener, proc)
+
+        def thread(command_id: str) -> str:
+            params = {"commandId": command_id, "provider": kind, "cwd": str(work)}
+            return str(_rpc(state, "thread.create", params)["result"]["threadId"])
+
+        streaming = thread("l1")
+        asking = thread("l2") if kind == "codex" else None
+        if asking is not None:
+            text = f"RUN_SHELL: ESCALATE touch {made}"
+            _rpc(state, "run.send", {"commandId": "l3", "threadId": asking, "text": text})
+            _wait(
+                lambda: [r for r in _store_rows(state, "runtime_request") if r.status == "pending"],
+                60,
+            )
+        _rpc(state, "run.send", {"commandId": "l4", "threadId": streaming, "text": prompt})
+        _wait(lambda: any(e.type == "turn_item.delta" for e in _events(state)), 60)
+        sessions = [s for s in _store_rows(state, "provider_session") if s.holder is not None]
+        held_pids = [p for s in sessions for p in (s.pid, s.holder.pid) if p]
+        proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        proc.wait(timeout=60)
+        v.checks["the providers outlived the daemon under their holders"] = bool(sessions) and (
+            _orphans(held_pids) == len(held_pids)
+        )
+        t0 = time.monotonic()
+        proc2 = _serve(state, config_path, notify)
+        procs.append(proc2)
+        ready_s = _wait_ready(listener, proc2)
+        v.detection_s = ready_s
+        v.notes.append(f"daemon start to reattached (READY): {ready_s:.3f}s")
+        if asking is not None:
+            (pending,) = [r for r in _store_rows(state, "runtime_request") if r.status == "pending"]
+            _rpc(
+                state,
+                "request.respond",
+                {"commandId": "l5", "requestId": pending.id, "decision": "accept"},
+            )
+        _wait(lambda: all(r.status == "completed" for r in _store_rows(state, "run")), 90)
+        v.live_again_s = time.monotonic() - t0
+        v.checks["turn completed"] = True
+        deltas = "".join(
+            e.payload.text
+            for e in _events(state)
+            if e.type == "turn_item.delta" and e.thread_id == streaming
+        )
+        missing = max(0, len(expected) - len(deltas))
+        v.checks["duplicate or missing deltas: 0 (the text equals the model's, each word once)"] = (
+            deltas == expected
+        )
+        v.notes.append(
+            f"streamed text: {len(deltas)} of {len(expected)} characters ({missing} missing)"
+        )
+        if asking is not None:
+            v.checks["approval answered after the restart, its command ran"] = made.exists()
+        time.sleep(0.5)  # the coalescer's window: the last offsets commit
+        journaled, covered = _journal_coverage(state)
+        v.notes.append(f"provider frames journaled {journaled}, ingested {covered}")
+        v.checks["provider frames journaled = ingested"] = journaled == covered and journaled > 0
+        before = _event_ids(state)
+        proc2.send_signal(signal.SIGTERM)
+        v.checks["graceful stop"] = proc2.wait(timeout=60) == 0
+        after = _event_ids(state)
+        v.lost_events = sum(1 for s, e in before.items() if after.get(s) != e)
+        descendants = _descendants(held_pids)
+        stopped, left = stop_agents(state)
+        v.notes.append(f"stop-agents stopped {len(stopped)} holder(s)")
+        v.orphans = _orphans(held_pids + descendants) + len(left)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+        listener.close()
+        stop_agents(state)
+    return v
+
+
+def _events(state: Path) -> list[Any]:
+    store = open_reader(state / "events.sqlite3")
+    try:
+        with store.snapshot():
+            return list(store.iter_events())
+    finally:
+        store.close()
+
+
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
@@ -474,7 +629,13 @@ def _print(v: Verdict, as_json: bool) -> None:
 
     print(f"drill {v.drill} ({v.provider}): {'PASS' if v.passed else 'FAIL'}")
     print(f"  committed events lost: {v.lost_events}")
-    print(f"  detection: {fmt(v.detection_s)}; live runtime again after: {fmt(v.live_again_s)}")
+    if v.drill == "live-restore":
+        print(
+            f"  daemon start to reattached: {fmt(v.detection_s)}; "
+            f"turn completed after: {fmt(v.live_again_s)}"
+        )
+    else:
+        print(f"  detection: {fmt(v.detection_s)}; live runtime again after: {fmt(v.live_again_s)}")
     print(f"  processes left behind: {v.orphans}")
     for check, ok in v.checks.items():
         print(f"  [{'ok' if ok else 'FAILED'}] {check}")
@@ -506,7 +667,9 @@ def cmd_drill(args: argparse.Namespace) -> int:
                         standin=attrs.evolve(config.providers.standin, command=STANDIN_SLOW),
                     ),
                 )
-            if args.name == "daemon-crash":
+            if args.name == "live-restore":
+                verdict = _live_restore(kind, config, state, work, root, kill=args.kill)
+            elif args.name == "daemon-crash":
                 verdict = _daemon_crash(kind, config, state, work, root)
             else:
                 prepare_state_dir(state, create=True)

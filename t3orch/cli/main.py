@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="default: codex if installed, else claude, else the stand-in",
     )
+    p.add_argument(
+        "--kill", action="store_true", help="live-restore: SIGKILL the daemon instead of SIGTERM"
+    )
     p.set_defaults(handler=drill.cmd_drill)
 
     p = sub.add_parser(

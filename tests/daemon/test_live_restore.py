@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -257,3 +258,62 @@ def test_a_holder_killed_while_its_daemon_is_down_is_settled_by_the_next_start(
     _, left = psutil.wait_procs(procs, timeout=10)
     assert not left
     _settled_then_works_again(state, cfg, thread_id)
+
+
+def test_fifty_random_daemon_sigkills_lose_nothing_double_nothing_leave_nothing(
+    tmp_path: Path,
+) -> None:
+    """Several sessions streaming; the daemon SIGKILLed 50 times at random points."""
+    rng = random.Random(20)
+    state = tmp_path / "state"
+    words = [f"w{i} " for i in range(50)]
+    cfg = config(tmp_path, long_reply(tmp_path, words, every_ms=25))
+    threads, runs = 3, 3
+    started = time.monotonic()
+    with serve(state, cfg, keep_holders=True) as d:
+        d.wait_notify("READY=1")
+        tids = []
+        for t in range(threads):
+            created = rpc(
+                state, "thread.create", {"commandId": f"t{t}", "provider": "standin", "cwd": "/tmp"}
+            )
+            tids.append(created["result"]["threadId"])
+        for r in range(runs):
+            for t, tid in enumerate(tids):
+                rpc(state, "run.send", {"commandId": f"r{t}.{r}", "threadId": tid, "text": "go"})
+        # Every session streaming under its holder; from here on the kills land anywhere.
+        wait(
+            lambda: len([s for s in rows(state, "provider_session") if s.holder]) == threads,
+            30,
+        )
+        wait(lambda: len(events(state, "turn_item.delta")) >= threads, 30)
+        time.sleep(rng.uniform(0, 0.4))
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(timeout=10)
+    for _ in range(49):
+        with serve(state, cfg, keep_holders=True) as d:
+            d.wait_notify("READY=1")
+            time.sleep(rng.uniform(0, 0.3))
+            d.proc.send_signal(signal.SIGKILL)
+            d.proc.wait(timeout=10)
+    with serve(state, cfg, keep_holders=True) as d:
+        d.wait_notify("READY=1")
+        wait(lambda: all(r.status == "completed" for r in rows(state, "run")), 60)
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.proc.wait(timeout=30) == 0
+    print(f"50 SIGKILLs and the final run in {time.monotonic() - started:.1f}s")
+    all_runs = rows(state, "run")
+    assert len(all_runs) == threads * runs
+    # Every reply in the log exactly once: each item's deltas are its words, in order.
+    by_item: dict[str, str] = {}
+    for e in events(state, "turn_item.delta"):
+        by_item[e.payload.item_id] = by_item.get(e.payload.item_id, "") + e.payload.text
+    assert len(by_item) == threads * runs
+    assert set(by_item.values()) == {"".join(words)}, by_item
+    sessions = [s for s in rows(state, "provider_session") if s.holder is not None]
+    cli(state, "stop-agents")
+    procs = [p for s in sessions for p in map(_proc, (s.pid, s.holder.pid)) if p is not None]
+    _, left = psutil.wait_procs(procs, timeout=15)
+    assert not left, left
+    assert cli(state, "held") == "no held runtimes\n"
+    cli(state, "check")

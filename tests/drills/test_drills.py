@@ -65,3 +65,48 @@ def test_codex_drills(name: str) -> None:
 def test_claude_drills(name: str) -> None:
     v = _drill(name, "claude")
     assert v["passed"], v
+
+
+@pytest.mark.parametrize(
+    "provider", ["standin", pytest.param("codex", marks=pytest.mark.real_codex)]
+)
+@pytest.mark.parametrize("kill", [False, True], ids=["sigterm", "sigkill"])
+def test_live_restore_drill(provider: str, kill: bool) -> None:
+    if not HAVE[provider]:
+        pytest.skip(f"the {provider} binary is not installed (./scripts/test installs it)")
+    args = [
+        "drill",
+        "live-restore",
+        "--provider",
+        provider,
+        "--json",
+        *(["--kill"] if kill else []),
+    ]
+    out = subprocess.run(
+        [sys.executable, "-m", "t3orch.cli.main", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    v = json.loads(out.stdout.strip().splitlines()[-1])
+    assert out.returncode == 0 and v["passed"], v
+    assert v["lostEvents"] == 0 and v["orphans"] == 0
+    checks = v["checks"]
+    assert checks["turn completed"] and checks["provider frames journaled = ingested"]
+    if provider == "codex":
+        assert checks["approval answered after the restart, its command ran"]
+
+
+def test_the_live_restore_drill_says_claude_is_not_held() -> None:
+    if not HAVE["claude"]:
+        pytest.skip("the claude binary is not installed (./scripts/test installs it)")
+    out = subprocess.run(
+        [sys.executable, "-m", "t3orch.cli.main", "drill", "live-restore", "--provider", "claude"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 1
+    assert "[FAILED] the provider's runtimes are held (Claude's are not yet)" in out.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import stat
 import sys
 import time
@@ -255,3 +256,36 @@ async def test_each_read_reports_the_offset_of_the_lines_handed_out_before_it(
         out = [o for k, o, _ in journal(paths) if k is Kind.OUT]
         assert set(reported) <= set(out)
         await held.kill()
+
+
+async def test_a_daemon_connection_reset_mid_stream_ends_that_connection_not_the_holder(
+    tmp_path: Path,
+) -> None:
+    paths = await start_holder(
+        tmp_path / "held", standin(), grace_s=30, owner=this_process().token()
+    )
+    state = paths.read_state()
+    assert state is not None
+    async with trio.open_nursery() as nursery:
+        held = await attach(paths, 0)
+        await nursery.start(held.serve)
+        await held.send_line(INITIALIZE)
+        await line_with_id(held, 1)
+        nursery.cancel_scope.cancel()
+    for _ in range(3):
+        # A SIGKILLed daemon: its unread bytes make the kernel reset the connection.
+        with socket_address(paths.socket) as address:
+            raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            raw.connect(address)
+        raw.send(encode_json(Kind.HELLO, Hello(version=1, after=0)) + b"\x11" * 13)
+        await trio.sleep(0.1)
+        raw.close()
+    await trio.sleep(0.3)
+    assert alive(state.holder_pid) and alive(state.provider_pid)
+    async with trio.open_nursery() as nursery:
+        again = await attach(paths, 0)
+        await nursery.start(again.serve)
+        await again.kill()
+        with trio.fail_after(10):
+            await again.wait()
+    await gone(state.holder_pid)
