@@ -129,15 +129,9 @@ class VirtualProcess:
         return lines
 
     async def _wait(self) -> None:
+        """Until a line arrives or the stream ends (:meth:`_end` sets it too)."""
         self._arrived = trio.Event()
-        async with trio.open_nursery() as nursery:
-
-            async def first(event: trio.Event) -> None:
-                await event.wait()
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(first, self._arrived)
-            nursery.start_soon(first, self._ended)
+        await self._arrived.wait()
 
     async def close_stdin(self) -> None:
         """The thread leaves the process (the process goes with its last thread)."""
@@ -169,6 +163,7 @@ class VirtualProcess:
             return
         self._status = status
         self._ended.set()
+        self._arrived.set()
 
 
 class CodexMultiplexer:

@@ -86,6 +86,15 @@ async def _opened(
     assert got[1] == {"id": 1, "result": {"thread": {"id": thread}}}
 
 
+async def _two_threads(
+    mux: CodexMultiplexer, proc: FakeProcess
+) -> tuple[VirtualProcess, VirtualProcess]:
+    a, b = mux.join(), mux.join()
+    await _opened(mux, proc, a, "thr-a")
+    await _opened(mux, proc, b, "thr-b")
+    return a, b
+
+
 @pytest.fixture
 async def shared(nursery: trio.Nursery) -> tuple[CodexMultiplexer, FakeProcess]:
     proc = FakeProcess()
@@ -98,9 +107,7 @@ async def test_request_ids_are_remapped_and_frames_routed_by_thread(
     shared: tuple[CodexMultiplexer, FakeProcess],
 ) -> None:
     mux, proc = shared
-    a, b = mux.join(), mux.join()
-    await _opened(mux, proc, a, "thr-a")
-    await _opened(mux, proc, b, "thr-b")
+    a, b = await _two_threads(mux, proc)
     # Both numbered their request 1: the process saw two ids.
     assert len({f["id"] for f in proc.sent}) == 2
     proc.emit({"method": "item/agentMessage/delta", "params": {"threadId": "thr-b", "delta": "B"}})
@@ -135,9 +142,7 @@ async def test_leaving_unsubscribes_and_the_last_leave_closes_the_process(
     shared: tuple[CodexMultiplexer, FakeProcess],
 ) -> None:
     mux, proc = shared
-    a, b = mux.join(), mux.join()
-    await _opened(mux, proc, a, "thr-a")
-    await _opened(mux, proc, b, "thr-b")
+    a, b = await _two_threads(mux, proc)
     await a.close_stdin()
     assert await a.receive_lines() == []
     assert await a.wait() == ExitStatus(code=0, signal=None)
@@ -170,9 +175,7 @@ async def test_threadless_frames_and_subagents(
     shared: tuple[CodexMultiplexer, FakeProcess],
 ) -> None:
     mux, proc = shared
-    a, b = mux.join(), mux.join()
-    await _opened(mux, proc, a, "thr-a")
-    await _opened(mux, proc, b, "thr-b")
+    a, b = await _two_threads(mux, proc)
     proc.emit({"method": "account/rateLimits/updated", "params": {"rateLimits": {}}})
     proc.emit({"id": 5, "method": "account/chatgptAuthTokens/refresh", "params": {}})
     child = {"id": "thr-c", "parentThreadId": "thr-b"}
