@@ -45,7 +45,7 @@ from supervisor.launcher import (
 )
 from supervisor.leftovers import process_clock, stop_turn_leftovers
 from supervisor.reattach import Reattach
-from supervisor.shared_codex import SharedChild
+from supervisor.shared_codex import SharedChild, SharedLauncher
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.queue import EventQueue
@@ -271,13 +271,15 @@ class SessionRunner:
         try:
             async with trio.open_nursery() as nursery:
                 self._tasks = nursery
-                self.launcher = _Announced(
+                inner = (
                     self.launcher_factory(self.provider, nursery)
                     if self.launcher_factory is not None
-                    else RecordingLauncher(nursery),
-                    self,
-                    raw,
+                    else RecordingLauncher(nursery)
                 )
+                if isinstance(inner, SharedLauncher) and isinstance(plan, ResumeThread):
+                    # A shared process that has the thread loaded must take it back.
+                    inner.affinity = plan.native_thread_ref
+                self.launcher = _Announced(inner, self, raw)
                 await nursery.start(stream.run, events)
                 if hasattr(raw, "on_failure"):
                     raw.on_failure = self._raw_log_failed(nursery, binding.provider_session_id)

@@ -90,9 +90,12 @@ class SharedLauncher:
     def __init__(self, pool: SharedCodexPool) -> None:
         self._pool = pool
         self._current: SharedChild | None = None
+        #: The native thread the runtime will resume (the session sets it): a process
+        #: that has it loaded already must take it back.
+        self.affinity: str | None = None
 
     async def launch(self, spec: LaunchSpec) -> VirtualProcess:
-        member, child = await self._pool.join(spec)
+        member, child = await self._pool.join(spec, self.affinity)
         self._current = SharedChild(member, child, self._pool)
         return member
 
@@ -129,9 +132,18 @@ class SharedCodexPool:
         if self._nursery is not None:
             self._nursery.start_soon(fn, *args)
 
-    async def join(self, spec: LaunchSpec) -> tuple[VirtualProcess, ChildProcess]:
+    async def join(
+        self, spec: LaunchSpec, affinity: str | None = None
+    ) -> tuple[VirtualProcess, ChildProcess]:
+        """A member for a launch: on the open process that has ``affinity`` (a native
+        thread) loaded even when full (it stays loaded there anyway), else on one with
+        room, else on a new process."""
         key = compatibility_key(spec)
         async with self._spawn_lock:
+            for mux, child in self.processes:
+                if affinity is not None and mux.key == key and mux.open and affinity in mux.loaded:
+                    self.joined += 1
+                    return mux.join(), child
             for mux, child in self.processes:
                 if mux.key == key and mux.open and len(mux.members) < self.max_threads:
                     self.joined += 1

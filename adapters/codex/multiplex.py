@@ -20,9 +20,10 @@ process:
 * **``initialize``** is sent once per process; a later member's is answered from
   the first reply, and its ``initialized`` is not repeated;
 * **leaving** (``close_stdin``): the thread is unsubscribed (``thread/unsubscribe``,
-  which 0.169.0 answers ``unsubscribed`` and which unloads it, so a later resume
-  in the same process works), the member sees the end of its stream and exit 0.
-  The process itself is closed when its last member leaves;
+  which 0.169.0 answers ``unsubscribed``; it does *not* unload the thread, so its
+  next runtime must come back to this process: :attr:`CodexMultiplexer.loaded`),
+  the member sees the end of its stream and exit 0. The last member's leave
+  closes the process instead, and that member ends with it;
 * **the real process's end** is every member's end of stream, with the same
   exit status: each runtime settles its own turn through the usual exit path.
 """
@@ -176,6 +177,10 @@ class CodexMultiplexer:
         #: This process's number among the pool's (``codex-<n>`` in status).
         self.number = number
         self.members: list[VirtualProcess] = []
+        #: Every thread opened here: 0.169.0 keeps a thread loaded (its writer) after
+        #: ``thread/unsubscribe`` for as long as the process lives, so another process
+        #: resuming it is refused ("already has an active writer") — it comes back here.
+        self.loaded: set[str] = set()
         self._ever = itertools.count(1)
         self._owners: dict[str, VirtualProcess] = {}
         self._calls: dict[int, _Call] = {}
@@ -295,6 +300,13 @@ class CodexMultiplexer:
         Returns the threads it had and whether it was the last member (then the
         process is closing and takes no new one)."""
         threads = sorted(member.threads)
+        if not [m for m in self.members if m is not member]:
+            # The last member ends with the process (``run``), so its runtime is released
+            # only once the process is gone and holds none of its threads any more.
+            self.closing = True
+            if self.on_done is not None:
+                self.on_done(self)
+            return threads, True
         for thread in threads:
             if self._owners.get(thread) is member:
                 del self._owners[thread]
@@ -306,12 +318,7 @@ class CodexMultiplexer:
         if member in self.members:
             self.members.remove(member)
         member._end(status)
-        last = not self.members
-        if last:
-            self.closing = True
-            if self.on_done is not None:
-                self.on_done(self)
-        return threads, last
+        return threads, False
 
     async def unsubscribe(self, threads: list[str]) -> None:
         """Unload threads a member had: a later resume of one (here or elsewhere) works."""
@@ -429,6 +436,7 @@ class CodexMultiplexer:
     def _adopt(self, member: VirtualProcess, thread: str) -> None:
         self._owners[thread] = member
         member.threads.add(thread)
+        self.loaded.add(thread)
 
     def _broadcast(self, line: bytes | OversizedLine) -> None:
         for member in self.members:

@@ -220,3 +220,28 @@ async def test_reaping_one_thread_keeps_the_process_for_the_other(tmp_path: Path
         assert (await _ended(s.daemon, ra)).status == "completed"
         assert _texts(s.daemon, a)[-1] == 'recall: ["hello from a"]'
         assert s.pids(a, b) == {pid}
+
+
+async def test_a_thread_that_left_a_full_process_comes_back_to_it(tmp_path: Path) -> None:
+    """0.169.0 keeps a thread loaded after ``thread/unsubscribe`` (another process resuming
+    it is refused: "already has an active writer"), so its next runtime joins the process
+    that has it, full or not, and resumes its history there."""
+    async with shared_daemon(tmp_path, threads=2) as s:
+        a, b = await s.thread(), await s.thread()
+        await _ended(s.daemon, await s.send(a, "hello from a"))
+        await _ended(s.daemon, await s.send(b, "hello from b"))
+        (first,) = s.pids(a, b)
+        manager = s.daemon.manager
+        manager.runners[a].last_activity = -1e9
+        manager.runners[b].last_activity = trio.current_time()
+        assert manager.reap_idle() == [a]
+        await _until(lambda: a not in manager.runners)
+        c = await s.thread()
+        await _ended(s.daemon, await s.send(c, "hello from c"))
+        assert s.pids(b, c) == {first}  # c took a's place: the process is full
+        ra = await s.send(a, "RECALL")
+        assert (await _ended(s.daemon, ra)).status == "completed"
+        assert _texts(s.daemon, a)[-1] == 'recall: ["hello from a"]'
+        assert s.pids(a, b, c) == {first}
+        (shared,) = manager.status()["sharedProcesses"]
+        assert shared["threads"] == 3
