@@ -242,7 +242,7 @@ class CodexMultiplexer:
             await self._write(line)
             return
         if method == "initialize":
-            if self._init_state == "pending":
+            while self._init_state == "pending":
                 await self._init_done.wait()
             if self._init_state == "done":
                 reply = msgspec.json.encode({"id": local_id, "result": self._init_result})
@@ -313,6 +313,8 @@ class CodexMultiplexer:
         for global_id, call in list(self._calls.items()):
             if call.member is member:
                 del self._calls[global_id]
+                if call.method == "initialize":
+                    self._initialize_failed()  # the next member sends its own
         if self._opener is member:
             self._free_opener()
         if member in self.members:
@@ -420,10 +422,9 @@ class CodexMultiplexer:
             if "result" in frame:
                 self._init_result = result
                 self._init_state = "done"
+                self._init_done.set()
             else:
-                self._init_state = "none"
-            self._init_done.set()
-            self._init_done = trio.Event() if self._init_state == "none" else self._init_done
+                self._initialize_failed()
         if call.method in THREAD_OPENERS:
             thread = result.get("thread") if isinstance(result, dict) else None
             ref = thread.get("id") if isinstance(thread, dict) else None
@@ -432,6 +433,12 @@ class CodexMultiplexer:
             if self._opener is call.member:
                 self._free_opener()
         call.member._deliver(msgspec.json.encode(frame))
+
+    def _initialize_failed(self) -> None:
+        """No answer to share: whoever waits sends its own ``initialize``."""
+        self._init_state = "none"
+        self._init_done.set()
+        self._init_done = trio.Event()
 
     def _adopt(self, member: VirtualProcess, thread: str) -> None:
         self._owners[thread] = member

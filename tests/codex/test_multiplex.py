@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from adapters.codex.multiplex import CodexMultiplexer, VirtualProcess
 from adapters.transport import ExitStatus, OversizedLine
@@ -204,3 +205,26 @@ async def test_a_killed_member_leaves_without_killing_a_shared_process(
     assert not proc.killed and mux.open
     await b.kill()
     assert proc.killed
+
+
+async def test_a_member_leaving_before_initialize_is_answered_lets_the_next_send_its_own(
+    shared: tuple[CodexMultiplexer, FakeProcess],
+) -> None:
+    mux, proc = shared
+    a, b = mux.join(), mux.join()
+    await _send(a, {"id": 1, "method": "initialize", "params": {"clientInfo": {}}})
+    with trio.fail_after(2):  # before: b waited for an answer that could never come
+        await _b_initializes_after_a_leaves(a, b, proc)
+    assert [f["method"] for f in proc.sent] == ["initialize", "initialize"]
+    proc.emit({"id": proc.sent[-1]["id"], "result": {"userAgent": "codex"}})
+    assert await _frames(b, 1) == [{"id": 1, "result": {"userAgent": "codex"}}]
+
+
+async def _b_initializes_after_a_leaves(
+    a: VirtualProcess, b: VirtualProcess, proc: FakeProcess
+) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_send, b, {"id": 1, "method": "initialize", "params": {}})
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(proc.sent) == 1  # b waits for a's answer
+        await a.kill()
