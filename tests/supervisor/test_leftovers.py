@@ -44,7 +44,7 @@ async def test_commands_in_their_own_session_are_stopped_others_reported() -> No
     )
     try:
         deadline = time.monotonic() + 5
-        while not _leads_session(command) and time.monotonic() < deadline:  # noqa: ASYNC110
+        while not _leads_session(command) and time.monotonic() < deadline:
             await trio.sleep(0.01)  # `setsid` has forked, not yet exec'd the command
         until = process_clock()
         left = await stop_turn_leftovers(provider.pid, since, until, grace_s=2.0)
@@ -80,7 +80,7 @@ async def test_on_a_shared_process_only_commands_in_the_threads_cwd_are_stopped(
     )
     try:
         deadline = time.monotonic() + 5
-        while not (_leads_session(in_mine) and _leads_session(in_other)):  # noqa: ASYNC110
+        while not (_leads_session(in_mine) and _leads_session(in_other)):
             assert time.monotonic() < deadline
             await trio.sleep(0.01)
         left = await stop_turn_leftovers(
