@@ -11,6 +11,7 @@ from typing import Any
 import trio
 
 from supervisor.providers import STANDIN_TRANSCRIPT, standin_settings
+from t3orch.cli.clientcmds import shared_lines
 from tests.supervisor.support import Rig, rig
 
 ENDED = ("completed", "failed", "interrupted", "cancelled")
@@ -51,6 +52,11 @@ async def test_two_threads_share_one_standin_process_and_stay_apart(tmp_path: Pa
         (shared,) = r.manager.status()["sharedProcesses"]
         assert shared["threads"] == 2
         assert {x["process"] for x in r.manager.status()["runners"]} == {shared["process"]}
+        # `t3orch status` says which threads share it.
+        status = r.manager.status()
+        (line,) = shared_lines(status["sharedProcesses"], status["runners"])
+        assert line.startswith(f"{shared['process']} pid {shared['pid']}: 2 thread(s): ")
+        assert a in line and b in line
 
 
 async def test_a_killed_shared_process_settles_both_and_each_resumes_its_own(
