@@ -44,7 +44,7 @@ async def test_commands_in_their_own_session_are_stopped_others_reported() -> No
     )
     try:
         deadline = time.monotonic() + 5
-        while not _leads_session(command) and time.monotonic() < deadline:
+        while not _leads_session(command) and time.monotonic() < deadline:  # noqa: ASYNC110
             await trio.sleep(0.01)  # `setsid` has forked, not yet exec'd the command
         until = process_clock()
         left = await stop_turn_leftovers(provider.pid, since, until, grace_s=2.0)
