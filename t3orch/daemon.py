@@ -217,6 +217,11 @@ async def run_daemon(
                 core.service, core.reader, me=owner, state_dir=state_dir, held=held
             )
             log.info("settled what the previous daemon left: %s", _counts(reconciled))
+            if config.providers.codex.max_threads_per_process > 1 and d.reattach_grace_s > 0:
+                log.info(
+                    "codex threads keep a process each: live restore holds every runtime "
+                    "(daemon.reattach_grace_s > 0) and a shared process is not held yet"
+                )
             manager = SessionManager(
                 core=core.service,
                 reader=core.reader,
