@@ -39,7 +39,7 @@ import signal
 import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Literal
+from typing import Literal, Protocol
 
 import attrs
 import psutil
@@ -80,6 +80,33 @@ class StopResult:
     @property
     def escalated(self) -> bool:
         return self.stage != "close"
+
+
+class Ladderable(Protocol):
+    """What the stop ladder works on: a child here, or a provider in a holder."""
+
+    async def close_stdin(self) -> None: ...
+
+    async def wait(self) -> ExitStatus: ...
+
+    def signal_group(self, sig: int) -> bool: ...
+
+
+async def stop_ladder(
+    process: Ladderable, grace_close: float, grace_term: float, grace_kill: float
+) -> StopResult:
+    """Close stdin, then SIGTERM the group, then SIGKILL it; each rung waits its grace."""
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        await process.close_stdin()
+    with trio.move_on_after(grace_close):
+        return StopResult(await process.wait(), "close")
+    process.signal_group(signal.SIGTERM)
+    with trio.move_on_after(grace_term):
+        return StopResult(await process.wait(), "term")
+    process.signal_group(signal.SIGKILL)
+    with trio.move_on_after(grace_kill):
+        return StopResult(await process.wait(), "kill")
+    return StopResult(None, "kill")
 
 
 def exit_status(returncode: int) -> ExitStatus:
@@ -245,17 +272,7 @@ class ChildProcess:
 
         Each rung waits at most its grace (seconds) for the process to be reaped.
         """
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await self.close_stdin()
-        with trio.move_on_after(grace_close):
-            return StopResult(await self.wait(), "close")
-        self.signal_group(signal.SIGTERM)
-        with trio.move_on_after(grace_term):
-            return StopResult(await self.wait(), "term")
-        self.signal_group(signal.SIGKILL)
-        with trio.move_on_after(grace_kill):
-            return StopResult(await self.wait(), "kill")
-        return StopResult(None, "kill")
+        return await stop_ladder(self, grace_close, grace_term, grace_kill)
 
     async def aclose(self) -> None:
         """Close our ends of all pipes (the lifetime task does this on teardown)."""

@@ -131,7 +131,7 @@ def bench_restart(runtimes: int, down_s: float) -> dict[str, Any]:
         tmp = Path(tmp_s)
         state = tmp / "state"
         words = [f"w{i} " for i in range(300)]
-        transcript = long_reply(tmp, words, every_ms=40)  # a 12 s reply each
+        transcript = long_reply(tmp, words, every_ms=100)  # a 30 s reply each
         cfg = tmp / "t3orch.toml"
         cmd = [sys.executable, "-m", "adapters.standin"]
         cfg.write_text(
@@ -152,7 +152,7 @@ def bench_restart(runtimes: int, down_s: float) -> dict[str, Any]:
                     state,
                     "thread.create",
                     {"commandId": f"t{i}", "provider": "standin", "cwd": "/tmp"},
-                )["threadId"]
+                )["result"]["threadId"]
                 _rpc(state, "run.send", {"commandId": f"r{i}", "threadId": tid, "text": "go"})
             _until(
                 lambda: sum(1 for s in _rows(state, "provider_session") if s.holder) >= runtimes,
@@ -294,11 +294,13 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=200_000)
     ap.add_argument("--turn-frames", type=int, default=20_000)
     ap.add_argument("--skip-restart", action="store_true")
+    ap.add_argument("--only-restart", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     out: dict[str, Any] = {"loadAverage": os.getloadavg()[0], "cpus": os.cpu_count()}
-    out["hop"] = trio.run(bench_hop, args.frames)
-    out["adapterAndLog"] = trio.run(bench_e2e, args.turn_frames)
+    if not args.only_restart:
+        out["hop"] = trio.run(bench_hop, args.frames)
+        out["adapterAndLog"] = trio.run(bench_e2e, args.turn_frames)
     if not args.skip_restart:
         out["restart"] = bench_restart(args.runtimes, args.down_s)
     if args.json:

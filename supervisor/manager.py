@@ -556,8 +556,9 @@ class SessionManager:
     async def reattach_all(self, held: list[Reattach]) -> list[Reattach]:
         """Reattach to each held runtime; returns those that could not be (their holders
         are told to stop; the caller settles them)."""
-        failed = []
-        for h in held:
+        failed: list[Reattach] = []
+
+        async def one(h: Reattach) -> None:
             try:
                 await self.reattach(h)
             except Exception as exc:
@@ -573,6 +574,11 @@ class SessionManager:
                 )
                 stop_holder(h.paths, h.state.holder_pid, h.state.holder_started_at)
                 failed.append(h)
+
+        # All at once: each waits for its holder's welcome and a commit of its own.
+        async with trio.open_nursery() as nursery:
+            for h in held:
+                nursery.start_soon(one, h)
         return failed
 
     async def reattach(self, held: Reattach) -> SessionRunner:

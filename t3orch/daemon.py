@@ -27,7 +27,7 @@ from adapters.diagnostics import RotatingRawLog
 from adapters.ownership import this_process
 from adapters.protocol import RawFrameSink
 from supervisor.holder.client import holder_launchers, stop_all_holders
-from supervisor.holder.layout import describe_held, held_dirs, held_root
+from supervisor.holder.layout import describe_held, held_dirs, held_root, prune_held
 from supervisor.holder.wire import Kind, iter_file
 from supervisor.manager import ReaperPolicy, RestartPolicy, SessionManager
 from supervisor.providers import STANDIN_TRANSCRIPT, ProviderSettings
@@ -266,6 +266,8 @@ async def run_daemon(
                         trio.current_time() - started,
                         len(failed),
                     )
+                # What holders that are gone journaled is settled by now: their files go.
+                prune_held(state_dir, frozenset(h.paths.holder_id for h in held))
                 try:
                     endpoints = await nursery.start(serve_api, core, manager, d)
                     port = endpoints.port

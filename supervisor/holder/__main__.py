@@ -3,7 +3,8 @@
 The daemon starts this in a session of its own; it forks at once and the
 intermediate exits, so the holder is nobody's child but init's (or the nearest
 subreaper's): the daemon's death sends it no signal, and a daemon that reattaches
-later has no child to reap. The holder reads ``HELD_DIR/spec.json``, starts the
+later has no child to reap. The holder reads its spec (JSON) from stdin — the
+provider's environment holds its keys, so it is written to no file —, starts the
 provider and writes one JSON line on stdout (its state, or why the provider did
 not start), then stdout is closed. Its log goes to ``HELD_DIR/holder.log``.
 Exit status: 0, or 1 when the provider could not be started.
@@ -38,7 +39,7 @@ def main() -> None:
         level=logging.INFO,
         format=f"%(asctime)s holder {paths.holder_id} pid {os.getpid()}: %(message)s",
     )
-    spec = msgspec.json.decode(paths.spec.read_bytes(), type=HeldSpec)
+    spec = msgspec.json.decode(sys.stdin.buffer.read(), type=HeldSpec)
     ready = os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)

@@ -28,9 +28,9 @@ import trio
 
 from adapters.diagnostics import redact_stderr
 from adapters.ownership import OWNER_ENV, OwnerMark
-from adapters.process import STDERR_TAIL_BYTES, StopResult
+from adapters.process import STDERR_TAIL_BYTES, StopResult, stop_ladder
 from adapters.transport import ExitStatus, LaunchSpec, OversizedLine
-from supervisor.holder.layout import HeldPaths, HeldSpec, held_dirs, socket_address, write_private
+from supervisor.holder.layout import HeldPaths, HeldSpec, held_dirs, socket_address
 from supervisor.holder.wire import (
     PROTOCOL_VERSION,
     ExitRecord,
@@ -45,6 +45,7 @@ from supervisor.holder.wire import (
     encode_json,
 )
 from supervisor.launcher import LauncherFactory, RecordingLauncher, SupervisedLauncher
+from supervisor.providers import SCRUBBED_ENV
 from t3orch.domain.provider import HolderRef
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.queue import EventQueue
@@ -60,15 +61,6 @@ HOLDER_ENV = "T3ORCH_HOLDER"
 START_TIMEOUT_S = 30.0
 #: Lines buffered before the socket is not read further (the adapter's backpressure).
 HIGH_WATER_LINES = 4096
-#: Variables of the daemon's environment a holder must not inherit.
-_SCRUBBED = (
-    "NOTIFY_SOCKET",
-    "LISTEN_FDS",
-    "LISTEN_PID",
-    "LISTEN_FDNAMES",
-    "WATCHDOG_USEC",
-    "WATCHDOG_PID",
-)
 _ROOT = str(Path(__file__).resolve().parents[2])
 
 
@@ -128,8 +120,7 @@ def _spawn_holder(
         owner=owner,
         grace_s=grace_s,
     )
-    write_private(paths.spec, msgspec.json.encode(held))
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
     env[OWNER_ENV] = owner
     env[HOLDER_ENV] = paths.holder_id
@@ -138,13 +129,18 @@ def _spawn_holder(
         with open(paths.log, "ab") as log_file:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "supervisor.holder", "--dir", os.fspath(paths.dir)],
-                stdin=subprocess.DEVNULL,
+                # The spec (the provider's environment: its keys) goes through a pipe,
+                # never into a file.
+                stdin=subprocess.PIPE,
                 stdout=ready_write,
                 stderr=log_file,
                 cwd=paths.dir,
                 env=env,
                 start_new_session=True,
             )
+        assert popen.stdin is not None
+        with popen.stdin:
+            popen.stdin.write(msgspec.json.encode(held))
     except BaseException:
         os.close(ready_read)
         raise
@@ -380,16 +376,7 @@ class HeldProcess:
         self, grace_close: float = 2.0, grace_term: float = 2.0, grace_kill: float = 5.0
     ) -> StopResult:
         """The stop ladder, as :meth:`ChildProcess.stop`, through the holder."""
-        await self.close_stdin()
-        with trio.move_on_after(grace_close):
-            return StopResult(await self.wait(), "close")
-        self.signal_group(signal.SIGTERM)
-        with trio.move_on_after(grace_term):
-            return StopResult(await self.wait(), "term")
-        self.signal_group(signal.SIGKILL)
-        with trio.move_on_after(grace_kill):
-            return StopResult(await self.wait(), "kill")
-        return StopResult(None, "kill")
+        return await stop_ladder(self, grace_close, grace_term, grace_kill)
 
     # -- its life on the daemon's side -----------------------------------------
 

@@ -1,7 +1,5 @@
 """Where a holder keeps its files: ``<state-dir>/held/<holder-id>/``.
 
-* ``spec.json`` (0600): what to run — argv, the provider's complete environment,
-  cwd, the line bound, the owning daemon's mark, the grace time;
 * ``journal``: every record (:mod:`supervisor.holder.wire`), appended in order;
 * ``s``: the holder's 0600 Unix socket;
 * ``holder.json``: the holder's and its provider's pids and start times (written
@@ -28,6 +26,9 @@ _SUN_PATH_MAX = 100
 
 
 class HeldSpec(msgspec.Struct, rename="camel"):
+    """What a holder runs (argv, the provider's complete environment, cwd, the line bound,
+    the owning daemon's mark, the grace time): handed over on its stdin, never a file."""
+
     holder_id: str
     argv: list[str]
     env: dict[str, str]
@@ -59,10 +60,6 @@ class HeldPaths:
     @property
     def holder_id(self) -> str:
         return self.dir.name
-
-    @property
-    def spec(self) -> Path:
-        return self.dir / "spec.json"
 
     @property
     def journal(self) -> Path:
@@ -161,3 +158,18 @@ def describe_held(state_dir: Path) -> list[dict[str, object]]:
             }
         )
     return out
+
+
+def prune_held(state_dir: Path, keep: frozenset[str]) -> list[str]:
+    """Remove the directories of holders that are gone (their runtimes are settled by
+    now), except ``keep``; returns the ids removed."""
+    import shutil
+
+    alive = {str(h["holderId"]) for h in describe_held(state_dir)}
+    removed = []
+    for paths in held_dirs(state_dir):
+        if paths.holder_id in keep or paths.holder_id in alive:
+            continue
+        shutil.rmtree(paths.dir, ignore_errors=True)
+        removed.append(paths.holder_id)
+    return removed

@@ -31,6 +31,7 @@ import msgspec
 import psutil
 import trio
 
+from adapters.diagnostics import redact_stderr
 from adapters.process import ChildProcess, run_child_process
 from adapters.transport import LaunchSpec, OversizedLine
 from supervisor.holder.layout import HeldPaths, HeldSpec, HolderState, socket_address, write_private
@@ -57,6 +58,8 @@ HELLO_TIMEOUT_S = 5.0
 LADDER = {"grace_close": 2.0, "grace_term": 3.0, "grace_kill": 5.0}
 _SEND_CHUNK = 256 * 1024
 _OVERSIZED = struct.Struct("<Q")
+#: A stderr line longer than this is journaled (redacted) in pieces, not held whole.
+STDERR_LINE_BOUND = 8 * 1024
 
 
 class Holder:
@@ -76,6 +79,7 @@ class Holder:
         self.exited = trio.Event()
         self.done = trio.Event()
         self._finishing = False
+        self._stderr_open = b""
         #: Set unless a stop ladder runs whose rung is not journaled yet.
         self._stage_noted = trio.Event()
         self._stage_noted.set()
@@ -88,7 +92,20 @@ class Holder:
         return self.offset
 
     def journal_stderr(self, chunk: bytes) -> None:
-        self.append(Kind.ERR, chunk)
+        """Stderr goes into the journal redacted, whole lines at a time (a cut line could
+        hide a secret's name from the rules): a provider's key reaches no file."""
+        data = self._stderr_open + chunk
+        complete, newline, rest = data.rpartition(b"\n")
+        if len(rest) > STDERR_LINE_BOUND:
+            complete, newline, rest = data, b"\n", b""
+        self._stderr_open = rest
+        if newline:
+            self.append(Kind.ERR, redact_stderr(complete + newline).encode())
+
+    def flush_stderr(self) -> None:
+        if self._stderr_open:
+            self.append(Kind.ERR, redact_stderr(self._stderr_open).encode())
+            self._stderr_open = b""
 
     def _append_lines(self, lines: list[bytes | OversizedLine]) -> None:
         parts = []
@@ -118,6 +135,7 @@ class Holder:
             self._append_lines(lines)
         self.append(Kind.EOF)
         status = await child.wait()
+        self.flush_stderr()
         # A stop's rung is journaled before the exit it caused.
         await self._stage_noted.wait()
         self.append(Kind.EXIT, msgspec.json.encode(ExitRecord(status.code, status.signal)))
@@ -312,6 +330,15 @@ async def _listen(paths: HeldPaths) -> trio.SocketListener:
     return trio.SocketListener(sock)
 
 
+def _started_at(pid: int) -> float:
+    """The provider's start time; 0 when it has already exited and been reaped (a provider
+    that fails at once: its exit and stderr are journaled all the same)."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return 0.0
+
+
 def _report(ready_fd: int, message: dict[str, object]) -> None:
     with contextlib.suppress(OSError):
         os.write(ready_fd, msgspec.json.encode(message) + b"\n")
@@ -350,7 +377,7 @@ async def hold(paths: HeldPaths, spec: HeldSpec, ready_fd: int) -> int:
                 holder_pid=me.pid,
                 holder_started_at=me.create_time(),
                 provider_pid=child.pid,
-                provider_started_at=psutil.Process(child.pid).create_time(),
+                provider_started_at=_started_at(child.pid),
                 spawn_id=child.spawn_id or "",
                 owner=spec.owner,
                 grace_s=spec.grace_s,

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from t3orch.cli.main import main
+from t3orch.daemon import stop_agents
 from tests.daemon.support import REPO, Served
 
 #: A secret the provider prints; the redactor masks ``*_API_KEY=value`` and ``Bearer …``.
@@ -63,6 +64,8 @@ def daemon(tmp: Path, config: str, *, preamble: str = "") -> Iterator[Served]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
+        # Its exit leaves held providers to their holders: stopped as `stop-agents` does.
+        stop_agents(state)
         if proc.stderr:
             proc.stderr.close()
         listener.close()

@@ -16,33 +16,9 @@ from typing import Any
 import psutil
 import pytest
 
+from t3orch.cli.drill import long_reply
 from t3orch.store.sqlite.backend import SQLiteStore
 from tests.daemon.support import REPO, rpc, serve
-
-ECHO = REPO / "fixtures" / "standin" / "codex_echo.ndjson"
-
-
-def long_reply(tmp: Path, words: list[str], every_ms: float = 40.0) -> Path:
-    """The echo transcript with its reply streamed as ``words``, one delta each."""
-    out = []
-    text = "".join(words)
-    deltas_done = False
-    for line in ECHO.read_text().splitlines():
-        step = json.loads(line)
-        frame = step.get("frame") or {}
-        if frame.get("method") == "item/agentMessage/delta":
-            if not deltas_done:
-                deltas_done = True
-                for word in words:
-                    delta = json.loads(line)
-                    delta["afterMs"] = every_ms
-                    delta["frame"]["params"]["delta"] = word
-                    out.append(json.dumps(delta))
-            continue
-        out.append(line.replace('"text":"ack: hello"', f'"text":{json.dumps(text)}'))
-    path = tmp / "long_reply.ndjson"
-    path.write_text("\n".join(out) + "\n")
-    return path
 
 
 def config(tmp: Path, transcript: Path, grace_s: float = 30) -> Path:
@@ -203,9 +179,11 @@ def _start_streaming(state: Path, tmp: Path) -> tuple[str, Any]:
     return thread_id, session
 
 
-def _settled_then_works_again(state: Path, cfg: Path, thread_id: str) -> None:
+def _settled_then_works_again(state: Path, cfg: Path, thread_id: str, holder_id: str) -> None:
     with serve(state, cfg, keep_holders=True) as d:
         d.wait_notify("READY=1")
+        # Its journal was read and its runtime settled: the holder's directory is gone.
+        assert not (state / "held" / holder_id).exists()
         # The holder is gone: its runtime is settled as before holders existed.
         (run,) = rows(state, "run")
         assert (run.status, run.last_error) == ("interrupted", "daemon_restart")
@@ -239,7 +217,7 @@ def test_a_holder_whose_daemon_never_returns_stops_its_provider_after_the_grace(
     assert not left
     # Not before its grace (1 s), and well before the reply would have ended (8 s).
     assert 0.9 <= time.monotonic() - killed < 7
-    _settled_then_works_again(state, cfg, thread_id)
+    _settled_then_works_again(state, cfg, thread_id, session.holder.holder_id)
 
 
 def test_a_holder_killed_while_its_daemon_is_down_is_settled_by_the_next_start(
@@ -257,7 +235,7 @@ def test_a_holder_killed_while_its_daemon_is_down_is_settled_by_the_next_start(
     procs = [p for p in map(_proc, (session.pid, session.holder.pid)) if p is not None]
     _, left = psutil.wait_procs(procs, timeout=10)
     assert not left
-    _settled_then_works_again(state, cfg, thread_id)
+    _settled_then_works_again(state, cfg, thread_id, session.holder.holder_id)
 
 
 def test_fifty_random_daemon_sigkills_lose_nothing_double_nothing_leave_nothing(
@@ -316,4 +294,45 @@ def test_fifty_random_daemon_sigkills_lose_nothing_double_nothing_leave_nothing(
     _, left = psutil.wait_procs(procs, timeout=15)
     assert not left, left
     assert cli(state, "held") == "no held runtimes\n"
+    cli(state, "check")
+
+
+APPROVAL = REPO / "tests" / "supervisor" / "transcripts" / "codex_approval_pending.ndjson"
+
+
+def test_an_approval_pending_across_a_daemon_sigkill_is_answered_after_it(
+    tmp_path: Path,
+) -> None:
+    """The provider still waits on the same request id: the answer after the restart
+    reaches it, and its turn completes (the stand-in plays Codex asking, then going on)."""
+    state = tmp_path / "state"
+    cfg = config(tmp_path, APPROVAL)
+    with serve(state, cfg, keep_holders=True) as d:
+        d.wait_notify("READY=1")
+        created = rpc(
+            state, "thread.create", {"commandId": "c1", "provider": "standin", "cwd": "/tmp"}
+        )
+        tid = created["result"]["threadId"]
+        rpc(state, "run.send", {"commandId": "c2", "threadId": tid, "text": "touch it"})
+        (request,) = wait(
+            lambda: [r for r in rows(state, "runtime_request") if r.status == "pending"], 30
+        )
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(timeout=10)
+    with serve(state, cfg, keep_holders=True) as d2:
+        d2.wait_notify("READY=1")
+        (still,) = [r for r in rows(state, "runtime_request") if r.id == request.id]
+        assert still.status == "pending"
+        assert rows(state, "run")[0].status in ("running", "waiting")
+        rpc(
+            state,
+            "request.respond",
+            {"commandId": "c3", "requestId": request.id, "decision": "accept"},
+        )
+        wait(lambda: rows(state, "run")[0].status == "completed", 30)
+        (answered,) = [r for r in rows(state, "runtime_request") if r.id == request.id]
+        assert (answered.status, answered.decision) == ("resolved", "accept")
+        d2.proc.send_signal(signal.SIGTERM)
+        assert d2.proc.wait(timeout=30) == 0
+    cli(state, "stop-agents")
     cli(state, "check")

@@ -26,8 +26,10 @@ def _config(tmp: Path, *, drain_s: float, slow_ms: int, transcript: Path | None 
     path = tmp / "t3orch.toml"
     played = "" if transcript is None else f"transcript = {json.dumps(str(transcript))}\n"
     path.write_text(
-        f"[daemon]\nstop_drain_s = {drain_s}\n\n[providers.standin]\ncommand = {json.dumps(cmd)}\n"
-        + played
+        # No holders: the drain is for the runtimes a stopping daemon ends itself (held
+        # ones are left to their holders, tests/daemon/test_live_restore.py).
+        f"[daemon]\nstop_drain_s = {drain_s}\nreattach_grace_s = 0\n\n"
+        f"[providers.standin]\ncommand = {json.dumps(cmd)}\n" + played
     )
     return path
 

@@ -79,7 +79,13 @@ async def test_journal_holds_both_directions_and_a_reattach_gets_exactly_the_res
     assert psutil.Process(state.provider_pid).environ()[OWNER_ENV] == owner
     assert stat.S_IMODE(paths.dir.stat().st_mode) == 0o700
     assert stat.S_IMODE(paths.socket.stat().st_mode) == 0o600
-    assert stat.S_IMODE(paths.spec.stat().st_mode) == 0o600
+    # The provider's environment (its keys) is in no file.
+    assert sorted(p.name for p in paths.dir.iterdir()) == [
+        "holder.json",
+        "holder.log",
+        "journal",
+        "s",
+    ]
 
     async with trio.open_nursery() as nursery:
         held = await attach(paths, 0)
@@ -289,3 +295,19 @@ async def test_a_daemon_connection_reset_mid_stream_ends_that_connection_not_the
         with trio.fail_after(10):
             await again.wait()
     await gone(state.holder_pid)
+
+
+async def test_a_provider_that_exits_at_once_is_held_and_its_exit_and_stderr_journaled(
+    tmp_path: Path,
+) -> None:
+    # A shell exits within a millisecond: reaped before the holder writes down its start.
+    code = "echo 'fatal: no API key configured' >&2; exit 1"
+    spec = LaunchSpec(argv=["/bin/sh", "-c", code], env=dict(os.environ), cwd="/tmp")
+    paths = await start_holder(tmp_path / "held", spec, grace_s=30, owner=this_process().token())
+    async with trio.open_nursery() as nursery:
+        held = await attach(paths, 0)
+        await nursery.start(held.serve)
+        with trio.fail_after(10):
+            status = await held.wait()
+    assert (status.code, status.signal) == (1, None)
+    assert "fatal: no API key configured" in held.stderr_tail()
