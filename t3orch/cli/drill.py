@@ -403,7 +403,10 @@ def _daemon_crash(kind: str, config: Config, state: Path, work: Path, tmp: Path)
     # The stand-in leaves helpers behind as a provider's tool calls do: one in its
     # process group, one in a session of its own.
     standin = [*STANDIN_SLOW, "--helpers-pidfile", str(tmp / "standin-helpers")]
-    config_path.write_text(config_toml(config, standin_command=standin))
+    # A daemon crash that ends its providers (no holders): the live-restore drill is the other.
+    config_path.write_text(
+        "[daemon]\nreattach_grace_s = 0\n" + config_toml(config, standin_command=standin)
+    )
     notify = tmp / "notify.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     listener.bind(str(notify))
