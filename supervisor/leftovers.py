@@ -100,11 +100,23 @@ def _leads_own_session(proc: psutil.Process) -> bool:
 
 
 async def stop_turn_leftovers(
-    provider_pid: int, since: float, until: float, *, grace_s: float = TERM_GRACE_S
+    provider_pid: int,
+    since: float,
+    until: float,
+    *,
+    grace_s: float = TERM_GRACE_S,
+    within: str | None = None,
 ) -> TurnLeftovers:
     """Stop the commands an interrupted turn left running (``since`` to ``until``, both on
-    :func:`process_clock`)."""
+    :func:`process_clock`).
+
+    ``within``: the provider process is shared with other threads (issue 21), whose
+    commands of the same minutes must not be stopped: only commands working inside
+    this directory (the thread's cwd) count as the turn's.
+    """
     procs = _started_during_turn(provider_pid, since, until)
+    if within is not None:
+        procs = [p for p in procs if _works_within(p, within)]
     leaders = [p for p in procs if _leads_own_session(p)]
     stopped: list[Leftover] = []
     groups: list[tuple[psutil.Process, int]] = []
@@ -136,6 +148,15 @@ async def stop_turn_leftovers(
         if p.pid not in in_groups and not _in_stopped_group(p, in_groups) and _running(p)
     ]
     return TurnLeftovers(stopped, still)
+
+
+def _works_within(proc: psutil.Process, directory: str) -> bool:
+    try:
+        cwd = proc.cwd()
+    except psutil.Error:
+        return False
+    root = os.path.realpath(directory)
+    return cwd == root or cwd.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def _running(proc: psutil.Process) -> bool:

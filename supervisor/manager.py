@@ -28,6 +28,7 @@ from supervisor.launcher import LauncherFactory
 from supervisor.providers import ProviderSettings, adapter_for, runtime_config
 from supervisor.reattach import Reattach
 from supervisor.session import RawSinkFactory, SessionFailed, SessionRunner
+from supervisor.shared_codex import SharedCodexPool
 from t3orch.domain.run import Run
 from t3orch.domain.thread import AppThread
 from t3orch.domain.turn_items import UserMessage
@@ -102,6 +103,14 @@ class SessionManager:
     recover_runs: bool = False
     #: How runtimes launch their provider (tests: replayed transcripts); default real processes.
     launcher_factory: LauncherFactory | None = None
+    #: ``providers.codex.max_threads_per_process``: above 1, Codex threads with
+    #: compatible settings share ``codex app-server`` processes (supervisor/shared_codex.py).
+    codex_threads_per_process: int = 1
+    #: The provider kinds whose runtimes share processes: Codex's, and the stand-in's in
+    #: tests that launch it with ``--threads`` (it then hosts many threads the same way).
+    shared_kinds: frozenset[str] = frozenset({"codex"})
+    #: The shared Codex processes (while the manager runs, when sharing is on).
+    codex_pool: SharedCodexPool | None = None
     #: The state dir whose holders ``status`` lists (None: no holders).
     state_dir: Path | None = None
     #: ``daemon.max_delta_handoff_chars``: past it a return gets a fresh provider thread.
@@ -131,11 +140,15 @@ class SessionManager:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                if self.codex_threads_per_process > 1:
+                    pool = SharedCodexPool(self.codex_threads_per_process)
+                    self.codex_pool = await nursery.start(pool.run)
                 nursery.start_soon(self._reap_loop)
                 task_status.started(self)
                 await trio.sleep_forever()
         finally:
             self._nursery = None
+            self.codex_pool = None
 
     # -- commands (the API's Operations) ---------------------------------------
 
@@ -323,6 +336,8 @@ class SessionManager:
             "runners": [r.describe() for r in self.runners.values()],
             "released": self.released,
             "heldThreads": sorted(t for t, c in self.crashes.items() if c.held),
+            # Which threads share which codex process (issue 21).
+            "sharedProcesses": [] if self.codex_pool is None else self.codex_pool.describe(),
             # What ``--version`` said of each binary (the daemon probes them once at start).
             "providers": [describe(kind, s.command) for kind, s in self.providers.items()],
             # Runtimes whose providers outlive the daemon (issue 20), and their grace.
@@ -620,6 +635,8 @@ class SessionManager:
         runner.recover_runs = self.recover_runs
         runner.delta_handoff_limit = self.delta_handoff_limit
         runner.launcher_factory = self.launcher_factory
+        if kind in self.shared_kinds and self.codex_pool is not None and held is None:
+            runner.launcher_factory = self.codex_pool.launcher
         if held is not None:
             runner.reattach = held
             runner.launcher_factory = lambda kind, nursery: ReattachLauncher(

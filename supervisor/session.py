@@ -45,6 +45,7 @@ from supervisor.launcher import (
 )
 from supervisor.leftovers import process_clock, stop_turn_leftovers
 from supervisor.reattach import Reattach
+from supervisor.shared_codex import SharedChild, SharedLauncher
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.queue import EventQueue
@@ -270,13 +271,15 @@ class SessionRunner:
         try:
             async with trio.open_nursery() as nursery:
                 self._tasks = nursery
-                self.launcher = _Announced(
+                inner = (
                     self.launcher_factory(self.provider, nursery)
                     if self.launcher_factory is not None
-                    else RecordingLauncher(nursery),
-                    self,
-                    raw,
+                    else RecordingLauncher(nursery)
                 )
+                if isinstance(inner, SharedLauncher) and isinstance(plan, ResumeThread):
+                    # A shared process that has the thread loaded must take it back.
+                    inner.affinity = plan.native_thread_ref
+                self.launcher = _Announced(inner, self, raw)
                 await nursery.start(stream.run, events)
                 if hasattr(raw, "on_failure"):
                     raw.on_failure = self._raw_log_failed(nursery, binding.provider_session_id)
@@ -763,10 +766,13 @@ class SessionRunner:
         if rt is None or rt.pid is None or since is None or tasks is None:
             return
         pid, until = rt.pid, process_clock()
+        child = self.launcher.current if self.launcher else None
+        shared = isinstance(child, SharedChild) and child.threads_on_process > 1
+        within = self.config.cwd if shared else None
 
         async def stop() -> None:
             try:
-                left = await stop_turn_leftovers(pid, since, until)
+                left = await stop_turn_leftovers(pid, since, until, within=within)
                 message = left.describe(run_id)
                 if message is not None:
                     log.warning("%s", message)
@@ -854,10 +860,13 @@ class SessionRunner:
             await self._stream.done.wait()
 
     def describe(self) -> dict[str, Any]:
+        child = self.launcher.current if self.launcher else None
         return {
             "threadId": self.thread_id,
             "provider": self.provider,
             "providerSessionId": self.session_id,
             "busy": self.busy,
             "pid": self.runtime.pid if self.runtime else None,
+            # The shared codex process it is on (issue 21), else its own.
+            "process": child.process_name if isinstance(child, SharedChild) else None,
         }

@@ -142,6 +142,10 @@ class CodexConfig:
     #: The ``CODEX_HOME`` given to the provider; ``None`` keeps the inherited one.
     home: Path | None = None
     model: str | None = None
+    #: App threads one ``codex app-server`` process hosts at most (compatible settings
+    #: share one); 1 = a process per thread. Not used while live restore holds each
+    #: runtime (``daemon.reattach_grace_s`` > 0): a shared process is not held yet.
+    max_threads_per_process: int = 16
 
 
 @attrs.frozen
@@ -375,6 +379,11 @@ def _validate(cfg: Config) -> list[str]:
     if d.max_delta_handoff_chars < 1000:
         got = d.max_delta_handoff_chars
         out.append(f"daemon.max_delta_handoff_chars: must be at least 1000, got {got}")
+    if cfg.providers.codex.max_threads_per_process < 1:
+        got_threads = cfg.providers.codex.max_threads_per_process
+        out.append(
+            f"providers.codex.max_threads_per_process: must be at least 1, got {got_threads}"
+        )
     if d.restart_intensity < 1:
         out.append(f"daemon.restart_intensity: must be at least 1, got {d.restart_intensity}")
     if d.backoff_initial_s > d.backoff_max_s:

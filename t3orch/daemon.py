@@ -242,6 +242,11 @@ async def run_daemon(
                 core.service, core.reader, me=owner, state_dir=state_dir, held=held
             )
             log.info("settled what the previous daemon left: %s", _counts(reconciled))
+            if config.providers.codex.max_threads_per_process > 1 and d.reattach_grace_s > 0:
+                log.info(
+                    "codex threads keep a process each: live restore holds every runtime "
+                    "(daemon.reattach_grace_s > 0) and a shared process is not held yet"
+                )
             manager = SessionManager(
                 core=core.service,
                 reader=core.reader,
@@ -258,6 +263,11 @@ async def run_daemon(
                 delta_handoff_limit=d.max_delta_handoff_chars,
                 stall_after_s=d.stall_warning_s,
                 stall_timeout_s=d.stall_timeout_s or None,
+                # A shared process is not held yet (docs/decisions.md, issue 21): while
+                # live restore holds each runtime, Codex threads keep a process each.
+                codex_threads_per_process=(
+                    config.providers.codex.max_threads_per_process if d.reattach_grace_s == 0 else 1
+                ),
                 state_dir=state_dir,
                 launcher_factory=(
                     holder_launchers(held_root(state_dir), d.reattach_grace_s, owner_token())

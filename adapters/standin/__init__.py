@@ -24,6 +24,7 @@ import msgspec
 import trio
 
 from adapters.line_reader import BoundedLineReader
+from adapters.standin.threads import serve_threads
 from adapters.transcript import Transcript
 from adapters.transcript_player import TranscriptPlayer, is_initialize
 from adapters.transport import DEFAULT_MAX_LINE_BYTES, ExitStatus, OversizedLine
@@ -59,6 +60,8 @@ class StandinOptions:
     slow_ms: float = 0.0
     exit_code: int | None = None
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    #: Host many threads, as a shared ``codex app-server`` does (``adapters.standin.threads``).
+    threads: bool = False
 
 
 def crash_now() -> None:
@@ -88,14 +91,26 @@ async def serve(
     ``close_stdout_after_frames``: whatever else holds the process's stdout (fd 1)
     lets it go, so the reader really sees end of file.
     """
-    player = TranscriptPlayer(
-        transcript,
-        options.segment,
-        speed=options.speed,
-        strict=options.strict,
-        loop_turns=options.loop_turns,
-    )
+
+    def make_player() -> TranscriptPlayer:
+        return TranscriptPlayer(
+            transcript,
+            options.segment,
+            speed=options.speed,
+            strict=options.strict,
+            loop_turns=options.loop_turns,
+        )
+
     sink = _FaultySink(stdout, write_stderr, options, crash, stop, hang_up_stdout)
+    if options.threads:
+        await sink.before_first_frame()
+        status = await serve_threads(
+            transcript, make_player, options.segment, stdin, sink, options.max_line_bytes
+        )
+        if options.exit_code is not None:
+            return ExitStatus(code=options.exit_code, signal=None)
+        return status
+    player = make_player()
     outbound_send, outbound_receive = trio.open_memory_channel[bytes](math.inf)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_pump_stdin, stdin, outbound_send, options)

@@ -47,6 +47,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[str, StandinOptions, 
         action="store_true",
         help="replay the last turn for every further turn request, until stdin closes",
     )
+    parser.add_argument(
+        "--threads", action="store_true", help="host many threads, as a shared codex app-server"
+    )
     parser.add_argument("--crash-after-frames", type=int, metavar="N", help="SIGKILL self")
     parser.add_argument("--hang-on-initialize", action="store_true", help="never answer initialize")
     parser.add_argument(
@@ -90,6 +93,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[str, StandinOptions, 
         slow_ms=args.slow_ms,
         exit_code=args.exit_code,
         max_line_bytes=args.max_line_bytes,
+        threads=args.threads,
     )
     return args.transcript, options, args.helpers_pidfile
 

@@ -197,9 +197,21 @@ async def cmd_status(client: ApiClient, args: argparse.Namespace) -> int:
         print(f"providers  {', '.join(_provider_version(p) for p in found) or 'none'}")
     for line in held_lines(st.get("held") or []):
         print(f"held       {line}")
+    for line in shared_lines(st.get("sharedProcesses") or [], st.get("runners") or []):
+        print(f"shared     {line}")
     threadcmds.print_usage_summary(st.get("usage"))
     _version_warnings(st)
     return 0
+
+
+def shared_lines(shared: list[dict[str, Any]], runners: list[dict[str, Any]]) -> list[str]:
+    """One line per shared codex process: its pid and the threads on it (issue 21)."""
+    out = []
+    for p in shared:
+        threads = [r["threadId"] for r in runners if r.get("process") == p["process"]]
+        on = ", ".join(threads) or "no thread (closing)"
+        out.append(f"{p['process']} pid {p['pid']}: {p['threads']} thread(s): {on}")
+    return out
 
 
 def held_lines(held: list[dict[str, Any]]) -> list[str]:
@@ -507,12 +519,16 @@ async def cmd_sessions(client: ApiClient, args: argparse.Namespace) -> int:
     if args.json:
         print_json(view["data"])
         return 0
+    # Which live session is on which shared codex process (issue 21): the daemon knows.
+    runners = (await client.call("daemon.status")).get("runners") or []
+    process = {r["providerSessionId"]: r.get("process") for r in runners}
     rows = [
         [
             s["id"],
             s["provider"],
             s["status"],
             str(s.get("pid") or "-"),
+            process.get(s["id"]) or "-",
             _short(s.get("cwd"), 30),
             s.get("lastActivityAt") or s["updatedAt"],
             # Why it is in error: its exit and stderr tail (bounded when stored), whole.
@@ -520,7 +536,9 @@ async def cmd_sessions(client: ApiClient, args: argparse.Namespace) -> int:
         ]
         for s in view["data"]["sessions"]
     ]
-    _table(["SESSION", "PROVIDER", "STATUS", "PID", "CWD", "LAST ACTIVITY", "ERROR"], rows)
+    _table(
+        ["SESSION", "PROVIDER", "STATUS", "PID", "PROCESS", "CWD", "LAST ACTIVITY", "ERROR"], rows
+    )
     return 0
 
 

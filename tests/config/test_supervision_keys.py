@@ -31,3 +31,18 @@ def test_bad_values_name_the_key(daemon: dict[str, object], message: str) -> Non
     with pytest.raises(ConfigError) as info:
         parse_config({"daemon": daemon})
     assert message in str(info.value)
+
+
+def test_codex_threads_per_process_defaults_to_16_and_is_named_when_bad() -> None:
+    assert parse_config({}).providers.codex.max_threads_per_process == 16
+    codex = {"max_threads_per_process": 1}
+    assert (
+        parse_config({"providers": {"codex": codex}}).providers.codex.max_threads_per_process == 1
+    )
+    for bad, message in (
+        (0, "providers.codex.max_threads_per_process: must be at least 1, got 0"),
+        ("4", "providers.codex.max_threads_per_process: expected an integer"),
+    ):
+        with pytest.raises(ConfigError) as info:
+            parse_config({"providers": {"codex": {"max_threads_per_process": bad}}})
+        assert message in str(info.value)

@@ -65,3 +65,34 @@ async def test_commands_in_their_own_session_are_stopped_others_reported() -> No
         for pid in (command, helper, before[1][0]):
             if _alive(pid):
                 psutil.Process(pid).kill()
+
+
+async def test_on_a_shared_process_only_commands_in_the_threads_cwd_are_stopped(
+    tmp_path: os.PathLike[str],
+) -> None:
+    mine, other = os.path.join(tmp_path, "mine"), os.path.join(tmp_path, "other")
+    os.makedirs(mine)
+    os.makedirs(other)
+    since = process_clock()
+    # Two threads' commands on one provider: one in each thread's cwd.
+    provider, (in_mine, in_other) = _provider(
+        f"cd {mine}; setsid sleep 63 & echo $!; cd {other}; setsid sleep 64 & echo $!; sleep 60"
+    )
+    try:
+        deadline = time.monotonic() + 5
+        while not (_leads_session(in_mine) and _leads_session(in_other)):
+            assert time.monotonic() < deadline
+            await trio.sleep(0.01)
+        left = await stop_turn_leftovers(
+            provider.pid, since, process_clock(), grace_s=2.0, within=mine
+        )
+        assert [c.pid for c in left.stopped] == [in_mine]
+        assert not _alive(in_mine) and _alive(in_other)
+    finally:
+        os.killpg(provider.pid, signal.SIGKILL)
+        provider.wait(timeout=5)
+        assert provider.stdout is not None
+        provider.stdout.close()
+        for pid in (in_mine, in_other):
+            if _alive(pid):
+                psutil.Process(pid).kill()

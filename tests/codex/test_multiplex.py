@@ -1,0 +1,230 @@
+"""The Codex multiplexer's routing, over an in-memory provider transport (issue 21)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from adapters.codex.multiplex import CodexMultiplexer, VirtualProcess
+from adapters.transport import ExitStatus, OversizedLine
+
+
+class FakeProcess:
+    """The provider transport only: what the multiplexer writes, and lines to read."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self._send, self._recv = trio.open_memory_channel[bytes](100)
+        self.stdin_closed = False
+        self.killed = False
+        self._ended = trio.Event()
+        self.status = ExitStatus(code=0, signal=None)
+
+    @property
+    def pid(self) -> int:
+        return 4242
+
+    async def send_line(self, line: bytes) -> None:
+        self.sent.append(json.loads(line))
+
+    async def receive_line(self) -> bytes | OversizedLine | None:
+        try:
+            return await self._recv.receive()
+        except trio.EndOfChannel:
+            return None
+
+    async def close_stdin(self) -> None:
+        self.stdin_closed = True
+
+    async def wait(self) -> ExitStatus:
+        await self._ended.wait()
+        return self.status
+
+    def stderr_tail(self) -> str:
+        return ""
+
+    async def kill(self) -> None:
+        self.killed = True
+        self.end(ExitStatus(code=None, signal=9))
+
+    def emit(self, frame: dict[str, Any]) -> None:
+        self._send.send_nowait(json.dumps(frame).encode())
+
+    def end(self, status: ExitStatus) -> None:
+        self.status = status
+        self._send.close()
+        self._ended.set()
+
+
+async def _frames(member: VirtualProcess, n: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    with trio.fail_after(2):
+        while len(out) < n:
+            lines = await member.receive_lines()
+            assert lines, "the member's stream ended"
+            out += [json.loads(line) for line in lines if isinstance(line, bytes)]
+    return out
+
+
+async def _send(member: VirtualProcess, frame: dict[str, Any]) -> None:
+    await member.send_line(json.dumps(frame).encode())
+
+
+async def _opened(
+    mux: CodexMultiplexer, proc: FakeProcess, member: VirtualProcess, thread: str
+) -> None:
+    """``member`` starts ``thread``: its id 1, the process answers."""
+    await _send(member, {"id": 1, "method": "thread/start", "params": {"cwd": "/w"}})
+    call = proc.sent[-1]
+    proc.emit({"method": "thread/started", "params": {"thread": {"id": thread}}})
+    proc.emit({"id": call["id"], "result": {"thread": {"id": thread}}})
+    got = await _frames(member, 2)
+    assert got[0]["method"] == "thread/started"
+    assert got[1] == {"id": 1, "result": {"thread": {"id": thread}}}
+
+
+async def _two_threads(
+    mux: CodexMultiplexer, proc: FakeProcess
+) -> tuple[VirtualProcess, VirtualProcess]:
+    a, b = mux.join(), mux.join()
+    await _opened(mux, proc, a, "thr-a")
+    await _opened(mux, proc, b, "thr-b")
+    return a, b
+
+
+@pytest.fixture
+async def shared(nursery: trio.Nursery) -> tuple[CodexMultiplexer, FakeProcess]:
+    proc = FakeProcess()
+    mux = CodexMultiplexer(proc)
+    await nursery.start(mux.run)
+    return mux, proc
+
+
+async def test_request_ids_are_remapped_and_frames_routed_by_thread(
+    shared: tuple[CodexMultiplexer, FakeProcess],
+) -> None:
+    mux, proc = shared
+    a, b = await _two_threads(mux, proc)
+    # Both numbered their request 1: the process saw two ids.
+    assert len({f["id"] for f in proc.sent}) == 2
+    proc.emit({"method": "item/agentMessage/delta", "params": {"threadId": "thr-b", "delta": "B"}})
+    proc.emit({"method": "item/agentMessage/delta", "params": {"threadId": "thr-a", "delta": "A"}})
+    proc.emit({"id": 0, "method": "item/commandExecution/requestApproval",
+               "params": {"threadId": "thr-a"}})  # fmt: skip
+    assert [f["params"]["delta"] for f in await _frames(b, 1)] == ["B"]
+    got_a = await _frames(a, 2)
+    assert got_a[0]["params"]["delta"] == "A"
+    assert got_a[1]["id"] == 0 and got_a[1]["method"].endswith("requestApproval")
+    # A reply to the server's request goes out as it is (its id is the process's).
+    await _send(a, {"id": 0, "result": {"decision": "accept"}})
+    assert proc.sent[-1] == {"id": 0, "result": {"decision": "accept"}}
+
+
+async def test_initialize_is_sent_once_per_process(
+    shared: tuple[CodexMultiplexer, FakeProcess],
+) -> None:
+    mux, proc = shared
+    a, b = mux.join(), mux.join()
+    await _send(a, {"id": 1, "method": "initialize", "params": {"clientInfo": {}}})
+    proc.emit({"id": proc.sent[-1]["id"], "result": {"userAgent": "codex"}})
+    assert await _frames(a, 1) == [{"id": 1, "result": {"userAgent": "codex"}}]
+    await _send(a, {"method": "initialized"})
+    await _send(b, {"id": 1, "method": "initialize", "params": {"clientInfo": {}}})
+    await _send(b, {"method": "initialized"})
+    assert await _frames(b, 1) == [{"id": 1, "result": {"userAgent": "codex"}}]
+    assert [f["method"] for f in proc.sent] == ["initialize", "initialized"]
+
+
+async def test_leaving_unsubscribes_and_the_last_leave_closes_the_process(
+    shared: tuple[CodexMultiplexer, FakeProcess],
+) -> None:
+    mux, proc = shared
+    a, b = await _two_threads(mux, proc)
+    await a.close_stdin()
+    assert await a.receive_lines() == []
+    assert await a.wait() == ExitStatus(code=0, signal=None)
+    assert proc.sent[-1]["method"] == "thread/unsubscribe"
+    assert proc.sent[-1]["params"] == {"threadId": "thr-a"}
+    assert not proc.stdin_closed
+    # The unsubscribe's answer is the multiplexer's own; b still hears its thread.
+    proc.emit({"id": proc.sent[-1]["id"], "result": {"status": "unsubscribed"}})
+    proc.emit({"method": "turn/started", "params": {"threadId": "thr-b"}})
+    assert [f["method"] for f in await _frames(b, 1)] == ["turn/started"]
+    await b.close_stdin()
+    assert proc.stdin_closed and not mux.open
+
+
+async def test_the_process_ending_ends_every_member_with_its_status(
+    shared: tuple[CodexMultiplexer, FakeProcess],
+) -> None:
+    mux, proc = shared
+    a, b = mux.join(), mux.join()
+    await _opened(mux, proc, a, "thr-a")
+    proc.end(ExitStatus(code=None, signal=9))
+    for member in (a, b):
+        with trio.fail_after(2):
+            assert await member.receive_lines() == []
+            assert await member.wait() == ExitStatus(code=None, signal=9)
+    assert mux.ended.is_set()
+
+
+async def test_threadless_frames_and_subagents(
+    shared: tuple[CodexMultiplexer, FakeProcess],
+) -> None:
+    mux, proc = shared
+    a, b = await _two_threads(mux, proc)
+    proc.emit({"method": "account/rateLimits/updated", "params": {"rateLimits": {}}})
+    proc.emit({"id": 5, "method": "account/chatgptAuthTokens/refresh", "params": {}})
+    child = {"id": "thr-c", "parentThreadId": "thr-b"}
+    proc.emit({"method": "thread/started", "params": {"thread": child}})
+    proc.emit({"method": "turn/started", "params": {"threadId": "thr-c"}})
+    got_a = await _frames(a, 2)
+    assert [f["method"] for f in got_a] == [
+        "account/rateLimits/updated",
+        "account/chatgptAuthTokens/refresh",
+    ]
+    got_b = await _frames(b, 3)
+    assert [f["method"] for f in got_b] == [
+        "account/rateLimits/updated",
+        "thread/started",
+        "turn/started",
+    ]
+
+
+async def test_a_killed_member_leaves_without_killing_a_shared_process(
+    shared: tuple[CodexMultiplexer, FakeProcess],
+) -> None:
+    mux, proc = shared
+    a, b = mux.join(), mux.join()
+    await a.kill()
+    assert await a.wait() == ExitStatus(code=None, signal=9)
+    assert not proc.killed and mux.open
+    await b.kill()
+    assert proc.killed
+
+
+async def test_a_member_leaving_before_initialize_is_answered_lets_the_next_send_its_own(
+    shared: tuple[CodexMultiplexer, FakeProcess],
+) -> None:
+    mux, proc = shared
+    a, b = mux.join(), mux.join()
+    await _send(a, {"id": 1, "method": "initialize", "params": {"clientInfo": {}}})
+    with trio.fail_after(2):  # before: b waited for an answer that could never come
+        await _b_initializes_after_a_leaves(a, b, proc)
+    assert [f["method"] for f in proc.sent] == ["initialize", "initialize"]
+    proc.emit({"id": proc.sent[-1]["id"], "result": {"userAgent": "codex"}})
+    assert await _frames(b, 1) == [{"id": 1, "result": {"userAgent": "codex"}}]
+
+
+async def _b_initializes_after_a_leaves(
+    a: VirtualProcess, b: VirtualProcess, proc: FakeProcess
+) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_send, b, {"id": 1, "method": "initialize", "params": {}})
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(proc.sent) == 1  # b waits for a's answer
+        await a.kill()
