@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import attrs
 import msgspec
@@ -31,6 +31,10 @@ from t3orch.events import EventDraft, EventEnvelope
 from t3orch.ids import CommandId, DaemonId
 from t3orch.store.errors import CommandRejected
 from t3orch.store.kinds import Chunk, Row
+
+#: What a command returns and its receipt keeps: a JSON-able value (the API sends it
+#: as it is; callers check its shape where they read it).
+JsonValue = object
 
 #: A stored entity type (``Run``, ``AppThread``, a turn item variant, …).
 E = TypeVar("E")
@@ -67,7 +71,7 @@ class Decision(msgspec.Struct, frozen=True):
 
     events: Sequence[EventDraft]
     #: A JSON-able result returned to the caller and stored in the receipt.
-    result: Any = None
+    result: JsonValue = None
 
 
 Decide = Callable[[StateView], Decision]
@@ -86,7 +90,7 @@ class CommandReceipt:
     accepted_at: str
     #: The last sequence the command committed (or the store's head if it wrote nothing).
     result_sequence: int
-    result: Any
+    result: JsonValue
 
 
 class DaemonRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -133,7 +137,7 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     """What happened to one submission of a batch."""
 
     events: Sequence[EventEnvelope] = ()
-    result: Any = None
+    result: JsonValue = None
     #: The last sequence the submission committed (the head, if it wrote nothing).
     result_sequence: int = 0
     #: A repeated command id: nothing was written, ``result`` is the first result.
