@@ -25,7 +25,7 @@ owner does with it. Events go down only: queue → this → ``ingest_queued``
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 import attrs
@@ -46,6 +46,7 @@ from t3orch.provider_events import (
     TurnCompleted,
 )
 from t3orch.store.inflight import MAX_INFLIGHT_EVENTS, InflightWindow
+from t3orch.store.interface import Decide
 from t3orch.store.writer import Ticket
 
 #: The event queue's bound: the provider is not read while this many events wait, so
@@ -61,6 +62,10 @@ class Ingest(Protocol):
 
     async def ingest_queued(
         self, binding: SessionBinding, events: Sequence[ProviderEvent]
+    ) -> Ticket: ...
+
+    async def end_turn_queued(
+        self, binding: SessionBinding, events: Sequence[ProviderEvent], checkpoint: Decide | None
     ) -> Ticket: ...
 
 
@@ -80,8 +85,15 @@ class StreamOwner(Protocol):
     def turn_closing(self) -> None:
         """A turn's end is about to commit: whoever sees it ended sees the owner idle."""
 
-    async def turn_barrier(self, run_id: str) -> None:
-        """A completed turn's events are committed, its end not yet (the checkpoint)."""
+    async def turn_barrier(
+        self, run_id: str, committed: Callable[[], Awaitable[None]]
+    ) -> Decide | None:
+        """A completed turn's events are queued, its end not yet: the checkpoint.
+
+        ``committed`` waits until those events are committed (before the owner reads
+        what they made); the decide returned (the checkpoint's record) commits in one
+        transaction with the turn's end, just before it.
+        """
 
     async def subagent_ended(self, run_id: str, child_native_thread_ref: str | None) -> None:
         """A subagent's end is committed (its checkpoint)."""
@@ -207,13 +219,14 @@ class IngestStream:
                 if event.child_native_thread_ref is not None:
                     self._late_children[event.child_native_thread_ref] = done.run_id
                 continue
+            checkpoint = None
             if isinstance(event, TurnCompleted) and event.status == "completed":
-                await self._completion_barrier(chunk)
+                checkpoint = await self._completion_barrier(chunk)
             if isinstance(event, (TurnCompleted, RuntimeExited)):
                 ending = self.active_turn
                 if isinstance(event, TurnCompleted):
                     owner.turn_closing()
-                await self.commit(chunk, ends_turn=True)
+                await self.commit(chunk, ends_turn=True, checkpoint=checkpoint)
                 chunk = []
                 if isinstance(event, TurnCompleted):
                     if ending is not None and event.status == "completed":
@@ -239,36 +252,45 @@ class IngestStream:
             if self.active_turn is not None or self.lingering:
                 owner.working()
 
-    async def _completion_barrier(self, chunk: list[ProviderEvent]) -> None:
+    async def _completion_barrier(self, chunk: list[ProviderEvent]) -> Decide | None:
         """Text flushed and items final, then the owner's barrier, then the end.
 
-        Everything before the TurnCompleted is committed first; the barrier runs
-        while the run is still open; the caller then commits the TurnCompleted.
+        Everything before the TurnCompleted is queued first (not awaited: the owner
+        captures the work tree while it commits, and waits for it before reading the
+        log); the barrier runs while the run is still open; the caller then commits
+        the checkpoint's record and the TurnCompleted together. In sequence order:
+        items, checkpoint, end; on the turn's critical path two commits, not three.
         """
         turn = self.active_turn
         if not self.turn_barrier or turn is None:
-            return
+            return None
         before, last = chunk[:-1], chunk[-1]
         if before:
-            await self.commit(before)
-        else:
-            # The turn's earlier events came in earlier batches, queued and not awaited
-            # (mid-turn batches never are). When a turn's frames arrive in one burst the
-            # TurnCompleted can be a batch of its own while those are still uncommitted:
-            # without this wait the checkpointer read a run that had not started yet,
-            # skipped it, and the run completed with no checkpoint and no diagnostic.
-            await self._inflight.drain()
+            ticket = await self.ingest.ingest_queued(self._bound(), before)
+            await self._inflight.add(ticket, len(before))
         chunk[:] = [last]
-        await self.owner.turn_barrier(turn.run_id)
+        # The turn's earlier batches were queued and not awaited (mid-turn batches never
+        # are): the owner reads the run only once all of them have committed.
+        return await self.owner.turn_barrier(turn.run_id, self._inflight.drain)
 
-    async def commit(self, events: list[ProviderEvent], *, ends_turn: bool = False) -> None:
+    async def commit(
+        self,
+        events: list[ProviderEvent],
+        *,
+        ends_turn: bool = False,
+        checkpoint: Decide | None = None,
+    ) -> None:
         """Commit ``events`` after everything queued before them; wait for it.
 
         ``ends_turn``: the events end the active turn. It stops counting as active
         once they are queued, before the commit: whoever sees the ended run must
-        not find the stream still claiming the turn.
+        not find the stream still claiming the turn. ``checkpoint``: the turn's
+        checkpoint record, committed with them, just before.
         """
-        ticket = await self.ingest.ingest_queued(self._bound(), events)
+        if ends_turn:
+            ticket = await self.ingest.end_turn_queued(self._bound(), events, checkpoint)
+        else:
+            ticket = await self.ingest.ingest_queued(self._bound(), events)
         if ends_turn:
             self.active_turn = None
         await self._inflight.drain()

@@ -6,6 +6,7 @@ what the store held at each barrier, so the order of commits is observable.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
@@ -25,6 +26,7 @@ from t3orch.provider_events import (
     TurnCompleted,
     TurnStarted,
 )
+from t3orch.store.interface import Decide
 from tests.store.support import new_thread, started_turn
 
 
@@ -45,7 +47,10 @@ class Owner:
     def turn_closing(self) -> None:
         self.heard.append("closing")
 
-    async def turn_barrier(self, run_id: str) -> None:
+    async def turn_barrier(
+        self, run_id: str, committed: Callable[[], Awaitable[None]]
+    ) -> Decide | None:
+        await committed()
         reads = self.core.reader
         with reads.snapshot():
             run = reads.get(Run, run_id)
@@ -53,6 +58,7 @@ class Owner:
         assert run is not None
         self.at_barrier = (run.status, items[0].text if items else "")
         self.heard.append("barrier")
+        return None
 
     async def subagent_ended(self, run_id: str, child_native_thread_ref: str | None) -> None:
         self.heard.append("subagent")
