@@ -205,9 +205,12 @@ class SessionManager:
         assert runner.binding is not None and runner.binding.provider_thread_id is not None
         self._dispatching.add(thread_id)
         try:
-            result, handoff, turn = await self.core.send_and_begin(
-                thread_id, text, runner.binding.provider_thread_id, command_id=command_id
-            )
+            # Shielded: a caller gone meanwhile (its connection closed) must not leave a
+            # begun attempt that nobody starts (its run would hold the thread's queue).
+            with trio.CancelScope(shield=True):
+                result, handoff, turn = await self.core.send_and_begin(
+                    thread_id, text, runner.binding.provider_thread_id, command_id=command_id
+                )
         except BaseException:
             self._dispatching.discard(thread_id)
             raise

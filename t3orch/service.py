@@ -457,15 +457,27 @@ class CoreService:
         )
 
     async def end_turn_queued(
-        self, binding: SessionBinding, events: Sequence[ProviderEvent], checkpoint: Decide | None
+        self,
+        binding: SessionBinding,
+        events: Sequence[ProviderEvent],
+        checkpoint: Decide | None,
+        items: Sequence[ProviderEvent] = (),
     ) -> Ticket:
-        """Queue a turn's end (``events``), with its checkpoint's record just before it.
+        """Queue a turn's end (``events``), after its last ``items`` and its
+        checkpoint's record.
 
-        The two commit in one transaction (``with_next``): the record's sequences come
-        before the end's, and no commit holds the one without the other.
+        All commit in one transaction (``with_next``), in that order: the record's
+        sequences after the items' and before the end's, and no commit holds the one
+        without the other.
         """
-        if checkpoint is not None:
-            await self.writer.enqueue(checkpoint, command_type="checkpoint.record", with_next=True)
+        if checkpoint is None:
+            return await self.ingest_queued(binding, [*items, *events])
+        if items:
+            batch = IngestBatch(binding, list(items))
+            await self.writer.enqueue(
+                batch, command_type="ingest", size=len(batch.events), with_next=True
+            )
+        await self.writer.enqueue(checkpoint, command_type="checkpoint.record", with_next=True)
         return await self.ingest_queued(binding, events)
 
     async def reconcile(

@@ -40,6 +40,7 @@ from t3orch.live import LiveHub
 from t3orch.provider_events import (
     Diagnostic,
     ItemCompleted,
+    ItemStarted,
     ProviderEvent,
     RuntimeExited,
     SubagentEnded,
@@ -65,7 +66,11 @@ class Ingest(Protocol):
     ) -> Ticket: ...
 
     async def end_turn_queued(
-        self, binding: SessionBinding, events: Sequence[ProviderEvent], checkpoint: Decide | None
+        self,
+        binding: SessionBinding,
+        events: Sequence[ProviderEvent],
+        checkpoint: Decide | None,
+        items: Sequence[ProviderEvent] = (),
     ) -> Ticket: ...
 
 
@@ -106,6 +111,10 @@ class StreamOwner(Protocol):
 
     def runtime_exited(self, event: RuntimeExited, turn: TurnBinding | None) -> None:
         """The runtime's exit is committed; ``turn`` is the one it ended."""
+
+
+async def _nothing_to_wait() -> None:
+    """The turn's events hold nothing the owner reads: no wait for their commit."""
 
 
 def _or_never(deadline: float | None) -> float:
@@ -153,10 +162,13 @@ class IngestStream:
     #: Child native thread ref -> its run, for the checkpoint after a lingering end.
     _late_children: dict[str, str] = attrs.field(factory=dict)
     _inflight: InflightWindow = attrs.field(factory=lambda: InflightWindow(MAX_INFLIGHT_EVENTS))
+    #: The active turn has had a subagent item (so a checkpoint scope of its own).
+    _subagents: bool = False
 
     def turn_started(self, turn: TurnBinding) -> None:
         self.active_turn = turn
         self.turn_done = trio.Event()
+        self._subagents = False
 
     async def run(
         self, queue: EventQueue, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -201,6 +213,10 @@ class IngestStream:
         for event in events:
             chunk.append(event)
             owner.observed(event)
+            if isinstance(event, (ItemStarted, ItemCompleted)) and isinstance(
+                event.content, Subagent
+            ):
+                self._subagents = True
             if isinstance(event, RuntimeExited):
                 await owner.exiting(event)
             ended = subagent_end(event)
@@ -219,14 +235,15 @@ class IngestStream:
                 if event.child_native_thread_ref is not None:
                     self._late_children[event.child_native_thread_ref] = done.run_id
                 continue
-            checkpoint = None
+            checkpoint: Decide | None = None
+            items: list[ProviderEvent] = []
             if isinstance(event, TurnCompleted) and event.status == "completed":
-                checkpoint = await self._completion_barrier(chunk)
+                checkpoint, items = await self._completion_barrier(chunk)
             if isinstance(event, (TurnCompleted, RuntimeExited)):
                 ending = self.active_turn
                 if isinstance(event, TurnCompleted):
                     owner.turn_closing()
-                await self.commit(chunk, ends_turn=True, checkpoint=checkpoint)
+                await self.commit(chunk, ends_turn=True, checkpoint=checkpoint, items=items)
                 chunk = []
                 if isinstance(event, TurnCompleted):
                     if ending is not None and event.status == "completed":
@@ -252,26 +269,33 @@ class IngestStream:
             if self.active_turn is not None or self.lingering:
                 owner.working()
 
-    async def _completion_barrier(self, chunk: list[ProviderEvent]) -> Decide | None:
+    async def _completion_barrier(
+        self, chunk: list[ProviderEvent]
+    ) -> tuple[Decide | None, list[ProviderEvent]]:
         """Text flushed and items final, then the owner's barrier, then the end.
 
-        Everything before the TurnCompleted is queued first (not awaited: the owner
-        captures the work tree while it commits, and waits for it before reading the
-        log); the barrier runs while the run is still open; the caller then commits
-        the checkpoint's record and the TurnCompleted together. In sequence order:
-        items, checkpoint, end; on the turn's critical path two commits, not three.
+        The barrier runs while the run is still open (the owner captures the work
+        tree); the caller then commits the turn's last events, the checkpoint's record
+        and the TurnCompleted in one transaction, in that order: items, checkpoint,
+        end, one commit on the turn's critical path. Returns the record and those
+        last events (``chunk`` keeps the TurnCompleted).
+
+        A turn with a subagent item has scopes of its own the owner reads from the
+        log: its events are queued first, and the owner waits for their commit.
         """
         turn = self.active_turn
         if not self.turn_barrier or turn is None:
-            return None
+            return None, []
         before, last = chunk[:-1], chunk[-1]
+        chunk[:] = [last]
+        if not self._subagents:
+            return await self.owner.turn_barrier(turn.run_id, _nothing_to_wait), before
         if before:
             ticket = await self.ingest.ingest_queued(self._bound(), before)
             await self._inflight.add(ticket, len(before))
-        chunk[:] = [last]
         # The turn's earlier batches were queued and not awaited (mid-turn batches never
-        # are): the owner reads the run only once all of them have committed.
-        return await self.owner.turn_barrier(turn.run_id, self._inflight.drain)
+        # are): the owner reads its scopes only once all of them have committed.
+        return await self.owner.turn_barrier(turn.run_id, self._inflight.drain), []
 
     async def commit(
         self,
@@ -279,16 +303,18 @@ class IngestStream:
         *,
         ends_turn: bool = False,
         checkpoint: Decide | None = None,
+        items: Sequence[ProviderEvent] = (),
     ) -> None:
         """Commit ``events`` after everything queued before them; wait for it.
 
         ``ends_turn``: the events end the active turn. It stops counting as active
         once they are queued, before the commit: whoever sees the ended run must
         not find the stream still claiming the turn. ``checkpoint``: the turn's
-        checkpoint record, committed with them, just before.
+        checkpoint record, and ``items`` its last events, committed with them,
+        before them (items, then the record).
         """
         if ends_turn:
-            ticket = await self.ingest.end_turn_queued(self._bound(), events, checkpoint)
+            ticket = await self.ingest.end_turn_queued(self._bound(), events, checkpoint, items)
         else:
             ticket = await self.ingest.ingest_queued(self._bound(), events)
         if ends_turn:
