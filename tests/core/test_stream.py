@@ -11,6 +11,7 @@ from pathlib import Path
 
 import trio
 
+from t3orch.commands.sessions import note
 from t3orch.core import Core, open_core
 from t3orch.domain.run import Run
 from t3orch.domain.turn_items import AssistantMessage, TurnItemBase
@@ -26,7 +27,6 @@ from t3orch.provider_events import (
     TurnCompleted,
     TurnStarted,
 )
-from t3orch.commands.sessions import note
 from t3orch.store.interface import Decide
 from tests.store.support import new_thread, started_turn
 
