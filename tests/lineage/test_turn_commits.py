@@ -20,6 +20,11 @@ from tests.lineage.test_barrier_burst import PROVIDERS, _one_turn
 from tests.supervisor.support import rig
 
 
+def _where(batches: list[list[Any]], match: Any) -> list[tuple[int, int]]:
+    """(batch index, sequence) of each committed event ``match`` takes."""
+    return [(i, e.sequence) for i, batch in enumerate(batches) for e in batch if match(e)]
+
+
 async def test_the_checkpoint_record_and_the_turn_end_commit_together(tmp_path: Path) -> None:
     transcript = load_transcript(_one_turn(tmp_path))
     launchers = TranscriptLaunchers({"codex": transcript}, speed=0)
@@ -31,32 +36,31 @@ async def test_the_checkpoint_record_and_the_turn_end_commit_together(tmp_path: 
         run = await r.wait_run(sent.result["runId"], ("completed", "failed", "interrupted"))
         assert run.status == "completed" and run.checkpoint_id is not None
 
-    def where(match: Any) -> list[int]:
-        return [i for i, batch in enumerate(batches) for e in batch if match(e)]
-
-    checkpoint = where(
-        lambda e: e.type == "checkpoint.upserted" and e.payload.checkpoint.id == run.checkpoint_id
+    checkpoint = _where(
+        batches,
+        lambda e: e.type == "checkpoint.upserted" and e.payload.checkpoint.id == run.checkpoint_id,
     )
-    end = where(
+    end = _where(
+        batches,
         lambda e: (
             e.type == "run.upserted"
             and e.payload.run.id == run.id
             and e.payload.run.status == "completed"
-        )
+        ),
     )
-    items = where(
+    items = _where(
+        batches,
         lambda e: (
             e.type == "turn_item.upserted"
             and e.payload.item.run_id == run.id
             and not isinstance(e.payload.item, CheckpointItem)
-        )
+        ),
     )
-    # One transaction for the record and the end; the items in one before it.
-    assert checkpoint == end, (checkpoint, end)
-    assert max(items) < min(checkpoint)
-    seq = {e.sequence: e.type for e in batches[end[0]]}
-    ordered = [t for _, t in sorted(seq.items())]
-    assert ordered.index("checkpoint.upserted") < ordered.index("run.upserted"), ordered
+    # One transaction for the record and the end (the items in it or before it), and
+    # in sequence order items, checkpoint, end.
+    assert [b for b, _ in checkpoint] == [b for b, _ in end], (checkpoint, end)
+    assert max(b for b, _ in items) <= checkpoint[0][0]
+    assert max(s for _, s in items) < checkpoint[0][1] < end[0][1]
 
 
 async def test_a_send_to_an_idle_runtime_commits_with_its_attempt(tmp_path: Path) -> None:
@@ -74,21 +78,17 @@ async def test_a_send_to_an_idle_runtime_commits_with_its_attempt(tmp_path: Path
         sessions = r.rows("provider_session")
         assert len(sessions) == 1
 
-    def where(match: Any) -> list[int]:
-        return [i for i, batch in enumerate(batches) for e in batch if match(e)]
-
-    queued = where(
+    queued = _where(
+        batches,
         lambda e: (
             e.type == "run.upserted"
             and e.payload.run.id == run.id
             and e.payload.run.status == "queued"
-        )
+        ),
     )
-    attempt = where(
-        lambda e: e.type == "run_attempt.upserted" and e.payload.attempt.run_id == run.id
+    attempt = _where(
+        batches, lambda e: e.type == "run_attempt.upserted" and e.payload.attempt.run_id == run.id
     )
-    assert queued and attempt and queued[0] == attempt[0], (queued, attempt)
+    assert queued and attempt and queued[0][0] == attempt[0][0], (queued, attempt)
     # The API's answer names the send's own sequence: the run, as queued.
-    assert sent.sequence < min(
-        e.sequence for e in batches[attempt[0]] if e.type == "run_attempt.upserted"
-    )
+    assert queued[0][1] <= sent.sequence < attempt[0][1]
