@@ -576,8 +576,8 @@ class _Owner:
     def turn_closing(self) -> None:
         pass
 
-    async def turn_barrier(self, run_id: str) -> None:
-        pass
+    async def turn_barrier(self, run_id: str, committed: Any) -> None:
+        return None
 
     async def subagent_ended(self, run_id: str, child_native_thread_ref: str | None) -> None:
         pass

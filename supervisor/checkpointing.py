@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import attrs
@@ -20,6 +20,7 @@ import trio
 from adapters.errors import AdapterError
 from supervisor.session import SessionFailed, SessionRunner
 from t3orch import gitstore
+from t3orch.commands import checkpoints, sessions
 from t3orch.commands.checkpoints import require_run_checkpoint, target_ordinal
 from t3orch.domain.checkpoint import Checkpoint, CheckpointScope
 from t3orch.domain.node import ExecutionNode
@@ -29,7 +30,7 @@ from t3orch.domain.thread import AppThread
 from t3orch.ids import CheckpointId, CommandId
 from t3orch.service import CommandResult, CoreService
 from t3orch.store.errors import CommandRejected
-from t3orch.store.interface import ReadModel
+from t3orch.store.interface import Decide, Decision, ReadModel, StateView
 
 log = logging.getLogger(__name__)
 
@@ -71,32 +72,74 @@ class Checkpointer:
                 best = (ordinal, cp)
         return None if best is None else best[1]
 
-    async def after_run(self, thread_id: str, run_id: str, *, ending: bool = False) -> None:
-        """The root run ended: checkpoint the thread's work tree (or say why not, once).
+    async def after_run(self, thread_id: str, run_id: str) -> None:
+        """The root run ended (not completed: those are checkpointed at their barrier):
+        checkpoint the thread's work tree (or say why not, once).
 
-        ``ending``: called at the completion barrier, after the turn's text and items
-        are final but before its terminal event is committed (the run is still open).
         Never raises: a checkpoint that cannot be taken is a diagnostic, and the
         next run is dispatched anyway.
         """
         try:
-            await self._after_run(thread_id, run_id, ending)
+            record = await self._capture_run(thread_id, run_id, None)
+            if record is not None:
+                await self.core.commit_decision(record, "checkpoint.record")
         except (gitstore.GitError, OSError, trio.TooSlowError, CommandRejected) as exc:
-            log.warning("checkpoint of %s run %s failed: %s", thread_id, run_id, exc)
-            await self.core.note(None, "warning", "checkpoint_failed", f"{thread_id}: {exc}")
+            await self._failed(thread_id, run_id, exc)
 
-    async def _after_run(self, thread_id: str, run_id: str, ending: bool) -> None:
+    async def at_barrier(
+        self, thread_id: str, run_id: str, committed: Callable[[], Awaitable[None]]
+    ) -> Decide | None:
+        """The completion barrier: the turn's text and items are final (queued; awaited
+        with ``committed`` before the log is read), its terminal event not yet queued.
+
+        Returns the checkpoint's record, for the stream to commit with the turn's end
+        (one transaction, the record first), or None. Never raises, like
+        :meth:`after_run`; a record the log then refuses becomes the same diagnostic.
+        """
+        try:
+            record = await self._capture_run(thread_id, run_id, committed)
+        except (gitstore.GitError, OSError, trio.TooSlowError, CommandRejected) as exc:
+            await self._failed(thread_id, run_id, exc)
+            return None
+        if record is None:
+            return None
+        decide = record
+
+        def or_note(view: StateView) -> Decision:
+            try:
+                return decide(view)
+            except CommandRejected as exc:
+                log.warning("checkpoint of %s run %s failed: %s", thread_id, run_id, exc)
+                return sessions.note(None, "warning", "checkpoint_failed", f"{thread_id}: {exc}")(
+                    view
+                )
+
+        return or_note
+
+    async def _failed(self, thread_id: str, run_id: str, exc: Exception) -> None:
+        log.warning("checkpoint of %s run %s failed: %s", thread_id, run_id, exc)
+        await self.core.note(None, "warning", "checkpoint_failed", f"{thread_id}: {exc}")
+
+    async def _capture_run(
+        self, thread_id: str, run_id: str, committed: Callable[[], Awaitable[None]] | None
+    ) -> Decide | None:
+        """Capture the run's work tree; the checkpoint's record (not yet submitted).
+
+        ``committed``: at the barrier, the wait for the turn's last events; the tree is
+        captured while they commit (it does not read the log), subagent scopes after.
+        """
+        ending = committed is not None
         run = self.reader.get(Run, run_id)
         thread = self.reader.get(AppThread, thread_id)
         if run is None or thread is None:
-            return
+            return None
         # After the fact, only a run that started (one that failed to start changed
         # nothing). At the barrier its turn is completing, so it worked, even if the
         # provider never said the turn started: skipping it here was silent.
         if not ending and (run.started_at is None or run.status not in _ENDED):
-            return
+            return None
         if run.checkpoint_id is not None:
-            return
+            return None
         root = await gitstore.work_tree_root(thread.cwd)
         if root is None:
             if thread_id not in self.disabled_noted:
@@ -104,17 +147,22 @@ class Checkpointer:
                 await self.core.checkpoints_disabled(
                     thread_id, thread.cwd, f"{thread.cwd} is not in a git work tree"
                 )
-            return
+            return None
         prev = self.previous(thread_id, run.ordinal)
         base = await gitstore.resolve(root, prev.ref) if prev is not None else None
-        # Subagents whose end was not seen (closed by the turn's end) get theirs first.
-        await self._children(root, thread_id, run, None, at_barrier=True)
         ref = gitstore.checkpoint_ref(thread_id, run.ordinal)
-        commit, _ = await gitstore.capture(
-            root, ref, f"t3orch checkpoint: thread {thread_id} run {run.ordinal}", base
-        )
+        message = f"t3orch checkpoint: thread {thread_id} run {run.ordinal}"
+        if committed is not None:
+            commit, _ = await gitstore.capture(root, ref, message, base)
+            await committed()
+            run = self.reader.get(Run, run_id) or run
+        # Subagents whose end was not seen (closed by the turn's end) get theirs
+        # (their records commit before the run's).
+        await self._children(root, thread_id, run, None, at_barrier=True)
+        if committed is None:
+            commit, _ = await gitstore.capture(root, ref, message, base)
         files = await gitstore.numstat(root, base, commit)
-        await self.core.record_checkpoint(
+        return checkpoints.record_checkpoint(
             run.id, thread.cwd, ref, files, prev.id if prev is not None and base else None
         )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,12 +37,21 @@ from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.provider_versions import describe
 from t3orch.service import CommandResult, CoreService
 from t3orch.store.errors import CommandRejected
-from t3orch.store.interface import ReadModel
+from t3orch.store.interface import Decide, ReadModel
 
 log = logging.getLogger(__name__)
 
 #: Bound on retiring a runtime after a provider switch (its whole stop ladder).
 RETIRE_TIMEOUT_S = 20.0
+
+
+@attrs.frozen
+class _Begun:
+    """A run sent to an idle runtime: its attempt, begun in the send's commit."""
+
+    runner: SessionRunner
+    turn: TurnBinding
+    handoff: str | None
 
 
 def _unwrapped(exc: BaseException) -> BaseException:
@@ -172,9 +181,63 @@ class SessionManager:
                 "no new run is accepted — send it again once the daemon is back",
             )
         self._release_hold(thread_id)
+        if runner is not None and self._idle_for_a_send(runner):
+            return await self._send_and_start(runner, text, command_id)
         result = await self.core.send_message(thread_id, text, command_id=command_id)
         if not result.duplicate:
             self.kick(thread_id)
+        return result
+
+    def _idle_for_a_send(self, runner: SessionRunner) -> bool:
+        """The thread's runtime is live and idle, serves its settings, and nothing of
+        the thread is queued, working or being dispatched."""
+        thread_id = runner.thread_id
+        binding = runner.binding
+        crashes = self.crashes.get(thread_id)
+        return (
+            thread_id not in self._dispatching
+            and not runner.stopping
+            and runner.runtime is not None
+            and not runner.busy
+            and runner.restart is None
+            and runner.recovery is None
+            and binding is not None
+            and binding.provider_thread_id is not None
+            and (crashes is None or not crashes.held)
+            and self._outdated(runner) is None
+            and not any(
+                r.status in ("queued", "starting", "running", "waiting")
+                for r in self.reader.select(Run, thread_id=thread_id)
+            )
+        )
+
+    async def _send_and_start(
+        self, runner: SessionRunner, text: str, command_id: str | None
+    ) -> CommandResult:
+        """The send, its handoff and its first attempt in one commit, then the turn.
+
+        What dispatch would do for the run (``_dispatch``), without the send's own
+        commit before the attempt's: one fsync before ``turn/start``, not two. The
+        thread is claimed first (as dispatching), so a send meanwhile queues behind.
+        """
+        thread_id = runner.thread_id
+        assert runner.binding is not None and runner.binding.provider_thread_id is not None
+        self._dispatching.add(thread_id)
+        try:
+            # Shielded: a caller gone meanwhile (its connection closed) must not leave a
+            # begun attempt that nobody starts (its run would hold the thread's queue).
+            with trio.CancelScope(shield=True):
+                result, handoff, turn = await self.core.send_and_begin(
+                    thread_id, text, runner.binding.provider_thread_id, command_id=command_id
+                )
+        except BaseException:
+            self._dispatching.discard(thread_id)
+            raise
+        begun = None
+        if turn is not None:
+            begun = _Begun(runner, turn, handoff)
+        assert self._nursery is not None, "the session manager is not running"
+        self._nursery.start_soon(self._dispatch_loop, thread_id, begun)
         return result
 
     async def _steer(
@@ -355,23 +418,31 @@ class SessionManager:
         self._dispatching.add(thread_id)
         self._nursery.start_soon(self._dispatch_loop, thread_id)
 
-    async def _dispatch_loop(self, thread_id: str) -> None:
+    async def _dispatch_loop(self, thread_id: str, begun: _Begun | None = None) -> None:
         try:
+            if begun is not None:
+                # Its attempt is committed: it starts even if a drain began meanwhile.
+                run = self.reader.get(Run, begun.turn.run_id)
+                if run is not None:
+                    await self._dispatch_guarded(thread_id, run, begun)
             while not self.draining:  # a stop's drain starts nothing new
                 self._wake[thread_id] = trio.Event()
                 run = self._next_queued(thread_id)
                 if run is None:
                     return
-                try:
-                    await self._dispatch(thread_id, run)
-                except Exception as exc:
-                    # One thread's failure is that thread's run's error: it must never
-                    # escape into the manager's nursery (which would end the daemon).
-                    log.exception("dispatching run %s of %s failed", run.id, thread_id)
-                    cause = _unwrapped(exc)
-                    await self._fail_run(thread_id, run, f"{type(cause).__name__}: {cause}")
+                await self._dispatch_guarded(thread_id, run, None)
         finally:
             self._dispatching.discard(thread_id)
+
+    async def _dispatch_guarded(self, thread_id: str, run: Run, begun: _Begun | None) -> None:
+        try:
+            await self._dispatch(thread_id, run, begun)
+        except Exception as exc:
+            # One thread's failure is that thread's run's error: it must never
+            # escape into the manager's nursery (which would end the daemon).
+            log.exception("dispatching run %s of %s failed", run.id, thread_id)
+            cause = _unwrapped(exc)
+            await self._fail_run(thread_id, run, f"{type(cause).__name__}: {cause}")
 
     def _next_queued(self, thread_id: str) -> Run | None:
         runs = self.reader.select(Run, thread_id=thread_id)
@@ -380,7 +451,18 @@ class SessionManager:
                 return None  # one run at a time per thread: queue behind it
         return next((r for r in runs if r.status == "queued"), None)
 
-    async def _dispatch(self, thread_id: str, run: Any) -> None:
+    async def _dispatch(self, thread_id: str, run: Any, begun: _Begun | None = None) -> None:
+        if begun is not None:
+            # Sent to an idle runtime: the attempt was begun with the send.
+            try:
+                await begun.runner.start_turn(
+                    run.id, self._user_text(run), turn=begun.turn, handoff=begun.handoff
+                )
+            except SessionFailed as exc:
+                await self._fail_run(thread_id, run, str(exc))
+                return
+            await self._run_turn(thread_id, run, begun.runner)
+            return
         runner = self.runners.get(thread_id)
         if runner is not None and runner.stopping:
             # Its exit (or the end its supervisor gave a hung turn) ends the turn before
@@ -437,6 +519,10 @@ class SessionManager:
             # It died between opening and this turn; its exit is recorded already.
             await self._fail_run(thread_id, run, str(exc))
             return
+        await self._run_turn(thread_id, run, runner)
+
+    async def _run_turn(self, thread_id: str, run: Any, runner: SessionRunner) -> None:
+        """From the run's first ``turn/start`` until it ended (and was checkpointed)."""
         await runner.wait_turn()
         if runner.left_held:
             return  # the run goes on in its holder, for the next daemon
@@ -456,8 +542,10 @@ class SessionManager:
         if ended is None or ended.status != "completed":
             await self.checkpointer.after_run(thread_id, run.id)
 
-    async def _checkpoint_at_barrier(self, thread_id: str, run_id: str) -> None:
-        await self.checkpointer.after_run(thread_id, run_id, ending=True)
+    async def _checkpoint_at_barrier(
+        self, thread_id: str, run_id: str, committed: Callable[[], Awaitable[None]]
+    ) -> Decide | None:
+        return await self.checkpointer.at_barrier(thread_id, run_id, committed)
 
     def _outdated(self, runner: SessionRunner) -> str | None:
         """Why ``runner`` cannot serve its thread's next run, or None.

@@ -62,7 +62,7 @@ from t3orch.provider_events import (
 from t3orch.runtime_plan import ForkThread, ResumeThread, RuntimePlan, StartFresh, next_runtime
 from t3orch.service import CoreService
 from t3orch.store.errors import CommandRejected
-from t3orch.store.interface import ReadModel
+from t3orch.store.interface import Decide, ReadModel
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,11 @@ class SessionRunner:
     #: resumed: a fresh one gets a full summary (``daemon.max_delta_handoff_chars``).
     delta_handoff_limit: int | None = None
     #: Called at a completed turn's barrier, before its terminal event (checkpoints).
-    on_turn_ending: Callable[[str, str], Awaitable[None]] | None = None
+    #: The completion barrier (the checkpoint): thread, run, and a wait for the turn's
+    #: events' commit; returns the record that commits with the turn's end.
+    on_turn_ending: (
+        Callable[[str, str, Callable[[], Awaitable[None]]], Awaitable[Decide | None]] | None
+    ) = None
     #: Called once a subagent's end is committed: (thread, run, child native thread ref).
     on_subagent_ended: Callable[[str, str, str | None], Awaitable[None]] | None = None
     #: The ``provider_recovery`` attempt prepared when this runtime crashed mid-turn.
@@ -607,14 +611,19 @@ class SessionRunner:
     # -- work ------------------------------------------------------------------
 
     async def start_turn(
-        self, run_id: str, text: str, *, turn: TurnBinding | None = None
+        self,
+        run_id: str,
+        text: str,
+        *,
+        turn: TurnBinding | None = None,
+        handoff: str | None = None,
     ) -> TurnBinding:
-        """Begin an attempt of ``run_id`` (or use ``turn``, already begun) and send its input."""
+        """Begin an attempt of ``run_id`` (or use ``turn``, already begun, with the
+        ``handoff`` prepared with it) and send its input."""
         rt = self.runtime
         if rt is None or self.exited.is_set() or self.binding is None:
             raise SessionFailed(f"the {self.provider} runtime is not running")
         assert self.binding.provider_thread_id is not None
-        handoff = None
         if turn is None:
             # What this provider thread missed (a provider switch) is materialized now.
             handoff, turn = await self.core.begin_attempt_with_handoff(
@@ -738,9 +747,12 @@ class SessionRunner:
         # the ended run also sees the runtime's new idle start.
         self.last_activity = trio.current_time()
 
-    async def turn_barrier(self, run_id: str) -> None:
-        if self.on_turn_ending is not None:
-            await self.on_turn_ending(self.thread_id, run_id)
+    async def turn_barrier(
+        self, run_id: str, committed: Callable[[], Awaitable[None]]
+    ) -> Decide | None:
+        if self.on_turn_ending is None:
+            return None
+        return await self.on_turn_ending(self.thread_id, run_id, committed)
 
     async def subagent_ended(self, run_id: str, child_native_thread_ref: str | None) -> None:
         if self.on_subagent_ended is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -48,6 +49,8 @@ from t3orch.provider_events import ProviderEvent
 from t3orch.store.errors import CommandRejected
 from t3orch.store.interface import Decide, Outcome
 from t3orch.store.writer import EventWriter, Pile, Ticket
+
+log = logging.getLogger(__name__)
 
 
 @attrs.frozen
@@ -124,6 +127,56 @@ class CoreService:
     ) -> CommandResult:
         decide = runs.send_message(thread_id, text, self.ids.new(RunId))
         return await self._run(decide, command_id, "run.send")
+
+    async def send_and_begin(
+        self,
+        thread_id: str,
+        text: str,
+        provider_thread_id: ProviderThreadId,
+        *,
+        command_id: str | None = None,
+    ) -> tuple[CommandResult, str | None, TurnBinding | None]:
+        """:meth:`send_message`, then the run's handoff and first attempt on
+        ``provider_thread_id`` (a live idle runtime's), in one transaction.
+
+        One commit (one fsync) before ``turn/start`` where the send and then the
+        dispatcher's attempt took two; a crash leaves both or neither. Each stays its
+        own submission, decided in order. Returns the send's result, the handoff's
+        text, and the turn; None for the turn when the attempt was not begun (a
+        repeated command id, or a refusal): the run is then queued as any other.
+        """
+        run_id = self.ids.new(RunId)
+        sent = await self.writer.enqueue(
+            runs.send_message(thread_id, text, run_id),
+            command_id=CommandId(command_id) if command_id else None,
+            command_type="run.send",
+            with_next=True,
+        )
+        handoff = await self.writer.enqueue(
+            delivery.prepare_handoff(run_id, provider_thread_id),
+            command_type="handoff.prepare",
+            with_next=True,
+        )
+        attempt = await self.writer.enqueue(
+            runs.begin_attempt(run_id, provider_thread_id), command_type="run.begin_attempt"
+        )
+        queued, prepared, begun = (
+            await sent.outcome(),
+            await handoff.outcome(),
+            await attempt.outcome(),
+        )
+        if queued.error is not None:
+            raise queued.error
+        result = CommandResult(queued.result, queued.result_sequence, queued.duplicate)
+        if queued.duplicate or begun.error is not None:
+            return result, None, None
+        assert isinstance(begun.result, TurnBinding)
+        if prepared.error is not None:
+            # It rejects nothing; were it to fail, the begun attempt still starts (a
+            # run left ``starting`` with nobody to start it would be lost).
+            log.error("the handoff of run %s failed: %s", run_id, prepared.error)
+        text_handoff = prepared.result if isinstance(prepared.result, str) else None
+        return result, text_handoff, begun.result
 
     async def add_run_input(
         self, run_id: str, text: str, *, command_id: str | None = None
@@ -326,6 +379,10 @@ class CoreService:
         decide = checkpoints.record_checkpoint(run_id, cwd, ref, files, parent_id)
         return await self._run(decide, None, "checkpoint.record")
 
+    async def commit_decision(self, decide: Decide, kind: str) -> CommandResult:
+        """Commit a decision made elsewhere (a checkpoint's record, built after git ran)."""
+        return await self._run(decide, None, kind)
+
     async def record_child_checkpoint(
         self, scope_id: str, ref: str, files: Sequence[FileStat], parent_id: str | None
     ) -> CommandResult:
@@ -402,6 +459,30 @@ class CoreService:
         return await self.writer.enqueue(
             batch, command_type="ingest", size=len(batch.events), pile=Pile(binding, batch.events)
         )
+
+    async def end_turn_queued(
+        self,
+        binding: SessionBinding,
+        events: Sequence[ProviderEvent],
+        checkpoint: Decide | None,
+        items: Sequence[ProviderEvent] = (),
+    ) -> Ticket:
+        """Queue a turn's end (``events``), after its last ``items`` and its
+        checkpoint's record.
+
+        All commit in one transaction (``with_next``), in that order: the record's
+        sequences after the items' and before the end's, and no commit holds the one
+        without the other.
+        """
+        if checkpoint is None:
+            return await self.ingest_queued(binding, [*items, *events])
+        if items:
+            batch = IngestBatch(binding, list(items))
+            await self.writer.enqueue(
+                batch, command_type="ingest", size=len(batch.events), with_next=True
+            )
+        await self.writer.enqueue(checkpoint, command_type="checkpoint.record", with_next=True)
+        return await self.ingest_queued(binding, events)
 
     async def reconcile(
         self,

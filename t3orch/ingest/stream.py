@@ -28,7 +28,7 @@ owner does with it. Events go down only: queue → this → ``ingest_queued``
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 import attrs
@@ -43,6 +43,7 @@ from t3orch.live import LiveHub
 from t3orch.provider_events import (
     Diagnostic,
     ItemCompleted,
+    ItemStarted,
     JournalOffset,
     ProviderEvent,
     RuntimeExited,
@@ -50,6 +51,7 @@ from t3orch.provider_events import (
     TurnCompleted,
 )
 from t3orch.store.inflight import MAX_INFLIGHT_EVENTS, InflightWindow
+from t3orch.store.interface import Decide
 from t3orch.store.writer import Ticket
 
 #: The event queue's bound: the provider is not read while this many events wait, so
@@ -65,6 +67,14 @@ class Ingest(Protocol):
 
     async def ingest_queued(
         self, binding: SessionBinding, events: Sequence[ProviderEvent]
+    ) -> Ticket: ...
+
+    async def end_turn_queued(
+        self,
+        binding: SessionBinding,
+        events: Sequence[ProviderEvent],
+        checkpoint: Decide | None,
+        items: Sequence[ProviderEvent] = (),
     ) -> Ticket: ...
 
 
@@ -84,8 +94,15 @@ class StreamOwner(Protocol):
     def turn_closing(self) -> None:
         """A turn's end is about to commit: whoever sees it ended sees the owner idle."""
 
-    async def turn_barrier(self, run_id: str) -> None:
-        """A completed turn's events are committed, its end not yet (the checkpoint)."""
+    async def turn_barrier(
+        self, run_id: str, committed: Callable[[], Awaitable[None]]
+    ) -> Decide | None:
+        """A completed turn's events are queued, its end not yet: the checkpoint.
+
+        ``committed`` waits until those events are committed (before the owner reads
+        what they made); the decide returned (the checkpoint's record) commits in one
+        transaction with the turn's end, just before it.
+        """
 
     async def subagent_ended(self, run_id: str, child_native_thread_ref: str | None) -> None:
         """A subagent's end is committed (its checkpoint)."""
@@ -98,6 +115,10 @@ class StreamOwner(Protocol):
 
     def runtime_exited(self, event: RuntimeExited, turn: TurnBinding | None) -> None:
         """The runtime's exit is committed; ``turn`` is the one it ended."""
+
+
+async def _nothing_to_wait() -> None:
+    """The turn's events hold nothing the owner reads: no wait for their commit."""
 
 
 def _or_never(deadline: float | None) -> float:
@@ -145,10 +166,13 @@ class IngestStream:
     #: Child native thread ref -> its run, for the checkpoint after a lingering end.
     _late_children: dict[str, str] = attrs.field(factory=dict)
     _inflight: InflightWindow = attrs.field(factory=lambda: InflightWindow(MAX_INFLIGHT_EVENTS))
+    #: The active turn has had a subagent item (so a checkpoint scope of its own).
+    _subagents: bool = False
 
     def turn_started(self, turn: TurnBinding) -> None:
         self.active_turn = turn
         self.turn_done = trio.Event()
+        self._subagents = False
 
     async def run(
         self, queue: EventQueue, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -199,6 +223,10 @@ class IngestStream:
                 continue
             chunk.append(event)
             owner.observed(event)
+            if isinstance(event, (ItemStarted, ItemCompleted)) and isinstance(
+                event.content, Subagent
+            ):
+                self._subagents = True
             if isinstance(event, RuntimeExited):
                 await owner.exiting(event)
             ended = subagent_end(event)
@@ -217,13 +245,15 @@ class IngestStream:
                 if event.child_native_thread_ref is not None:
                     self._late_children[event.child_native_thread_ref] = done.run_id
                 continue
+            checkpoint: Decide | None = None
+            items: list[ProviderEvent] = []
             if isinstance(event, TurnCompleted) and event.status == "completed":
-                await self._completion_barrier(chunk)
+                checkpoint, items = await self._completion_barrier(chunk)
             if isinstance(event, (TurnCompleted, RuntimeExited)):
                 ending = self.active_turn
                 if isinstance(event, TurnCompleted):
                     owner.turn_closing()
-                await self.commit(chunk, ends_turn=True)
+                await self.commit(chunk, ends_turn=True, checkpoint=checkpoint, items=items)
                 chunk = []
                 if isinstance(event, TurnCompleted):
                     if ending is not None and event.status == "completed":
@@ -251,36 +281,54 @@ class IngestStream:
             if self.active_turn is not None or self.lingering:
                 owner.working()
 
-    async def _completion_barrier(self, chunk: list[ProviderEvent]) -> None:
+    async def _completion_barrier(
+        self, chunk: list[ProviderEvent]
+    ) -> tuple[Decide | None, list[ProviderEvent]]:
         """Text flushed and items final, then the owner's barrier, then the end.
 
-        Everything before the TurnCompleted is committed first; the barrier runs
-        while the run is still open; the caller then commits the TurnCompleted.
+        The barrier runs while the run is still open (the owner captures the work
+        tree); the caller then commits the turn's last events, the checkpoint's record
+        and the TurnCompleted in one transaction, in that order: items, checkpoint,
+        end, one commit on the turn's critical path. Returns the record and those
+        last events (``chunk`` keeps the TurnCompleted).
+
+        A turn with a subagent item has scopes of its own the owner reads from the
+        log: its events are queued first, and the owner waits for their commit.
         """
         turn = self.active_turn
         if not self.turn_barrier or turn is None:
-            return
+            return None, []
         before, last = chunk[:-1], chunk[-1]
-        if before:
-            await self.commit(before)
-        else:
-            # The turn's earlier events came in earlier batches, queued and not awaited
-            # (mid-turn batches never are). When a turn's frames arrive in one burst the
-            # TurnCompleted can be a batch of its own while those are still uncommitted:
-            # without this wait the checkpointer read a run that had not started yet,
-            # skipped it, and the run completed with no checkpoint and no diagnostic.
-            await self._inflight.drain()
         chunk[:] = [last]
-        await self.owner.turn_barrier(turn.run_id)
+        if not self._subagents:
+            return await self.owner.turn_barrier(turn.run_id, _nothing_to_wait), before
+        if before:
+            ticket = await self.ingest.ingest_queued(self._bound(), before)
+            await self._inflight.add(ticket, len(before))
+        # The turn's earlier batches were queued and not awaited (mid-turn batches never
+        # are): the owner reads its scopes only once all of them have committed.
+        return await self.owner.turn_barrier(turn.run_id, self._inflight.drain), []
 
-    async def commit(self, events: list[ProviderEvent], *, ends_turn: bool = False) -> None:
+    async def commit(
+        self,
+        events: list[ProviderEvent],
+        *,
+        ends_turn: bool = False,
+        checkpoint: Decide | None = None,
+        items: Sequence[ProviderEvent] = (),
+    ) -> None:
         """Commit ``events`` after everything queued before them; wait for it.
 
         ``ends_turn``: the events end the active turn. It stops counting as active
         once they are queued, before the commit: whoever sees the ended run must
-        not find the stream still claiming the turn.
+        not find the stream still claiming the turn. ``checkpoint``: the turn's
+        checkpoint record, and ``items`` its last events, committed with them,
+        before them (items, then the record).
         """
-        ticket = await self.ingest.ingest_queued(self._bound(), events)
+        if ends_turn:
+            ticket = await self.ingest.end_turn_queued(self._bound(), events, checkpoint, items)
+        else:
+            ticket = await self.ingest.ingest_queued(self._bound(), events)
         if ends_turn:
             self.active_turn = None
         await self._inflight.drain()

@@ -51,10 +51,24 @@ class Pile(Generic[T]):
 class _Pending:
     """A queued submission and, once committed, its outcome (one per submission)."""
 
-    __slots__ = ("done", "failure", "outcome", "pile", "size", "submission", "taken", "ticket")
+    __slots__ = (
+        "done",
+        "failure",
+        "outcome",
+        "pile",
+        "size",
+        "submission",
+        "taken",
+        "ticket",
+        "with_next",
+    )
 
-    def __init__(self, submission: Submission, size: int, pile: Pile[Any] | None) -> None:
+    def __init__(
+        self, submission: Submission, size: int, pile: Pile[Any] | None, with_next: bool = False
+    ) -> None:
         self.submission = submission
+        #: Never the last of a batch: the submission queued next commits with it.
+        self.with_next = with_next
         #: About how many events it will decide: batches are cut by it.
         self.size = size
         self.pile = pile
@@ -158,6 +172,7 @@ class EventWriter:
         command_type: str = "internal",
         size: int = 1,
         pile: Pile[T] | None = None,
+        with_next: bool = False,
     ) -> Ticket:
         """Queue a submission without waiting for its commit (waits only for queue room).
 
@@ -173,18 +188,24 @@ class EventWriter:
         coalescer flush mostly carries: at throughput (bench/store.py) a session's
         flushes queue back to back. Nothing was queued between them, so the log's
         order is the same.
+
+        ``with_next``: the writer commits this one in the same transaction as the
+        next one queued (the caller queues that next, without waiting between):
+        e.g. a checkpoint's record and the turn's end, one fsync and no commit in
+        which the one is without the other.
         """
         if self._closed:
             raise StoreClosed("the event writer has stopped")
         submission = Submission(decide, command_id, command_type)
         with self._lock:
             tail = self._tail
-            if pile is not None and command_id is None and tail is not None:
+            if pile is not None and command_id is None and tail is not None and not with_next:
                 into = tail.pile
                 if (
                     into is not None
                     and not tail.taken
                     and tail.submission.command_id is None
+                    and not tail.with_next
                     and (into.key is pile.key or into.key == pile.key)
                     and len(into.items) + len(pile.items) <= MAX_PILE
                 ):
@@ -194,18 +215,20 @@ class EventWriter:
             # Only a full queue is a reason to wait (that is the backpressure); a
             # scheduler pass per queued batch showed up in the store bench.
             if self._outstanding < self._queue_size:
-                return self._put(submission, size, pile).ticket
+                return self._put(submission, size, pile, with_next).ticket
             self._tail = None
         while self._outstanding >= self._queue_size:
             await self._room.park()
             if self._closed:
                 raise StoreClosed("the event writer has stopped")
         with self._lock:
-            return self._put(submission, size, pile).ticket
+            return self._put(submission, size, pile, with_next).ticket
 
-    def _put(self, submission: Submission, size: int, pile: Pile[Any] | None) -> _Pending:
+    def _put(
+        self, submission: Submission, size: int, pile: Pile[Any] | None, with_next: bool
+    ) -> _Pending:
         """Queue ``submission`` (the lock held, room checked)."""
-        pending = _Pending(submission, size, pile)
+        pending = _Pending(submission, size, pile, with_next)
         self._queue.append(pending)
         self._tail = pending
         self._outstanding += 1
@@ -283,24 +306,42 @@ class EventWriter:
             self._crash = exc
 
     def _take_batch(self) -> list[_Pending] | None:
-        """The next batch; None once stopping, or once closed and drained."""
+        """The next batch; None once stopping, or once closed and drained.
+
+        A batch never ends with a submission queued ``with_next``: a chain of them
+        whose last one is not queued yet waits for it (the caller queues it next).
+        """
         with self._work:
-            while not self._queue and not self._ending:
+            queue = self._queue
+            while (not queue or self._waits_for_next(queue)) and not self._ending:
                 self._idle = True
                 self._work.wait()
             self._idle = False
-            if self._stop_now or not self._queue:
+            if self._stop_now or not queue:
                 return None
             batch: list[_Pending] = []
             events = 0
-            queue = self._queue
-            while queue and len(batch) < self._max_batch and events < self._max_batch_events:
+            while queue and (
+                (len(batch) < self._max_batch and events < self._max_batch_events)
+                or batch[-1].with_next
+            ):
                 p = queue.popleft()
                 p.taken = True
                 batch.append(p)
                 self._in_hand[id(p)] = p
                 events += p.size
+            while batch[-1].with_next and not self._ending:
+                # The chain's end is not queued: the chain goes in the next batch.
+                p = batch.pop()
+                p.taken = False
+                del self._in_hand[id(p)]
+                queue.appendleft(p)
             return batch
+
+    @staticmethod
+    def _waits_for_next(queue: deque[_Pending]) -> bool:
+        """Everything queued is one chain of ``with_next`` still waiting for its end."""
+        return queue[-1].with_next and all(p.with_next for p in queue)
 
     def _hand_back(self, batch: list[_Pending], outcomes: list[Outcome] | StoreError) -> None:
         """Give the event loop a batch's outcomes (or its failure)."""

@@ -6,10 +6,12 @@ what the store held at each barrier, so the order of commits is observable.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
 
+from t3orch.commands.sessions import note
 from t3orch.core import Core, open_core
 from t3orch.domain.run import Run
 from t3orch.domain.turn_items import AssistantMessage, TurnItemBase
@@ -25,6 +27,7 @@ from t3orch.provider_events import (
     TurnCompleted,
     TurnStarted,
 )
+from t3orch.store.interface import Decide
 from tests.store.support import new_thread, started_turn
 
 
@@ -45,7 +48,10 @@ class Owner:
     def turn_closing(self) -> None:
         self.heard.append("closing")
 
-    async def turn_barrier(self, run_id: str) -> None:
+    async def turn_barrier(
+        self, run_id: str, committed: Callable[[], Awaitable[None]]
+    ) -> Decide | None:
+        await committed()
         reads = self.core.reader
         with reads.snapshot():
             run = reads.get(Run, run_id)
@@ -53,6 +59,8 @@ class Owner:
         assert run is not None
         self.at_barrier = (run.status, items[0].text if items else "")
         self.heard.append("barrier")
+        # The checkpoint's record, as the checkpointer's stands: a diagnostic here.
+        return note(None, "info", "checkpoint_here", run_id)
 
     async def subagent_ended(self, run_id: str, child_native_thread_ref: str | None) -> None:
         self.heard.append("subagent")
@@ -88,6 +96,8 @@ async def test_a_completed_turn_commits_its_items_then_the_barrier_then_its_end(
         owner = Owner(core)
         stream = IngestStream(core.service, binding.with_turn(None), owner, turn_barrier=True)
         stream.turn_started(binding.turn)
+        batches: list[list[str]] = []
+        core.writer.broadcast.listen(lambda events: batches.append([e.type for e in events]))
         queue = EventQueue()
         with trio.fail_after(10):
             async with trio.open_nursery() as nursery:
@@ -99,8 +109,15 @@ async def test_a_completed_turn_commits_its_items_then_the_barrier_then_its_end(
                 queue.put(ItemStarted(native_item_ref="late", content=AssistantMessage()))
                 queue.close()
         assert owner.heard == ["barrier", "closing", "ended completed"]
-        # At the barrier the run was still open and its item final.
-        assert owner.at_barrier == ("running", "hello")
+        # At the barrier the run was still open (its start not committed either): the
+        # turn's events (no subagent in it, nothing the barrier reads) commit with its
+        # record and the end, in one transaction, in that order: items, checkpoint, end.
+        assert owner.at_barrier == ("starting", "")
+        ending = next(b for b in batches if "provider.diagnostic" in b)
+        assert "run.upserted" in ending and "turn_item.upserted" in ending, batches
+        last_item = max(i for i, t in enumerate(ending) if t == "turn_item.upserted")
+        end = max(i for i, t in enumerate(ending) if t == "run.upserted")
+        assert last_item < ending.index("provider.diagnostic") < end, ending
         assert stream.active_turn is None
         with core.reader.snapshot():
             run = core.reader.get(Run, binding.turn.run_id)

@@ -178,3 +178,23 @@ async def test_piles_of_one_key_queued_back_to_back_join_as_data(tmp_path: Path)
     assert oa is ob and oa is not od
     assert (oa.result, oc.result, od.result) == (["a", "b", "c"], ["d"], ["e"])
     assert [e.sequence for o in (oa, oc, od) for e in o.events] == [1, 2, 3, 4, 5]
+
+
+async def test_a_submission_queued_with_next_commits_in_the_next_ones_transaction(
+    tmp_path: Path,
+) -> None:
+    """``with_next``: the writer, idle, does not take it alone; it waits for the next
+    one queued and commits both in one batch, in order (a checkpoint's record and the
+    turn's end: one fsync)."""
+    async with open_log(tmp_path / "n.db") as log:
+        with trio.fail_after(_WAIT_S):
+            await (await log.writer.enqueue(_note)).outcome()
+            batches = log.writer.stats.batches
+            first = await log.writer.enqueue(_note, with_next=True)
+            # Time for the idle writer thread to have taken it, were it alone.
+            await trio.to_thread.run_sync(threading.Event().wait, 0.2)
+            assert log.writer.stats.batches == batches
+            second = await log.writer.enqueue(_note)
+            a, b = await first.outcome(), await second.outcome()
+    assert log.writer.stats.batches == batches + 1
+    assert [e.sequence for e in a.events] == [2] and [e.sequence for e in b.events] == [3]

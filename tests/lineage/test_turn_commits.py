@@ -1,0 +1,94 @@
+"""The commits on a turn's critical path (issue 17: a plain turn within 1.05x direct).
+
+Each commit is an fsync under ``synchronous = FULL``. At a completed turn's end the
+seed's order is items committed, then the checkpoint, then the terminal event; the
+checkpoint's record and the terminal event commit in one transaction (record first),
+so a turn's end costs the items' commit and that one, not three. Observed with the
+broadcast's listener: it is called once per committed batch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from adapters.transcript import load_transcript
+from fixtures.fakes.codex_home import make_work_dir
+from fixtures.record.supervised import TranscriptLaunchers
+from t3orch.domain.turn_items import CheckpointItem
+from tests.lineage.test_barrier_burst import PROVIDERS, _one_turn
+from tests.supervisor.support import rig
+
+
+def _where(batches: list[list[Any]], match: Any) -> list[tuple[int, int]]:
+    """(batch index, sequence) of each committed event ``match`` takes."""
+    return [(i, e.sequence) for i, batch in enumerate(batches) for e in batch if match(e)]
+
+
+async def test_the_checkpoint_record_and_the_turn_end_commit_together(tmp_path: Path) -> None:
+    transcript = load_transcript(_one_turn(tmp_path))
+    launchers = TranscriptLaunchers({"codex": transcript}, speed=0)
+    async with rig(tmp_path / "e.db", providers=PROVIDERS, launcher_factory=launchers) as r:
+        batches: list[list[Any]] = []
+        r.core.service.writer.broadcast.listen(lambda events: batches.append(list(events)))
+        tid = await r.thread("codex", cwd=str(make_work_dir(tmp_path / "work")))
+        sent = await r.manager.send_message(tid, "remember the word PAPAYA")
+        run = await r.wait_run(sent.result["runId"], ("completed", "failed", "interrupted"))
+        assert run.status == "completed" and run.checkpoint_id is not None
+
+    checkpoint = _where(
+        batches,
+        lambda e: e.type == "checkpoint.upserted" and e.payload.checkpoint.id == run.checkpoint_id,
+    )
+    end = _where(
+        batches,
+        lambda e: (
+            e.type == "run.upserted"
+            and e.payload.run.id == run.id
+            and e.payload.run.status == "completed"
+        ),
+    )
+    items = _where(
+        batches,
+        lambda e: (
+            e.type == "turn_item.upserted"
+            and e.payload.item.run_id == run.id
+            and not isinstance(e.payload.item, CheckpointItem)
+        ),
+    )
+    # One transaction for the record and the end (the items in it or before it), and
+    # in sequence order items, checkpoint, end.
+    assert [b for b, _ in checkpoint] == [b for b, _ in end], (checkpoint, end)
+    assert max(b for b, _ in items) <= checkpoint[0][0]
+    assert max(s for _, s in items) < checkpoint[0][1] < end[0][1]
+
+
+async def test_a_send_to_an_idle_runtime_commits_with_its_attempt(tmp_path: Path) -> None:
+    """Before ``turn/start``: the run's send and its attempt in one transaction."""
+    async with rig(tmp_path / "e.db") as r:
+        tid = await r.thread()
+        first = await r.manager.send_message(tid, "hello")
+        await r.wait_run(first.result["runId"])
+        batches: list[list[Any]] = []
+        r.core.service.writer.broadcast.listen(lambda events: batches.append(list(events)))
+        # The runtime that served the first run is live and idle.
+        sent = await r.manager.send_message(tid, "again")
+        run = await r.wait_run(sent.result["runId"])
+        assert run.status == "completed"
+        sessions = r.rows("provider_session")
+        assert len(sessions) == 1
+
+    queued = _where(
+        batches,
+        lambda e: (
+            e.type == "run.upserted"
+            and e.payload.run.id == run.id
+            and e.payload.run.status == "queued"
+        ),
+    )
+    attempt = _where(
+        batches, lambda e: e.type == "run_attempt.upserted" and e.payload.attempt.run_id == run.id
+    )
+    assert queued and attempt and queued[0][0] == attempt[0][0], (queued, attempt)
+    # The API's answer names the send's own sequence: the run, as queued.
+    assert queued[0][1] <= sent.sequence < attempt[0][1]
