@@ -34,7 +34,8 @@ from t3orch.domain.turn_items import TurnItem, TurnItemBase
 from t3orch.events import TYPE_OF, Correlation, EventEnvelope, EventPayload, TurnItemDelta
 from t3orch.ids import CommandId, EventId, IdFactory
 from t3orch.projections.projector import apply, concerns, fold_item
-from t3orch.store.errors import CommandRejected, SchemaTooNew, StoreError, StoreFull
+from t3orch.store.deciding import decide_one
+from t3orch.store.errors import SchemaTooNew, StoreError, StoreFull
 from t3orch.store.interface import CommandReceipt, Outcome, Submission
 from t3orch.store.kinds import Chunk, Row, kind_of
 from t3orch.store.postgres.reads import (
@@ -299,39 +300,14 @@ class PostgresStore:
                 cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(batch.last_sequence)))
 
     def _run_one(self, conn: Conn, view: BatchView, sub: Submission) -> Outcome:
-        if sub.command_id is not None:
-            existing = view.receipt(sub.command_id) or _receipt(conn, sub.command_id)
-            if existing is not None:
-                return Outcome(
-                    result=existing.result,
-                    result_sequence=existing.result_sequence,
-                    duplicate=True,
-                )
-        view.begin()
-        try:
-            decision = sub.decide(view)
-            drafts = decision.events
-            envelopes = [
-                self._append(view, event_id, draft.payload, draft.correlation, sub.command_id)
-                for event_id, draft in zip(
-                    self._ids.new_many(EventId, len(drafts)), drafts, strict=True
-                )
-            ]
-        except psycopg.Error:
-            raise
-        except Exception as exc:
-            view.forget()
-            if not isinstance(exc, CommandRejected):
-                exc = CommandRejected("internal_error", f"{type(exc).__name__}: {exc}")
-            return Outcome(error=exc)
-        head = envelopes[-1].sequence if envelopes else view.next_sequence - 1
-        receipt = None
-        if sub.command_id is not None:
-            receipt = CommandReceipt(
-                sub.command_id, sub.command_type, view.now(), head, decision.result
-            )
-        view.keep(receipt)
-        return Outcome(events=envelopes, result=decision.result, result_sequence=head)
+        return decide_one(
+            view,
+            sub,
+            stored_receipt=lambda command_id: _receipt(conn, command_id),
+            new_event_ids=lambda n: self._ids.new_many(EventId, n),
+            append=self._append,
+            database_error=psycopg.Error,
+        )
 
     def _append(
         self,

@@ -23,8 +23,8 @@ from t3orch.ids import (
     IdFactory,
 )
 from t3orch.projections.projector import apply, concerns, fold_item
+from t3orch.store.deciding import decide_one
 from t3orch.store.errors import (
-    CommandRejected,
     SchemaTooNew,
     StoreCorrupt,
     StoreError,
@@ -252,43 +252,16 @@ class SQLiteStore:
         raise exc
 
     def _run_one(self, view: DecideView, sub: Submission) -> Outcome:
-        if sub.command_id is not None:
-            existing = view.receipt(sub.command_id) or self._receipt(sub.command_id)
-            if existing is not None:
-                return Outcome(
-                    result=existing.result,
-                    result_sequence=existing.result_sequence,
-                    duplicate=True,
-                )
         # Nothing a submission writes reaches SQLite before it is kept: events,
-        # rows and its receipt are staged in the view, so a rejected submission
-        # rolls back alone by dropping them (no savepoint per submission).
-        view.begin()
-        try:
-            decision = sub.decide(view)
-            command_id = sub.command_id
-            drafts = decision.events
-            envelopes = [
-                self._append(view, event_id, draft.payload, draft.correlation, command_id)
-                for event_id, draft in zip(
-                    self._ids.new_many(EventId, len(drafts)), drafts, strict=True
-                )
-            ]
-        except sqlite3.Error:
-            raise
-        except Exception as exc:
-            view.forget()
-            if not isinstance(exc, CommandRejected):
-                exc = CommandRejected("internal_error", f"{type(exc).__name__}: {exc}")
-            return Outcome(error=exc)
-        head = envelopes[-1].sequence if envelopes else view.next_sequence - 1
-        receipt = None
-        if sub.command_id is not None:
-            receipt = CommandReceipt(
-                sub.command_id, sub.command_type, view.now(), head, decision.result
-            )
-        view.keep(receipt)
-        return Outcome(events=envelopes, result=decision.result, result_sequence=head)
+        # rows and its receipt are staged in the view (t3orch/store/deciding.py).
+        return decide_one(
+            view,
+            sub,
+            stored_receipt=self._receipt,
+            new_event_ids=lambda n: self._ids.new_many(EventId, n),
+            append=self._append,
+            database_error=sqlite3.Error,
+        )
 
     def _append(
         self,
