@@ -104,3 +104,38 @@ async def test_the_committed_offset_is_stored_with_the_events_it_covers(tmp_path
             rebuilt, _, _ = rebuild(core.reader.iter_events())
             assert compare(core.reader.all_rows(), rebuilt) == []
         assert types.count("provider.journal") <= 4
+
+
+async def test_the_offset_read_after_a_turn_end_commits_with_it(tmp_path: Path) -> None:
+    """The offset of the read that had ``turn/completed`` arrives after its events: it
+    is stored in the turn end's transaction, not in a later one (a crash between the
+    two would replay a turn end the log has)."""
+    async with open_core(tmp_path / "e.db") as core:
+        tid = await new_thread(core.service)
+        binding = await started_turn(core.service, tid)
+        assert binding.turn is not None
+        batches: list[list[str]] = []
+        core.service.writer.broadcast.listen(
+            lambda events: batches.append(
+                [
+                    f"{e.type}:{e.payload.offset}" if e.type == "provider.journal" else e.type
+                    for e in events
+                ]
+            )
+        )
+        stream = IngestStream(core.service, binding.with_turn(None), Owner(core))
+        stream.turn_started(binding.turn)
+        queue = EventQueue()
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(stream.run, queue)
+                queue.put(ItemStarted(native_item_ref="m", content=AssistantMessage()))
+                queue.put(JournalOffset(holder_id="h", offset=3))
+                queue.put(ItemCompleted(native_item_ref="m", content=AssistantMessage(text="x")))
+                queue.put(TurnCompleted(native_turn_ref="t1", status="completed"))
+                queue.put(JournalOffset(holder_id="h", offset=4))
+                await stream.turn_done.wait()
+                queue.close()
+    ends = [b for b in batches if "provider_turn.upserted" in b and "run.upserted" in b]
+    assert ends, batches
+    assert "provider.journal:4" in ends[-1], batches
