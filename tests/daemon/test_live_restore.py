@@ -49,6 +49,16 @@ def events(state: Path, type_: str) -> list[Any]:
         store.close()
 
 
+def raw_deltas(state: Path, session_id: str) -> list[str]:
+    """The text of each delta frame in the session's raw frame log."""
+    out = []
+    for line in (state / "raw" / f"{session_id}.jsonl").read_text().splitlines():
+        frame = json.loads(line)
+        if frame["direction"] == "incoming" and frame["method"] == "item/agentMessage/delta":
+            out.append(frame["payload"]["params"]["delta"])
+    return out
+
+
 def wait(predicate: Any, within: float) -> Any:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
@@ -129,6 +139,10 @@ def test_a_daemon_restart_mid_stream_is_reattached_and_every_delta_lands_once(
         assert any(i.text == "".join(words) for i in items)
         # The same provider process finished the turn.
         assert alive(session.pid)
+        if stop == signal.SIGTERM:
+            # The raw frame log has each frame once: the replay of what the first daemon
+            # recorded is not recorded again (a SIGKILL may lose its unflushed tail).
+            assert sorted(raw_deltas(state, session.id)) == sorted(words)
         # The thread takes the next run on the reattached runtime.
         rpc(state, "run.send", {"commandId": "c3", "threadId": thread_id, "text": "again"})
         wait(lambda: [r.status for r in rows(state, "run")].count("completed") == 2, 30)
