@@ -54,7 +54,7 @@ def holder_alive(paths: HeldPaths, pid: int, started_at: float) -> HolderState |
     state = paths.read_state()
     if state is None or state.holder_pid != pid:
         return None
-    if not OwnerMark(pid, started_at).alive() or not paths.socket.exists():
+    if not OwnerMark(pid, started_at).alive() or not paths.serves():
         return None
     return state
 

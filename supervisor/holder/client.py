@@ -620,6 +620,10 @@ def stop_all_holders(state_dir: Path) -> list[int]:
     stopped = []
     for paths in held_dirs(state_dir):
         state = paths.read_state()
-        if state is not None and stop_holder(paths, state.holder_pid, state.holder_started_at):
+        if (
+            state is not None
+            and paths.serves()
+            and stop_holder(paths, state.holder_pid, state.holder_started_at)
+        ):
             stopped.append(state.holder_pid)
     return stopped

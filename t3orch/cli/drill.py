@@ -27,7 +27,6 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -47,7 +46,7 @@ from t3orch.cli.environment import config_toml, provider_environment
 from t3orch.commands.specs import CreateThread
 from t3orch.config import Config, DaemonConfig
 from t3orch.daemon import Daemon, run_daemon
-from t3orch.state import prepare_state_dir
+from t3orch.state import copy_state_dir, prepare_state_dir
 from t3orch.store.open import open_reader
 
 DRILLS = ("provider-crash", "daemon-crash", "reap-resume", "hang", "live-restore")
@@ -373,7 +372,7 @@ def _copy_leaves_alone(
 ) -> None:
     """A daemon on a copy of the live state dir must not touch the original's processes."""
     copy = tmp / "state-copy"
-    shutil.copytree(state, copy, ignore=shutil.ignore_patterns("api.sock", "daemon.lock", "*.tmp"))
+    copy_state_dir(state, copy)
     notify = tmp / "notify-copy.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     listener.bind(str(notify))

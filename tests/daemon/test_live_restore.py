@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from t3orch.cli.drill import long_reply
+from t3orch.state import copy_state_dir
 from t3orch.store.sqlite.backend import SQLiteStore
 from tests.daemon.support import REPO, rpc, serve
 
@@ -350,3 +351,32 @@ def test_an_approval_pending_across_a_daemon_sigkill_is_answered_after_it(
         assert d2.proc.wait(timeout=30) == 0
     cli(state, "stop-agents")
     cli(state, "check")
+
+
+def test_a_copy_of_a_state_dir_with_live_holders_is_served_and_leaves_them_alone(
+    tmp_path: Path,
+) -> None:
+    """A backup (or a crash drill's copy) taken while holders run: the copy has no sockets,
+    its daemon settles the copied runtime and never reaches the original's holder, whose
+    turn goes on; stopping the copy's agents stops nothing of the original's."""
+    state = tmp_path / "state"
+    copy = tmp_path / "copy"
+    words = [f"w{i} " for i in range(60)]
+    cfg = config(tmp_path, long_reply(tmp_path, words))
+    with serve(state, cfg) as d:
+        d.wait_notify("READY=1")
+        _, session = _start_streaming(state, tmp_path)
+        copy_state_dir(state, copy)
+        with serve(copy, cfg) as twin:
+            twin.wait_notify("READY=1")
+            assert json.loads(cli(copy, "held", "--json")) == []
+            twin.proc.send_signal(signal.SIGTERM)
+            assert twin.proc.wait(timeout=30) == 0
+        # `serve` stopped the copy's agents after its exit (as ExecStop= would).
+        assert alive(session.pid) and alive(session.holder.pid)
+        (run,) = rows(copy, "run")
+        assert (run.status, run.last_error) == ("interrupted", "daemon_restart")
+        assert not (copy / "held" / session.holder.holder_id).exists()
+        wait(lambda: rows(state, "run")[0].status == "completed", 30)
+        deltas = [e.payload.text for e in events(state, "turn_item.delta")]
+        assert "".join(deltas) == "".join(words)
