@@ -27,13 +27,15 @@ def notify_listener(path: Path) -> socket.socket:
 def serve_daemon(
     state: Path,
     config_path: Path,
-    notify: Path,
+    notify: Path | None,
     *,
     env: Mapping[str, str] | None = None,
     profile: Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    """``t3orch serve`` on ``state``; ``env`` is added to this process's environment;
-    ``profile``: run it under cProfile, the figures written there at its exit."""
+    """``t3orch serve`` on ``state``, saying READY on ``notify`` (if given); ``env`` is
+    added to this process's environment; ``profile``: run it under cProfile, the figures
+    written there at its exit."""
+    said = {"NOTIFY_SOCKET": str(notify)} if notify is not None else {}
     profiled = ["-m", "cProfile", "-o", os.fspath(profile)] if profile is not None else []
     return subprocess.Popen(
         [
@@ -47,7 +49,7 @@ def serve_daemon(
             "--config",
             str(config_path),
         ],
-        env={**os.environ, **(env or {}), "NOTIFY_SOCKET": str(notify)},
+        env={**os.environ, **(env or {}), **said},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -65,22 +67,26 @@ def wait_ready(listener: socket.socket, proc: subprocess.Popen[bytes], within: f
             raise RuntimeError(f"daemon exited {proc.returncode} before READY")
 
 
-def rpc(state: Path, method: str, params: dict[str, Any], timeout: float = 15) -> Any:
-    """One JSON-RPC call on the daemon's API socket; its result (an error raises)."""
+def exchange(state: Path, request: dict[str, Any], timeout: float = 15) -> dict[str, Any]:
+    """One JSON-RPC request on the daemon's API socket; the reply as it came."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
         s.connect(str(state / "api.sock"))
-        s.sendall(
-            json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
-            + b"\n"
-        )
+        s.sendall(json.dumps(request).encode() + b"\n")
         buf = b""
         while not buf.endswith(b"\n"):
             chunk = s.recv(65536)
             if not chunk:
                 break
             buf += chunk
-    reply = json.loads(buf)
+    reply: dict[str, Any] = json.loads(buf)
+    return reply
+
+
+def rpc(state: Path, method: str, params: dict[str, Any], timeout: float = 15) -> Any:
+    """One JSON-RPC call on the daemon's API socket; its result (an error raises)."""
+    request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    reply = exchange(state, request, timeout)
     if "error" in reply:
         raise RuntimeError(f"{method}: {reply['error']}")
     return reply["result"]
