@@ -233,6 +233,8 @@ async def _e2e(turn_frames: int, grace_s: float, tmp: Path) -> float:
         took = time.perf_counter() - t0
         assert runner is not None
         nursery.cancel_scope.cancel()
+    # A daemon's exit leaves its held runtimes to their holders: stop them, as ExecStop= would.
+    stop_agents(state)
     return turn_frames / took
 
 
