@@ -227,6 +227,10 @@ class RotatingRawLog:
         self.on_failure: Callable[[str], None] | None = None
         #: Why the files are no longer written (None while they are).
         self.failed: str | None = None
+        #: While it says True, incoming frames are a reattach's replay of a holder's
+        #: journal (an earlier daemon recorded them here already): neither numbered nor
+        #: written again.
+        self.replaying: Callable[[], bool] | None = None
         self._file: IO[bytes] | None = None
         self._size = 0
         self._stderr_file: IO[bytes] | None = None
@@ -253,6 +257,8 @@ class RotatingRawLog:
         self.close()
 
     def record(self, direction: Direction, line: bytes) -> str:
+        if direction == "incoming" and self.replaying is not None and self.replaying():
+            return RawEventId(f"raw_{self.session_id}_{self.sequence}")
         self.sequence += 1
         raw_id = RawEventId(f"raw_{self.session_id}_{self.sequence}")
         if self.failed is not None:

@@ -24,8 +24,6 @@ import argparse
 import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +40,7 @@ from adapters.process import open_child_process  # noqa: E402
 from adapters.transport import LaunchSpec  # noqa: E402
 from supervisor.holder.client import attach, start_holder  # noqa: E402
 from t3orch.cli.drill import long_reply  # noqa: E402
+from t3orch.cli.served import notify_listener, rpc, serve_daemon, wait_ready  # noqa: E402
 from t3orch.daemon import stop_agents  # noqa: E402
 from t3orch.store.open import open_reader  # noqa: E402
 
@@ -77,47 +76,6 @@ def _deltas(state: Path) -> dict[str, str]:
         store.close()
 
 
-def _rpc(state: Path, method: str, params: dict[str, Any]) -> Any:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.connect(str(state / "api.sock"))
-        s.sendall(
-            json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
-            + b"\n"
-        )
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    return json.loads(buf)["result"]
-
-
-def _serve(state: Path, cfg: Path, notify: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "NOTIFY_SOCKET": str(notify), "PYTHONPATH": str(ROOT)}
-    args = [
-        sys.executable,
-        "-m",
-        "t3orch.cli.main",
-        "serve",
-        "--state-dir",
-        str(state),
-        "--config",
-        str(cfg),
-    ]
-    return subprocess.Popen(
-        args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-
-
-def _ready(listener: socket.socket, within: float = 300) -> float:
-    t0 = time.monotonic()
-    listener.settimeout(within)
-    while "READY=1" not in listener.recv(4096).decode():
-        pass
-    return time.monotonic() - t0
-
-
 def _until(predicate: Any, within: float) -> None:
     deadline = time.monotonic() + within
     while not predicate():
@@ -126,7 +84,7 @@ def _until(predicate: Any, within: float) -> None:
         time.sleep(0.1)
 
 
-def bench_restart(runtimes: int, down_s: float) -> dict[str, Any]:
+def bench_restart(runtimes: int, down_s: float, profile: Path | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="t3orch-bench-restore-") as tmp_s:
         tmp = Path(tmp_s)
         state = tmp / "state"
@@ -140,20 +98,20 @@ def bench_restart(runtimes: int, down_s: float) -> dict[str, Any]:
             f"transcript = {json.dumps(str(transcript))}\n"
         )
         notify = tmp / "notify.sock"
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        listener.bind(str(notify))
+        env = {"PYTHONPATH": str(ROOT)}
+        listener = notify_listener(notify)
         procs = []
         try:
-            d = _serve(state, cfg, notify)
+            d = serve_daemon(state, cfg, notify, env=env)
             procs.append(d)
-            _ready(listener)
+            wait_ready(listener, d, within=300)
             for i in range(runtimes):
-                tid = _rpc(
+                tid = rpc(
                     state,
                     "thread.create",
                     {"commandId": f"t{i}", "provider": "standin", "cwd": "/tmp"},
                 )["result"]["threadId"]
-                _rpc(state, "run.send", {"commandId": f"r{i}", "threadId": tid, "text": "go"})
+                rpc(state, "run.send", {"commandId": f"r{i}", "threadId": tid, "text": "go"})
             _until(
                 lambda: sum(1 for s in _rows(state, "provider_session") if s.holder) >= runtimes,
                 600,
@@ -162,9 +120,10 @@ def bench_restart(runtimes: int, down_s: float) -> dict[str, Any]:
             d.send_signal(signal.SIGKILL)
             d.wait()
             time.sleep(down_s)  # the holders journal what the providers say meanwhile
-            d2 = _serve(state, cfg, notify)
+            d2 = serve_daemon(state, cfg, notify, env=env, profile=profile)
             procs.append(d2)
-            ready_s = _ready(listener)
+            load_at_restart = os.getloadavg()
+            ready_s = wait_ready(listener, d2, within=300)
             log = (state / "daemon.log").read_text().splitlines()
             reattach = [line for line in log if "reattached" in line][-1]
             _until(lambda: all(r.status == "completed" for r in _rows(state, "run")), 600)
@@ -175,6 +134,7 @@ def bench_restart(runtimes: int, down_s: float) -> dict[str, Any]:
             return {
                 "runtimes": runtimes,
                 "downS": down_s,
+                "loadAverageAtRestart": [round(x, 2) for x in load_at_restart],
                 "startToReadyS": round(ready_s, 3),
                 "daemonSays": reattach.split(": ", 1)[-1],
                 "repliesWholeAndOnce": whole,
@@ -273,6 +233,8 @@ async def _e2e(turn_frames: int, grace_s: float, tmp: Path) -> float:
         took = time.perf_counter() - t0
         assert runner is not None
         nursery.cancel_scope.cancel()
+    # A daemon's exit leaves its held runtimes to their holders: stop them, as ExecStop= would.
+    stop_agents(state)
     return turn_frames / took
 
 
@@ -296,13 +258,16 @@ def main() -> None:
     ap.add_argument("--skip-restart", action="store_true")
     ap.add_argument("--only-restart", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--profile", type=Path, help="cProfile the restarted daemon; its figures go here"
+    )
     args = ap.parse_args()
     out: dict[str, Any] = {"loadAverage": os.getloadavg()[0], "cpus": os.cpu_count()}
     if not args.only_restart:
         out["hop"] = trio.run(bench_hop, args.frames)
         out["adapterAndLog"] = trio.run(bench_e2e, args.turn_frames)
     if not args.skip_restart:
-        out["restart"] = bench_restart(args.runtimes, args.down_s)
+        out["restart"] = bench_restart(args.runtimes, args.down_s, args.profile)
     if args.json:
         print(json.dumps(out))
         return

@@ -53,6 +53,7 @@ sys.path.insert(0, str(REPO))
 from fixtures.fakes.claude_env import claude_argv  # noqa: E402
 from t3orch.cli.client import ApiClient, ThreadView, connect  # noqa: E402
 from t3orch.cli.environment import config_toml, provider_environment  # noqa: E402
+from t3orch.cli.served import serve_daemon  # noqa: E402
 from t3orch.config import Config  # noqa: E402
 
 STREAM_PROMPT = "STREAM: 200 50"
@@ -413,22 +414,7 @@ def main(argv: list[str] | None = None) -> int:
                 f'[daemon]\nsynchronous = "{args.synchronous}"\n\n' + config_toml(config)
             )
             state = root / "state"
-            daemon = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "t3orch.cli.main",
-                    "serve",
-                    "--state-dir",
-                    str(state),
-                    "--config",
-                    str(cfg),
-                ],
-                cwd=REPO,
-                env={**os.environ, "PYTHONPATH": str(REPO)},
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+            daemon = serve_daemon(state, cfg, None, env={"PYTHONPATH": str(REPO)})
             try:
                 _wait_for_socket(state / "api.sock", daemon)
                 for kind in kinds:

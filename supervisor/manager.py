@@ -643,30 +643,48 @@ class SessionManager:
 
     async def reattach_all(self, held: list[Reattach]) -> list[Reattach]:
         """Reattach to each held runtime; returns those that could not be (their holders
-        are told to stop; the caller settles them)."""
+        are told to stop; the caller settles them).
+
+        All at once, and every runtime is attached (its holder's grace stopped, its
+        process recorded as this daemon's) before any journal is replayed: a replay is
+        CPU, and 200 of them ahead of the last attach made it wait seconds.
+        """
         failed: list[Reattach] = []
+        gate = trio.Event()
+        opened: list[tuple[Reattach, SessionRunner]] = []
 
-        async def one(h: Reattach) -> None:
+        async def failing(h: Reattach, exc: Exception) -> None:
+            cause = _unwrapped(exc)
+            log.warning(
+                "thread %s: cannot reattach to holder %s: %s", h.thread_id, h.paths.holder_id, cause
+            )
+            await self.core.note(
+                h.session.id, "warning", "reattach_failed", f"{type(cause).__name__}: {cause}"
+            )
+            stop_holder(h.paths, h.state.holder_pid, h.state.holder_started_at)
+            failed.append(h)
+
+        async def attach(h: Reattach) -> None:
             try:
-                await self.reattach(h)
+                opened.append((h, await self._open_runner(h.thread_id, None, h, gate)))
             except Exception as exc:
-                cause = _unwrapped(exc)
-                log.warning(
-                    "thread %s: cannot reattach to holder %s: %s",
-                    h.thread_id,
-                    h.paths.holder_id,
-                    cause,
-                )
-                await self.core.note(
-                    h.session.id, "warning", "reattach_failed", f"{type(cause).__name__}: {cause}"
-                )
-                stop_holder(h.paths, h.state.holder_pid, h.state.holder_started_at)
-                failed.append(h)
+                await failing(h, exc)
 
-        # All at once: each waits for its holder's welcome and a commit of its own.
+        async def resume(h: Reattach, runner: SessionRunner) -> None:
+            try:
+                await self._resume_held(h, runner)
+            except Exception as exc:
+                await failing(h, exc)
+
+        try:
+            async with trio.open_nursery() as nursery:
+                for h in held:
+                    nursery.start_soon(attach, h)
+        finally:
+            gate.set()
         async with trio.open_nursery() as nursery:
-            for h in held:
-                nursery.start_soon(one, h)
+            for h, runner in opened:
+                nursery.start_soon(resume, h, runner)
         return failed
 
     async def reattach(self, held: Reattach) -> SessionRunner:
@@ -676,6 +694,12 @@ class SessionManager:
         are dispatched as after any turn.
         """
         runner = await self._open_runner(held.thread_id, None, held)
+        await self._resume_held(held, runner)
+        return runner
+
+    async def _resume_held(self, held: Reattach, runner: SessionRunner) -> None:
+        """A reattached runner's turn goes on: sent if the provider never got it, and the
+        thread's queued runs dispatched once it ends."""
         assert self._nursery is not None
         if held.unsent and held.turn is not None:
             run = self.reader.get(Run, held.turn.run_id)
@@ -690,10 +714,13 @@ class SessionManager:
             self.kick(held.thread_id)
 
         self._nursery.start_soon(then_dispatch)
-        return runner
 
     async def _open_runner(
-        self, thread_id: str, run_id: str | None, held: Reattach | None = None
+        self,
+        thread_id: str,
+        run_id: str | None,
+        held: Reattach | None = None,
+        gate: trio.Event | None = None,
     ) -> SessionRunner:
         assert self._nursery is not None
         thread = self.reader.get(AppThread, thread_id)
@@ -728,7 +755,7 @@ class SessionManager:
         if held is not None:
             runner.reattach = held
             runner.launcher_factory = lambda kind, nursery: ReattachLauncher(
-                nursery, held.paths, held.committed
+                nursery, held.paths, held.committed, gate
             )
         runner.on_turn_ending = self._checkpoint_at_barrier
         runner.on_subagent_ended = self.checkpointer.after_subagent

@@ -54,16 +54,29 @@ def holder_alive(paths: HeldPaths, pid: int, started_at: float) -> HolderState |
     state = paths.read_state()
     if state is None or state.holder_pid != pid:
         return None
-    if not OwnerMark(pid, started_at).alive() or not paths.socket.exists():
+    if not OwnerMark(pid, started_at).alive() or not paths.serves():
         return None
     return state
 
 
 def find_held(reader: ReadModel, state_dir: Path, daemon_id: str | None = None) -> list[Reattach]:
     """Every live session of the log whose holder still runs (in a fleet, of this
-    daemon's sessions only: another daemon's holders are on its own machine)."""
+    daemon's sessions only: another daemon's holders are on its own machine).
+
+    One pass over the provider threads and one over the active turns, whatever the
+    number of held sessions: a daemon start with hundreds held reads each table once.
+    """
     out = []
     root = held_root(state_dir)
+    threads: dict[str, ProviderThread] = {}
+    for candidate in reader.select(ProviderThread):
+        sid = candidate.provider_session_id
+        if candidate.app_thread_id is None or sid is None:
+            continue
+        best = threads.get(sid)
+        if best is None or (candidate.last_run_ordinal or 0) > (best.last_run_ordinal or 0):
+            threads[sid] = candidate
+    turns: dict[str, tuple[TurnBinding, str | None]] | None = None
     for s in reader.select_by_status(ProviderSession, _LIVE_SESSION):
         theirs = daemon_id is not None and s.owner_daemon_id not in (None, daemon_id)
         if s.holder is None or theirs:
@@ -73,16 +86,13 @@ def find_held(reader: ReadModel, state_dir: Path, daemon_id: str | None = None) 
         if state is None:
             log.info("session %s: its holder %s is gone", s.id, s.holder.holder_id)
             continue
-        threads = [
-            pt
-            for pt in reader.select(ProviderThread)
-            if pt.provider_session_id == s.id and pt.app_thread_id is not None
-        ]
-        if not threads:
+        pt = threads.get(s.id)
+        if pt is None:
             continue
-        pt = max(threads, key=lambda p: p.last_run_ordinal or 0)
         assert pt.app_thread_id is not None
-        turn, native_turn = _active_turn(reader, pt.id)
+        if turns is None:
+            turns = _active_turns(reader)
+        turn, native_turn = turns.get(pt.id, (None, None))
         unsent = turn is not None and native_turn is None and not _turn_sent(paths)
         committed = reader.get(JournalCommitted, s.id)
         out.append(
@@ -123,11 +133,11 @@ def _turn_sent(paths: HeldPaths) -> bool:
     return last_start > last_end
 
 
-def _active_turn(
-    reader: ReadModel, provider_thread_id: str
-) -> tuple[TurnBinding | None, str | None]:
+def _active_turns(reader: ReadModel) -> dict[str, tuple[TurnBinding, str | None]]:
+    """Provider thread id -> its active turn bound to its run, and the turn's native ref."""
+    out: dict[str, tuple[TurnBinding, str | None]] = {}
     for turn in reader.select_by_status(ProviderTurn, ("pending", "running")):
-        if turn.provider_thread_id != provider_thread_id or turn.run_attempt_id is None:
+        if turn.run_attempt_id is None or turn.provider_thread_id in out:
             continue
         attempt = reader.get(RunAttempt, turn.run_attempt_id)
         if attempt is None:
@@ -138,8 +148,8 @@ def _active_turn(
             root_node_id=attempt.root_node_id,
             provider_turn_id=turn.id,
         )
-        return binding, turn.native_turn_ref
-    return None, None
+        out[turn.provider_thread_id] = (binding, turn.native_turn_ref)
+    return out
 
 
 def held_of(reattaches: list[Reattach]) -> Held:

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import attrs
 import trio
 
-from adapters.diagnostics import redact_text
+from adapters.diagnostics import RotatingRawLog, redact_text
 from adapters.errors import AdapterError, ProviderGone, ProviderTimeout, ResumeError
 from adapters.protocol import (
     NullRawSink,
@@ -393,6 +393,10 @@ class SessionRunner:
             tee(sink)
         if isinstance(process, HeldProcess) and self._events is not None:
             feed_offsets(process, self._events)
+            if isinstance(raw, RotatingRawLog):
+                # The muted replay's frames are in the raw log already (recorded by the
+                # daemon that read them first): not a second time.
+                raw.replaying = lambda events=self._events: events.muted
 
     async def _unless_unusable(self, binding: SessionBinding) -> SessionBinding:
         """Before resuming: a fresh provider thread when the stored one is not to be resumed.

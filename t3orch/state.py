@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 from pathlib import Path
 
 from t3orch.store.errors import StateDirInvalid
@@ -41,3 +43,28 @@ def state_dir_identity(path: Path) -> str:
     """``device:inode`` of the state dir: moving it keeps it, a copy of it has another."""
     st = path.stat()
     return f"{st.st_dev}:{st.st_ino}"
+
+
+#: What a copy of a state dir leaves out besides sockets: the daemon's lock (a copy's
+#: daemon takes its own) and files being written.
+_NOT_COPIED = ("daemon.lock", "*.tmp")
+
+
+def copy_state_dir(source: Path, target: Path) -> None:
+    """Copy a state dir, live or not (a backup, a crash drill's copy), as a daemon can
+    start on it: the Unix sockets are left out (the API's, each holder's: a socket
+    cannot be copied, and a copy's daemon must not reach the original's holders
+    through one), and so are the lock and files being written."""
+    names_out = shutil.ignore_patterns(*_NOT_COPIED)
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        out = set(names_out(directory, names))
+        for name in names:
+            try:
+                if stat.S_ISSOCK(os.lstat(os.path.join(directory, name)).st_mode):
+                    out.add(name)
+            except FileNotFoundError:
+                out.add(name)  # gone meanwhile (a holder that ended)
+        return out
+
+    shutil.copytree(source, target, ignore=ignore, symlinks=True)

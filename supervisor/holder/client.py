@@ -229,6 +229,9 @@ class HeldProcess:
         #: reader has queued those lines' events by then (they map synchronously).
         self.on_delivered: Callable[[int], None] | None = None
         self._reported = after
+        #: Records are read only once this is set (a reattaching daemon attaches to
+        #: every holder before it replays any journal).
+        self.read_gate: trio.Event | None = None
 
     # -- ProviderProcess -------------------------------------------------------
 
@@ -443,6 +446,8 @@ class HeldProcess:
             return  # the read loop finds the holder gone
 
     async def _read_loop(self) -> None:
+        if self.read_gate is not None:
+            await self.read_gate.wait()
         try:
             while self._status is None:
                 while len(self._lines) >= HIGH_WATER_LINES:
@@ -543,12 +548,20 @@ class HolderLauncher:
 
 class ReattachLauncher:
     """The launcher of a reattaching runtime: its one "launch" attaches to the holder that
-    kept the provider, replaying the journal from its start, muted through ``committed``."""
+    kept the provider, replaying the journal from its start, muted through ``committed``;
+    with ``gate``, not before it is set."""
 
-    def __init__(self, nursery: trio.Nursery, paths: HeldPaths, committed: int) -> None:
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        paths: HeldPaths,
+        committed: int,
+        gate: trio.Event | None = None,
+    ) -> None:
         self._nursery = nursery
         self._paths = paths
         self._committed = committed
+        self._gate = gate
         self.children: list[HeldProcess] = []
 
     async def launch(self, spec: LaunchSpec) -> HeldProcess:
@@ -556,6 +569,7 @@ class ReattachLauncher:
             raise HolderError(f"holder {self._paths.holder_id}: its provider was reattached once")
         held = await attach(self._paths, 0)
         held.mute_through = self._committed
+        held.read_gate = self._gate
         await self._nursery.start(held.serve)
         self.children.append(held)
         return held
@@ -620,6 +634,10 @@ def stop_all_holders(state_dir: Path) -> list[int]:
     stopped = []
     for paths in held_dirs(state_dir):
         state = paths.read_state()
-        if state is not None and stop_holder(paths, state.holder_pid, state.holder_started_at):
+        if (
+            state is not None
+            and paths.serves()
+            and stop_holder(paths, state.holder_pid, state.holder_started_at)
+        ):
             stopped.append(state.holder_pid)
     return stopped

@@ -77,6 +77,12 @@ class HeldPaths:
     def log(self) -> Path:
         return self.dir / "holder.log"
 
+    def serves(self) -> bool:
+        """Whether a holder serves this directory's socket: a copy of a state dir has no
+        sockets (``t3orch.state.copy_state_dir``), so the holder its files name is the
+        original's, not the copy's."""
+        return self.socket.is_socket()
+
     def read_state(self) -> HolderState | None:
         """The holder's record, or None before it wrote one (or if it is unreadable)."""
         try:
@@ -134,7 +140,7 @@ def describe_held(state_dir: Path) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     for paths in held_dirs(state_dir):
         state = paths.read_state()
-        if state is None:
+        if state is None or not paths.serves():
             continue
         try:
             proc = psutil.Process(state.holder_pid)

@@ -27,9 +27,7 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,10 +42,11 @@ import trio
 
 from t3orch import daemonlog
 from t3orch.cli.environment import config_toml, provider_environment
+from t3orch.cli.served import notify_listener, rpc, serve_daemon, wait_ready
 from t3orch.commands.specs import CreateThread
 from t3orch.config import Config, DaemonConfig
 from t3orch.daemon import Daemon, run_daemon
-from t3orch.state import prepare_state_dir
+from t3orch.state import copy_state_dir, prepare_state_dir
 from t3orch.store.open import open_reader
 
 DRILLS = ("provider-crash", "daemon-crash", "reap-resume", "hang", "live-restore")
@@ -290,58 +289,6 @@ async def _closed_stdout(v: Verdict, config: Config, state: Path, work: Path) ->
 # -- the daemon-crash drill (a real `t3orch serve` process) ---------------------------
 
 
-def _rpc(state: Path, method: str, params: dict[str, Any]) -> Any:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(15)
-        s.connect(str(state / "api.sock"))
-        s.sendall(
-            json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
-            + b"\n"
-        )
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    reply = json.loads(buf)
-    if "error" in reply:
-        raise RuntimeError(f"{method}: {reply['error']}")
-    return reply["result"]
-
-
-def _serve(state: Path, config_path: Path, notify: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "NOTIFY_SOCKET": str(notify)}
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "t3orch.cli.main",
-            "serve",
-            "--state-dir",
-            str(state),
-            "--config",
-            str(config_path),
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
-def _wait_ready(
-    listener: socket.socket, proc: subprocess.Popen[bytes], within: float = 60
-) -> float:
-    t0 = time.monotonic()
-    listener.settimeout(within)
-    while True:
-        msg = listener.recv(4096).decode()
-        if "READY=1" in msg:
-            return time.monotonic() - t0
-        if proc.poll() is not None:
-            raise RuntimeError(f"daemon exited {proc.returncode} before READY")
-
-
 def _wait(predicate: Callable[[], Any], within: float = 30) -> Any:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
@@ -373,13 +320,12 @@ def _copy_leaves_alone(
 ) -> None:
     """A daemon on a copy of the live state dir must not touch the original's processes."""
     copy = tmp / "state-copy"
-    shutil.copytree(state, copy, ignore=shutil.ignore_patterns("api.sock", "daemon.lock", "*.tmp"))
+    copy_state_dir(state, copy)
     notify = tmp / "notify-copy.sock"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    listener.bind(str(notify))
-    proc = _serve(copy, config_path, notify)
+    listener = notify_listener(notify)
+    proc = serve_daemon(copy, config_path, notify)
     try:
-        _wait_ready(listener, proc)
+        wait_ready(listener, proc)
         alive = [pid for pid in pids if (p := _proc(pid)) and p.status() != psutil.STATUS_ZOMBIE]
         v.checks["a daemon on a copy of the state dir left the running processes alone"] = (
             alive == pids
@@ -408,19 +354,18 @@ def _daemon_crash(kind: str, config: Config, state: Path, work: Path, tmp: Path)
         "[daemon]\nreattach_grace_s = 0\n" + config_toml(config, standin_command=standin)
     )
     notify = tmp / "notify.sock"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    listener.bind(str(notify))
+    listener = notify_listener(notify)
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        proc = _serve(state, config_path, notify)
+        proc = serve_daemon(state, config_path, notify)
         procs.append(proc)
-        _wait_ready(listener, proc)
-        tid = _rpc(state, "thread.create", {"commandId": "d1", "provider": kind, "cwd": str(work)})[
+        wait_ready(listener, proc)
+        tid = rpc(state, "thread.create", {"commandId": "d1", "provider": kind, "cwd": str(work)})[
             "result"
         ]["threadId"]
-        _rpc(state, "run.send", {"commandId": "d2", "threadId": tid, "text": "hello"})
+        rpc(state, "run.send", {"commandId": "d2", "threadId": tid, "text": "hello"})
         _wait(lambda: any(r.status == "completed" for r in _store_rows(state, "run")), 40)
-        _rpc(state, "run.send", {"commandId": "d3", "threadId": tid, "text": SLOW[kind]})
+        rpc(state, "run.send", {"commandId": "d3", "threadId": tid, "text": SLOW[kind]})
         _wait(lambda: any(r.status == "running" for r in _store_rows(state, "run")), 30)
         provider_pids = [s.pid for s in _store_rows(state, "provider_session") if s.pid]
         helpers = _descendants(provider_pids)
@@ -432,9 +377,9 @@ def _daemon_crash(kind: str, config: Config, state: Path, work: Path, tmp: Path)
         proc.wait(timeout=10)
         v.orphans = _orphans(provider_pids)
         v.detection_s = time.monotonic() - t0  # until every provider of the dead daemon is gone
-        proc2 = _serve(state, config_path, notify)
+        proc2 = serve_daemon(state, config_path, notify)
         procs.append(proc2)
-        ready_s = _wait_ready(listener, proc2)
+        ready_s = wait_ready(listener, proc2)
         v.notes.append(f"restart to READY {ready_s:.2f}s")
         # What the providers started outlives them; the restart's sweep must end it.
         v.orphans += _orphans(helpers)
@@ -447,7 +392,7 @@ def _daemon_crash(kind: str, config: Config, state: Path, work: Path, tmp: Path)
         v.checks["the run says the daemon was lost (daemon_restart)"] = any(
             r.status == "interrupted" and r.last_error == "daemon_restart" for r in runs
         )
-        _rpc(state, "run.send", {"commandId": "d4", "threadId": tid, "text": "after the crash"})
+        rpc(state, "run.send", {"commandId": "d4", "threadId": tid, "text": "after the crash"})
         _wait(lambda: sum(r.status == "completed" for r in _store_rows(state, "run")) >= 2, 40)
         v.live_again_s = time.monotonic() - t0
         v.checks["next run completed on a new daemon"] = True
@@ -520,30 +465,29 @@ def _live_restore(
         toml = config_toml(config)
     config_path.write_text("[daemon]\nreattach_grace_s = 120\n" + toml)
     notify = tmp / "notify.sock"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    listener.bind(str(notify))
+    listener = notify_listener(notify)
     procs: list[subprocess.Popen[bytes]] = []
     made = work / "approved-after-restart.txt"
     held_pids: list[int] = []
     try:
-        proc = _serve(state, config_path, notify)
+        proc = serve_daemon(state, config_path, notify)
         procs.append(proc)
-        _wait_ready(listener, proc)
+        wait_ready(listener, proc)
 
         def thread(command_id: str) -> str:
             params = {"commandId": command_id, "provider": kind, "cwd": str(work)}
-            return str(_rpc(state, "thread.create", params)["result"]["threadId"])
+            return str(rpc(state, "thread.create", params)["result"]["threadId"])
 
         streaming = thread("l1")
         asking = thread("l2") if kind == "codex" else None
         if asking is not None:
             text = f"RUN_SHELL: ESCALATE touch {made}"
-            _rpc(state, "run.send", {"commandId": "l3", "threadId": asking, "text": text})
+            rpc(state, "run.send", {"commandId": "l3", "threadId": asking, "text": text})
             _wait(
                 lambda: [r for r in _store_rows(state, "runtime_request") if r.status == "pending"],
                 60,
             )
-        _rpc(state, "run.send", {"commandId": "l4", "threadId": streaming, "text": prompt})
+        rpc(state, "run.send", {"commandId": "l4", "threadId": streaming, "text": prompt})
         _wait(lambda: any(e.type == "turn_item.delta" for e in _events(state)), 60)
         sessions = [s for s in _store_rows(state, "provider_session") if s.holder is not None]
         held_pids = [p for s in sessions for p in (s.pid, s.holder.pid) if p]
@@ -553,14 +497,14 @@ def _live_restore(
             _orphans(held_pids) == len(held_pids)
         )
         t0 = time.monotonic()
-        proc2 = _serve(state, config_path, notify)
+        proc2 = serve_daemon(state, config_path, notify)
         procs.append(proc2)
-        ready_s = _wait_ready(listener, proc2)
+        ready_s = wait_ready(listener, proc2)
         v.detection_s = ready_s
         v.notes.append(f"daemon start to reattached (READY): {ready_s:.3f}s")
         if asking is not None:
             (pending,) = [r for r in _store_rows(state, "runtime_request") if r.status == "pending"]
-            _rpc(
+            rpc(
                 state,
                 "request.respond",
                 {"commandId": "l5", "requestId": pending.id, "decision": "accept"},

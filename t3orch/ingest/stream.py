@@ -121,6 +121,17 @@ async def _nothing_to_wait() -> None:
     """The turn's events hold nothing the owner reads: no wait for their commit."""
 
 
+def _offset_after(events: list[ProviderEvent], end: int) -> tuple[int, JournalOffset | None]:
+    """The last journal offset among those right after ``events[end]`` (no other event
+    between), and the index of the last of them."""
+    covering: JournalOffset | None = None
+    i = end + 1
+    while i < len(events) and isinstance(next_event := events[i], JournalOffset):
+        covering = next_event
+        i += 1
+    return i - 1, covering
+
+
 def _or_never(deadline: float | None) -> float:
     return math.inf if deadline is None else deadline
 
@@ -217,9 +228,11 @@ class IngestStream:
         # A held runtime's journal offset: only the last one counts, and it may move
         # later (it says the events before it are queued), never earlier.
         offset: JournalOffset | None = None
-        for event in events:
+        skip = -1
+        for i, event in enumerate(events):
             if type(event) is JournalOffset:
-                offset = event
+                if i > skip:
+                    offset = event
                 continue
             chunk.append(event)
             owner.observed(event)
@@ -253,6 +266,13 @@ class IngestStream:
                 ending = self.active_turn
                 if isinstance(event, TurnCompleted):
                     owner.turn_closing()
+                # The offset read right after the end covers it (and nothing later):
+                # it commits in the same transaction, not in the next one.
+                # So does one read before it: what it covers is in this commit or before.
+                skip, covering = _offset_after(events, i)
+                if (covering := covering or offset) is not None:
+                    offset = None
+                    chunk.append(covering)
                 await self.commit(chunk, ends_turn=True, checkpoint=checkpoint, items=items)
                 chunk = []
                 if isinstance(event, TurnCompleted):

@@ -3,14 +3,16 @@ of a buffered delta (issue 20, step 2)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
 
-from t3orch.core import open_core
+from t3orch.core import Core, open_core
 from t3orch.domain.provider import JournalCommitted
 from t3orch.domain.turn_items import AssistantMessage
+from t3orch.ingest.binding import SessionBinding
 from t3orch.ingest.coalesce import DeltaCoalescer
 from t3orch.ingest.queue import EventQueue
 from t3orch.ingest.stream import IngestStream
@@ -30,6 +32,23 @@ from tests.store.support import new_thread, started_turn
 async def until(done: Callable[[], bool]) -> None:
     while not done():  # noqa: ASYNC110 (the store is read, not waited on)
         await trio.sleep(0.01)
+
+
+@asynccontextmanager
+async def turn_stream(core: Core, binding: SessionBinding) -> AsyncIterator[EventQueue]:
+    """An ingest stream on ``binding``'s started turn, running; its queue. The block ends
+    once the turn has (the queue is closed then)."""
+    assert binding.turn is not None
+    stream = IngestStream(core.service, binding.with_turn(None), Owner(core))
+    stream.turn_started(binding.turn)
+    queue = EventQueue()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(stream.run, queue)
+            queue.put(ItemStarted(native_item_ref="m", content=AssistantMessage()))
+            yield queue
+            await stream.turn_done.wait()
+            queue.close()
 
 
 def offsets(events: list[ProviderEvent]) -> list[int]:
@@ -72,30 +91,20 @@ async def test_the_committed_offset_is_stored_with_the_events_it_covers(tmp_path
                 items = core.reader.select(AssistantMessage, thread_id=tid)
             return items[0].text if items else ""
 
-        stream = IngestStream(core.service, binding.with_turn(None), Owner(core))
-        stream.turn_started(binding.turn)
-        queue = EventQueue()
-        with trio.fail_after(10):
-            async with trio.open_nursery() as nursery:
-                await nursery.start(stream.run, queue)
-                queue.put(ItemStarted(native_item_ref="m", content=AssistantMessage()))
-                queue.put(JournalOffset(holder_id="h", offset=5))
-                queue.put(ItemDelta(native_item_ref="m", text="hel"))
-                queue.put(JournalOffset(holder_id="h", offset=6))
-                await until(lambda: committed() is not None)
-                # The delta of frame 6 is buffered (250 ms): 6 is not committed yet.
-                assert committed() == JournalCommitted(holder_id="h", offset=5)
-                await until(lambda: text() == "hel")
-                await until(lambda: committed() == JournalCommitted(holder_id="h", offset=6))
-                queue.put(ItemDelta(native_item_ref="m", text="lo"))
-                queue.put(JournalOffset(holder_id="h", offset=7))
-                queue.put(
-                    ItemCompleted(native_item_ref="m", content=AssistantMessage(text="hello"))
-                )
-                queue.put(TurnCompleted(native_turn_ref="t1", status="completed"))
-                queue.put(JournalOffset(holder_id="h", offset=8))
-                await stream.turn_done.wait()
-                queue.close()
+        async with turn_stream(core, binding) as queue:
+            queue.put(JournalOffset(holder_id="h", offset=5))
+            queue.put(ItemDelta(native_item_ref="m", text="hel"))
+            queue.put(JournalOffset(holder_id="h", offset=6))
+            await until(lambda: committed() is not None)
+            # The delta of frame 6 is buffered (250 ms): 6 is not committed yet.
+            assert committed() == JournalCommitted(holder_id="h", offset=5)
+            await until(lambda: text() == "hel")
+            await until(lambda: committed() == JournalCommitted(holder_id="h", offset=6))
+            queue.put(ItemDelta(native_item_ref="m", text="lo"))
+            queue.put(JournalOffset(holder_id="h", offset=7))
+            queue.put(ItemCompleted(native_item_ref="m", content=AssistantMessage(text="hello")))
+            queue.put(TurnCompleted(native_turn_ref="t1", status="completed"))
+            queue.put(JournalOffset(holder_id="h", offset=8))
         assert committed() == JournalCommitted(holder_id="h", offset=8)
         assert text() == "hello"
         with core.reader.snapshot():
@@ -104,3 +113,30 @@ async def test_the_committed_offset_is_stored_with_the_events_it_covers(tmp_path
             rebuilt, _, _ = rebuild(core.reader.iter_events())
             assert compare(core.reader.all_rows(), rebuilt) == []
         assert types.count("provider.journal") <= 4
+
+
+async def test_the_offset_read_after_a_turn_end_commits_with_it(tmp_path: Path) -> None:
+    """The offset of the read that had ``turn/completed`` arrives after its events: it
+    is stored in the turn end's transaction, not in a later one (a crash between the
+    two would replay a turn end the log has)."""
+    async with open_core(tmp_path / "e.db") as core:
+        tid = await new_thread(core.service)
+        binding = await started_turn(core.service, tid)
+        assert binding.turn is not None
+        batches: list[list[str]] = []
+        core.service.writer.broadcast.listen(
+            lambda events: batches.append(
+                [
+                    f"{e.type}:{e.payload.offset}" if e.type == "provider.journal" else e.type
+                    for e in events
+                ]
+            )
+        )
+        async with turn_stream(core, binding) as queue:
+            queue.put(JournalOffset(holder_id="h", offset=3))
+            queue.put(ItemCompleted(native_item_ref="m", content=AssistantMessage(text="x")))
+            queue.put(TurnCompleted(native_turn_ref="t1", status="completed"))
+            queue.put(JournalOffset(holder_id="h", offset=4))
+    ends = [b for b in batches if "provider_turn.upserted" in b and "run.upserted" in b]
+    assert ends, batches
+    assert "provider.journal:4" in ends[-1], batches

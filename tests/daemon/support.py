@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from t3orch.cli.served import exchange
 from t3orch.daemon import stop_agents
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,18 +51,8 @@ _ids = itertools.count(1)
 
 def rpc(state_dir: Path, method: str, params: dict[str, Any] | None = None) -> Any:
     """One JSON-RPC call over the daemon's Unix socket."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(10)
-        s.connect(str(state_dir / "api.sock"))
-        req = {"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params or {}}
-        s.sendall(json.dumps(req).encode() + b"\n")
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    reply = json.loads(buf)
+    req = {"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params or {}}
+    reply = exchange(state_dir, req, timeout=10)
     if "error" in reply:
         raise RuntimeError(reply["error"])
     return reply["result"]

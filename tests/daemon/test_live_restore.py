@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from t3orch.cli.drill import long_reply
+from t3orch.state import copy_state_dir
 from t3orch.store.sqlite.backend import SQLiteStore
 from tests.daemon.support import REPO, rpc, serve
 
@@ -47,6 +48,16 @@ def events(state: Path, type_: str) -> list[Any]:
         return [e for e in store.iter_events() if e.type == type_]
     finally:
         store.close()
+
+
+def raw_deltas(state: Path, session_id: str) -> list[str]:
+    """The text of each delta frame in the session's raw frame log."""
+    out = []
+    for line in (state / "raw" / f"{session_id}.jsonl").read_text().splitlines():
+        frame = json.loads(line)
+        if frame["direction"] == "incoming" and frame["method"] == "item/agentMessage/delta":
+            out.append(frame["payload"]["params"]["delta"])
+    return out
 
 
 def wait(predicate: Any, within: float) -> Any:
@@ -129,6 +140,10 @@ def test_a_daemon_restart_mid_stream_is_reattached_and_every_delta_lands_once(
         assert any(i.text == "".join(words) for i in items)
         # The same provider process finished the turn.
         assert alive(session.pid)
+        if stop == signal.SIGTERM:
+            # The raw frame log has each frame once: the replay of what the first daemon
+            # recorded is not recorded again (a SIGKILL may lose its unflushed tail).
+            assert sorted(raw_deltas(state, session.id)) == sorted(words)
         # The thread takes the next run on the reattached runtime.
         rpc(state, "run.send", {"commandId": "c3", "threadId": thread_id, "text": "again"})
         wait(lambda: [r.status for r in rows(state, "run")].count("completed") == 2, 30)
@@ -336,3 +351,32 @@ def test_an_approval_pending_across_a_daemon_sigkill_is_answered_after_it(
         assert d2.proc.wait(timeout=30) == 0
     cli(state, "stop-agents")
     cli(state, "check")
+
+
+def test_a_copy_of_a_state_dir_with_live_holders_is_served_and_leaves_them_alone(
+    tmp_path: Path,
+) -> None:
+    """A backup (or a crash drill's copy) taken while holders run: the copy has no sockets,
+    its daemon settles the copied runtime and never reaches the original's holder, whose
+    turn goes on; stopping the copy's agents stops nothing of the original's."""
+    state = tmp_path / "state"
+    copy = tmp_path / "copy"
+    words = [f"w{i} " for i in range(60)]
+    cfg = config(tmp_path, long_reply(tmp_path, words))
+    with serve(state, cfg) as d:
+        d.wait_notify("READY=1")
+        _, session = _start_streaming(state, tmp_path)
+        copy_state_dir(state, copy)
+        with serve(copy, cfg) as twin:
+            twin.wait_notify("READY=1")
+            assert json.loads(cli(copy, "held", "--json")) == []
+            twin.proc.send_signal(signal.SIGTERM)
+            assert twin.proc.wait(timeout=30) == 0
+        # `serve` stopped the copy's agents after its exit (as ExecStop= would).
+        assert alive(session.pid) and alive(session.holder.pid)
+        (run,) = rows(copy, "run")
+        assert (run.status, run.last_error) == ("interrupted", "daemon_restart")
+        assert not (copy / "held" / session.holder.holder_id).exists()
+        wait(lambda: rows(state, "run")[0].status == "completed", 30)
+        deltas = [e.payload.text for e in events(state, "turn_item.delta")]
+        assert "".join(deltas) == "".join(words)

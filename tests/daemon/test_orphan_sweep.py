@@ -4,7 +4,6 @@ live state dir leaves the original daemon's agents alone."""
 from __future__ import annotations
 
 import contextlib
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 import psutil
 
+from t3orch.state import copy_state_dir
 from t3orch.store.sqlite.backend import SQLiteStore
 from tests.daemon.support import config_file, rpc, serve
 
@@ -124,9 +124,7 @@ def test_a_daemon_on_a_copy_leaves_the_originals_agents_alone(tmp_path: Path) ->
             helpers = _helpers(pidfile)
             provider = psutil.Process(session.pid)
             # A backup taken while the daemon runs, then served (a restore, a drill).
-            shutil.copytree(
-                state, copy, ignore=shutil.ignore_patterns("api.sock", "daemon.lock", "*.tmp")
-            )
+            copy_state_dir(state, copy)
             with serve(copy, config) as second:
                 second.wait_notify("READY=1")
                 assert _alive(provider), "the copy's daemon killed the original's provider"

@@ -10,7 +10,6 @@ own runs, while A's go on.
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import sys
 import time
@@ -24,6 +23,7 @@ import pytest
 from t3orch.domain.provider import ProviderSession, ProviderThread
 from t3orch.domain.run import Run
 from t3orch.events import RuntimeReconciled
+from t3orch.state import copy_state_dir
 from t3orch.store.postgres.backend import PostgresStore
 from tests.daemon.support import Served, cli, rpc, serve
 
@@ -200,7 +200,7 @@ def test_a_copy_of_a_live_daemons_state_dir_is_refused_on_the_shared_log(
         a = _start(stack, sa, ca)
         me = rpc(sa, "daemon.status")["daemonId"]
         copy = tmp_path / "copy"
-        shutil.copytree(sa, copy, ignore=shutil.ignore_patterns("api.sock", "*.lock"))
+        copy_state_dir(sa, copy)
         with serve(copy, ca) as twin:
             assert twin.proc.wait(timeout=30) == 2
             assert twin.proc.stderr is not None

@@ -311,3 +311,40 @@ async def test_a_provider_that_exits_at_once_is_held_and_its_exit_and_stderr_jou
             status = await held.wait()
     assert (status.code, status.signal) == (1, None)
     assert "fatal: no API key configured" in held.stderr_tail()
+
+
+async def test_a_reattach_reads_nothing_before_its_gate_and_writes_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """A daemon start attaches to every holder before any replay (``reattach_all``): a
+    reattaching runtime's records wait for the gate, its writes do not."""
+    paths = await start_holder(
+        tmp_path / "held", standin(), grace_s=30, owner=this_process().token()
+    )
+    async with trio.open_nursery() as nursery:
+        first = await attach(paths, 0)
+        await nursery.start(first.serve)
+        await first.send_line(INITIALIZE)
+        await line_with_id(first, 1)
+        nursery.cancel_scope.cancel()  # the daemon goes away; the holder keeps it
+    gate = trio.Event()
+    async with trio.open_nursery() as nursery:
+        held = await attach(paths, 0)
+        held.read_gate = gate
+        await nursery.start(held.serve)
+        # Written at once, though nothing was read: the holder journals it.
+        await held.send_line(b'{"method": "initialized"}')
+        await held.send_line(THREAD_START)
+        with trio.move_on_after(0.5):
+            # Its reply is journaled by the holder, and still not read here.
+            while not any(k is Kind.OUT and b'"id":2' in p for k, _, p in journal(paths)):  # noqa: ASYNC110 (another process's file)
+                await trio.sleep(0.02)
+        assert held.offset == 0  # no record taken before the gate
+        gate.set()
+        # Then the replay from the start, and the reply to the write.
+        seen: set[int] = set()
+        with trio.fail_after(10):
+            while not {1, 2} <= seen:
+                lines = await held.receive_lines()
+                seen |= {json.loads(line).get("id") for line in lines if isinstance(line, bytes)}
+        await held.kill()
