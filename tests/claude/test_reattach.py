@@ -1,0 +1,168 @@
+"""A Claude runtime reattached to a held CLI (issue 20): the journal, replayed muted through
+what the log has and live after it, gives every event exactly once, and the permission
+request pending across the restart is answered through the new runtime.
+
+The CLI is the stand-in playing a recorded ``claude`` transcript, under a real holder."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import attrs
+import msgspec
+import trio
+import trio.testing
+
+from adapters.claude import ClaudeAdapter, ClaudeOptions
+from adapters.claude.journal import turn_sent
+from adapters.claude.runtime import ClaudeRuntime
+from adapters.ownership import this_process
+from adapters.protocol import NullRawSink, RequestAnswer, RuntimeConfig
+from adapters.transport import LaunchSpec
+from supervisor.holder.client import (
+    HeldProcess,
+    HolderLauncher,
+    ReattachLauncher,
+    feed_offsets,
+)
+from supervisor.holder.layout import HeldPaths
+from t3orch.ingest.queue import EventQueue
+from t3orch.provider_events import (
+    JournalOffset,
+    ProviderEvent,
+    RequestOpened,
+    RequestResolved,
+    RuntimeExited,
+    TurnCompleted,
+)
+
+from .support import Events
+
+REPO = Path(__file__).resolve().parents[2]
+#: The real 2.1.327 CLI: a Bash tool call, its can_use_tool answered allow, the reply.
+TRANSCRIPT = REPO / "fixtures" / "claude" / "bash_allowed.ndjson"
+SESSION = "b7cc1f48-8779-401a-b10d-661c0ad27021"
+PROMPT = "RUN_BASH: touch x && echo hi"
+CONFIG = RuntimeConfig(command=["claude"], env={}, cwd="/tmp", request_timeout_s=10.0)
+
+
+@attrs.define
+class _StandinLaunch:
+    """A holder launcher whose provider is the stand-in playing the transcript (it takes
+    none of the CLI's arguments); every launch is fed to ``events``."""
+
+    inner: HolderLauncher | ReattachLauncher
+    events: EventQueue
+    held: list[HeldProcess] = attrs.field(factory=list)
+
+    async def launch(self, spec: LaunchSpec) -> HeldProcess:
+        argv = [sys.executable, "-m", "adapters.standin", str(TRANSCRIPT), "--speed", "0"]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        held = await self.inner.launch(LaunchSpec(argv=argv, env=env, cwd="/tmp"))
+        feed_offsets(held, self.events)
+        self.held.append(held)
+        return held
+
+
+def _canonical(events: list[ProviderEvent]) -> list[ProviderEvent]:
+    # Raw ids are each runtime's own numbering; offsets are the transport's.
+    out = [e for e in events if not isinstance(e, JournalOffset)]
+    return [
+        msgspec.structs.replace(e, raw_event_id=None)
+        if "raw_event_id" in e.__struct_fields__
+        else e
+        for e in out
+    ]
+
+
+async def _answer(runtime: ClaudeRuntime, events: Events) -> None:
+    request = await events.until(RequestOpened)
+    await runtime.respond(request.native_request_ref, RequestAnswer(decision="accept"))
+
+
+async def _open(runtime: ClaudeRuntime) -> None:
+    assert await runtime.open_thread(None, session_id=SESSION) == SESSION
+    await runtime.start_turn(PROMPT)
+
+
+async def _uninterrupted(root: Path) -> list[ProviderEvent]:
+    events = Events(wait_s=15)
+    async with trio.open_nursery() as nursery:
+        launch = _StandinLaunch(
+            HolderLauncher(nursery, root, 30, this_process().token()), events.queue
+        )
+        async with ClaudeAdapter(ClaudeOptions()).open_runtime(
+            CONFIG, launch, events.queue, NullRawSink()
+        ) as runtime:
+            await _open(runtime)
+            await _answer(runtime, events)
+            await events.until(RuntimeExited)
+    return events.drain()
+
+
+async def test_a_reattach_replays_the_journal_muted_then_live_every_event_once(
+    tmp_path: Path,
+) -> None:
+    reference = _canonical(await _uninterrupted(tmp_path / "ref"))
+    assert any(isinstance(e, RequestResolved) for e in reference)
+
+    # The first daemon: the turn runs up to the permission request, then it goes away.
+    first = Events(wait_s=15)
+    async with trio.open_nursery() as nursery:
+        root = tmp_path / "held"
+        launch = _StandinLaunch(
+            HolderLauncher(nursery, root, 30, this_process().token()), first.queue
+        )
+        async with ClaudeAdapter(ClaudeOptions()).open_runtime(
+            CONFIG, launch, first.queue, NullRawSink()
+        ) as runtime:
+            await _open(runtime)
+            await first.until(RequestOpened)
+            (held,) = launch.held
+            held.report_delivered()
+            # What the log has: everything queued so far, through this offset.
+            committed = max(e.offset for e in first.drain() if isinstance(e, JournalOffset))
+            first.queue.muted = True
+            held.on_mute = None
+            held.leave_running()
+        nursery.cancel_scope.cancel()
+    paths = HeldPaths(root / held.holder_id)
+    before = first.seen
+
+    # The next daemon: reattach, replay muted through `committed`, answer, run to the end.
+    second = Events(wait_s=15)
+    async with trio.open_nursery() as nursery:
+        launch = _StandinLaunch(ReattachLauncher(nursery, paths, committed), second.queue)
+        config = attrs.evolve(CONFIG, reattaching=True)
+        async with ClaudeAdapter(ClaudeOptions()).open_runtime(
+            config, launch, second.queue, NullRawSink()
+        ) as runtime:
+            runtime.adopt(SESSION, None)
+            (held,) = launch.held
+            with trio.fail_after(10):
+                while not held.replayed:  # noqa: ASYNC110 (the replay is read from a file)
+                    await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked()
+            await runtime.respond(
+                next(e for e in before if isinstance(e, RequestOpened)).native_request_ref,
+                RequestAnswer(decision="accept"),
+            )
+            await second.until(TurnCompleted)
+            await second.until(RuntimeExited)
+    after = second.drain()
+
+    assert _canonical(before + after) == reference
+
+
+def test_a_turn_is_sent_when_the_last_user_frame_comes_after_the_last_result() -> None:
+    user = b'{"type":"user","session_id":"","message":{"role":"user","content":"x"}}'
+    result = b'{"type":"result","subtype":"success","is_error":false}'
+    # A tool result the CLI prints is a "user" frame too, but not one the daemon wrote.
+    echoed = b'{"type":"user","message":{"role":"user","content":[]}}'
+    assert turn_sent([("in", user)])
+    assert not turn_sent([])
+    assert not turn_sent([("in", user), ("out", echoed), ("out", result)])
+    assert turn_sent([("in", user), ("out", result), ("in", user), ("out", echoed)])
+    assert not turn_sent([("out", b'{"type":"system","subtype":"init"}')])
