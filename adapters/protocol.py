@@ -76,8 +76,8 @@ class NullRawSink:
 
 
 #: One line of a held provider's journal: who wrote it ("in": the daemon, to the
-#: provider; "out": the provider) and the line.
-JournalLine = tuple[Literal["in", "out"], bytes]
+#: provider; "out": the provider), its offset and the line.
+JournalLine = tuple[Literal["in", "out"], int, bytes]
 
 
 class ProviderRuntime(Protocol):

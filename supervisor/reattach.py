@@ -33,8 +33,8 @@ log = logging.getLogger(__name__)
 
 _LIVE_SESSION = ("starting", "ready", "running", "waiting")
 
-#: Each held provider's reading of its journal: whether its last turn's input was sent.
-_TURN_SENT: Mapping[ProviderKind, Callable[[Iterable[JournalLine]], bool]] = {
+#: Each held provider's reading of its journal: whether the active turn's input was sent.
+_TURN_SENT: Mapping[ProviderKind, Callable[[Iterable[JournalLine], int], bool]] = {
     "codex": codex_journal.turn_sent,
     "standin": codex_journal.turn_sent,  # it speaks Codex's protocol
     "claude": claude_journal.turn_sent,
@@ -95,12 +95,15 @@ def find_held(reader: ReadModel, state_dir: Path, daemon_id: str | None = None) 
         pt = max(threads, key=lambda p: p.last_run_ordinal or 0)
         assert pt.app_thread_id is not None
         turn, native_turn = _active_turn(reader, pt.id)
+        journal = reader.get(JournalCommitted, s.id)
+        committed = (
+            journal.offset if journal is not None and journal.holder_id == s.holder.holder_id else 0
+        )
         unsent = (
             turn is not None
             and native_turn is None
-            and not _TURN_SENT[s.provider](_journal_lines(paths))
+            and not _TURN_SENT[s.provider](_journal_lines(paths), committed)
         )
-        committed = reader.get(JournalCommitted, s.id)
         out.append(
             Reattach(
                 thread_id=pt.app_thread_id,
@@ -116,11 +119,7 @@ def find_held(reader: ReadModel, state_dir: Path, daemon_id: str | None = None) 
                 native_turn_ref=native_turn,
                 paths=paths,
                 state=state,
-                committed=(
-                    committed.offset
-                    if committed is not None and committed.holder_id == s.holder.holder_id
-                    else 0
-                ),
+                committed=committed,
                 unsent=unsent,
             )
         )
@@ -130,9 +129,9 @@ def find_held(reader: ReadModel, state_dir: Path, daemon_id: str | None = None) 
 def _journal_lines(paths: HeldPaths) -> Iterator[JournalLine]:
     for _, record in iter_file(os.fspath(paths.journal)):
         if record.kind is Kind.IN:
-            yield "in", record.payload
+            yield "in", record.offset, record.payload
         elif record.kind is Kind.OUT:
-            yield "out", record.payload
+            yield "out", record.offset, record.payload
 
 
 def _active_turn(

@@ -16,16 +16,21 @@ class _Typed(msgspec.Struct):
 _decode = msgspec.json.Decoder(_Typed).decode
 
 
-def turn_sent(journal: Iterable[JournalLine]) -> bool:
-    """Whether the journal's last user frame (a turn's input) came after the last
-    ``result`` (a turn's end): a turn begun in the log whose input never reached the
-    CLI has neither."""
+def turn_sent(journal: Iterable[JournalLine], committed: int) -> bool:
+    """Whether the active turn's input (a user frame) reached the CLI: the journal's last
+    one comes after the last ``result`` (a turn's end) the log has, at or below
+    ``committed`` (one after it may be this very turn's, ended while no daemon read it)."""
     last_start = last_end = 0
-    for at, (direction, line) in enumerate(journal, 1):
+    for direction, offset, line in journal:
         if direction == "in" and b'"user"' in line and _type(line) == "user":
-            last_start = at
-        elif direction == "out" and b'"result"' in line and _type(line) == "result":
-            last_end = at
+            last_start = offset
+        elif (
+            direction == "out"
+            and offset <= committed
+            and b'"result"' in line
+            and _type(line) == "result"
+        ):
+            last_end = offset
     return last_start > last_end
 
 

@@ -156,13 +156,16 @@ async def test_a_reattach_replays_the_journal_muted_then_live_every_event_once(
     assert _canonical(before + after) == reference
 
 
-def test_a_turn_is_sent_when_the_last_user_frame_comes_after_the_last_result() -> None:
+def test_a_turn_is_sent_when_its_user_frame_comes_after_the_last_result_the_log_has() -> None:
     user = b'{"type":"user","session_id":"","message":{"role":"user","content":"x"}}'
     result = b'{"type":"result","subtype":"success","is_error":false}'
     # A tool result the CLI prints is a "user" frame too, but not one the daemon wrote.
     echoed = b'{"type":"user","message":{"role":"user","content":[]}}'
-    assert turn_sent([("in", user)])
-    assert not turn_sent([])
-    assert not turn_sent([("in", user), ("out", echoed), ("out", result)])
-    assert turn_sent([("in", user), ("out", result), ("in", user), ("out", echoed)])
-    assert not turn_sent([("out", b'{"type":"system","subtype":"init"}')])
+    assert turn_sent([("in", 1, user)], 0)
+    assert not turn_sent([], 0)
+    # The previous turn ended in the log; the active one's input was never written.
+    assert not turn_sent([("in", 1, user), ("out", 2, echoed), ("out", 3, result)], 3)
+    assert turn_sent([("in", 1, user), ("out", 2, result), ("in", 3, user), ("out", 4, echoed)], 2)
+    # The active turn ended while no daemon read the journal: it was sent all the same.
+    assert turn_sent([("in", 1, user), ("out", 2, echoed), ("out", 3, result)], 2)
+    assert not turn_sent([("out", 1, b'{"type":"system","subtype":"init"}')], 1)

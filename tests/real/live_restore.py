@@ -7,12 +7,14 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from t3orch.cli.environment import config_toml, provider_environment
 from t3orch.config import discover_claude, discover_codex
+from t3orch.daemon import journal_coverage
 from t3orch.domain.vocab import ProviderKind
 from tests.daemon.support import REPO, rpc, serve
 from tests.daemon.test_live_restore import alive, events, rows, wait
@@ -54,10 +56,18 @@ def _create(state: Path, provider: ProviderKind, work: Path) -> str:
 
 
 def mid_reply_restart(
-    tmp_path: Path, provider: ProviderKind, stop: signal.Signals, text: str, reply: str
+    tmp_path: Path,
+    provider: ProviderKind,
+    stop: signal.Signals,
+    text: str,
+    reply: str,
+    *,
+    down_s: float = 0.0,
 ) -> None:
     """``text`` makes the fake stream ``reply`` slowly; the daemon is stopped with ``stop``
-    after the first delta, the next one completes the run with every word once."""
+    after the first delta (and stays down ``down_s``), the next one completes the run with
+    every word once, and every frame the provider wrote is in the log (a turn sent twice
+    would add frames the run never takes)."""
     work, state = _setup(tmp_path, provider)
     with provider_environment(work, tmp_path, [provider]) as (config, _):
         cfg = _config(tmp_path, config_toml(config))
@@ -71,11 +81,16 @@ def mid_reply_restart(
                 d.proc.send_signal(stop)
                 d.proc.wait(timeout=30)
                 assert alive(session.pid)
+            time.sleep(down_s)
             with serve(state, cfg, keep_holders=True) as d2:
                 d2.wait_notify("READY=1")
                 wait(lambda: rows(state, "run")[0].status == "completed", 60)
                 deltas = "".join(e.payload.text for e in events(state, "turn_item.delta"))
                 assert deltas == reply, deltas
+                time.sleep(1)  # the coalescer's window: the last offsets commit
+                committed = {j.holder_id: j.offset for j in rows(state, "journal")}
+                journaled, covered = journal_coverage(state, committed)
+                assert journaled == covered > 0, (journaled, covered)
                 d2.proc.send_signal(signal.SIGTERM)
                 assert d2.proc.wait(timeout=30) == 0
         finally:
