@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
@@ -66,6 +68,9 @@ class _StandinLaunch:
         return held
 
 
+_Launched = tuple[ClaudeRuntime, _StandinLaunch]
+
+
 def _canonical(events: list[ProviderEvent]) -> list[ProviderEvent]:
     # Raw ids are each runtime's own numbering; offsets are the transport's.
     out = [e for e in events if not isinstance(e, JournalOffset)]
@@ -87,8 +92,9 @@ async def _open(runtime: ClaudeRuntime) -> None:
     await runtime.start_turn(PROMPT)
 
 
-async def _uninterrupted(root: Path) -> list[ProviderEvent]:
-    events = Events(wait_s=15)
+@asynccontextmanager
+async def _held_runtime(root: Path, events: Events) -> AsyncIterator[_Launched]:
+    """A runtime whose CLI starts under a holder, its thread opened and its turn sent."""
     async with trio.open_nursery() as nursery:
         launch = _StandinLaunch(
             HolderLauncher(nursery, root, 30, this_process().token()), events.queue
@@ -97,8 +103,15 @@ async def _uninterrupted(root: Path) -> list[ProviderEvent]:
             CONFIG, launch, events.queue, NullRawSink()
         ) as runtime:
             await _open(runtime)
-            await _answer(runtime, events)
-            await events.until(RuntimeExited)
+            yield runtime, launch
+        nursery.cancel_scope.cancel()
+
+
+async def _uninterrupted(root: Path) -> list[ProviderEvent]:
+    events = Events(wait_s=15)
+    async with _held_runtime(root, events) as (runtime, _):
+        await _answer(runtime, events)
+        await events.until(RuntimeExited)
     return events.drain()
 
 
@@ -110,24 +123,16 @@ async def test_a_reattach_replays_the_journal_muted_then_live_every_event_once(
 
     # The first daemon: the turn runs up to the permission request, then it goes away.
     first = Events(wait_s=15)
-    async with trio.open_nursery() as nursery:
-        root = tmp_path / "held"
-        launch = _StandinLaunch(
-            HolderLauncher(nursery, root, 30, this_process().token()), first.queue
-        )
-        async with ClaudeAdapter(ClaudeOptions()).open_runtime(
-            CONFIG, launch, first.queue, NullRawSink()
-        ) as runtime:
-            await _open(runtime)
-            await first.until(RequestOpened)
-            (held,) = launch.held
-            held.report_delivered()
-            # What the log has: everything queued so far, through this offset.
-            committed = max(e.offset for e in first.drain() if isinstance(e, JournalOffset))
-            first.queue.muted = True
-            held.on_mute = None
-            held.leave_running()
-        nursery.cancel_scope.cancel()
+    root = tmp_path / "held"
+    async with _held_runtime(root, first) as (_, launch):
+        await first.until(RequestOpened)
+        (held,) = launch.held
+        held.report_delivered()
+        # What the log has: everything queued so far, through this offset.
+        committed = max(e.offset for e in first.drain() if isinstance(e, JournalOffset))
+        first.queue.muted = True
+        held.on_mute = None
+        held.leave_running()
     paths = HeldPaths(root / held.holder_id)
     before = first.seen
 
