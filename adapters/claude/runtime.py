@@ -110,6 +110,9 @@ class _Session:
     #: in ``held_back`` until it is over, since the journal may hold an earlier answer.
     replay: HeldReplay | None = None
     held_back: list[IncomingRequest] = attrs.field(factory=list)
+    #: Set once the replay is over (at once without one): what a caller does waits for it,
+    #: e.g. an answer to a request the replay has not reached yet.
+    replayed: trio.Event = attrs.field(factory=trio.Event)
     exited: trio.Event = attrs.field(factory=trio.Event)
 
     @property
@@ -194,6 +197,7 @@ class ClaudeRuntime:
         session.initialized = True  # by the daemon that started it
         if isinstance(process, HeldReplay):
             session.replay = process
+            session.replayed = trio.Event()
             process.on_input = lambda _offset, line: self._replayed_input(session, line)
 
     def adopt(self, native_thread_ref: str | None, native_turn_ref: str | None) -> None:
@@ -227,7 +231,7 @@ class ClaudeRuntime:
         return new_id
 
     async def start_turn(self, text: str) -> None:
-        session = self._live()
+        session = await self._caught_up()
         if session.mapper.turn_active:
             raise NotSupported("claude: a turn is already running; Claude cannot steer it")
         # TurnStarted goes out before the frame: the CLI's answer cannot overtake it.
@@ -244,14 +248,14 @@ class ClaudeRuntime:
         raise NotSupported("claude: no native way to add input to a running turn")
 
     async def interrupt_turn(self) -> None:
-        session = self._live()
+        session = await self._caught_up()
         if not session.mapper.turn_active:
             return
         self._push(session.mapper.interrupt_sent())
         await session.control.request("interrupt")
 
     async def respond(self, native_request_ref: str, answer: RequestAnswer) -> None:
-        session = self._live()
+        session = await self._caught_up()
         request = session.control.incoming(native_request_ref)
         if request is None or request.body.subtype != "can_use_tool":
             raise StaleRequest(f"claude: request {native_request_ref} is not waiting")
@@ -340,6 +344,7 @@ class ClaudeRuntime:
             mapper=mapper,
             resuming=resuming,
         )
+        session.replayed.set()
         self._session = session
         self._sessions.append(session)
         return session
@@ -364,6 +369,16 @@ class ClaudeRuntime:
             for session in self._sessions:
                 await session.exited.wait()
         self._report_held_exit()
+
+    async def _caught_up(self) -> _Session:
+        """The live session, once a reattach's replay has rebuilt its state (bounded: a
+        replay whose end is not seen yet does not hold a caller past the request bound)."""
+        session = self._live()
+        if not session.replayed.is_set():
+            with trio.move_on_after(self._config.request_timeout_s):
+                await session.replayed.wait()
+            session = self._live()
+        return session
 
     def _live(self) -> _Session:
         session = self._session
@@ -541,6 +556,7 @@ class ClaudeRuntime:
             return
         held_back, session.held_back = session.held_back, []
         session.replay = None
+        session.replayed.set()
         for request in held_back:
             if session.control.incoming(request.request_id) is request:
                 self._dispatch(session, request)
