@@ -6,15 +6,18 @@ The CLI is the stand-in playing a recorded ``claude`` transcript, under a real h
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import attrs
 import msgspec
 import trio
+import trio.testing
 
 from adapters.claude import ClaudeAdapter, ClaudeOptions
 from adapters.claude.journal import turn_sent
@@ -39,6 +42,7 @@ from t3orch.provider_events import (
     TurnCompleted,
 )
 
+from .fake_process import FakeLauncher, FakeProcess
 from .support import Events
 
 REPO = Path(__file__).resolve().parents[2]
@@ -169,3 +173,48 @@ def test_a_turn_is_sent_when_its_user_frame_comes_after_the_last_result_the_log_
     # The active turn ended while no daemon read the journal: it was sent all the same.
     assert turn_sent([("in", 1, user), ("out", 2, echoed), ("out", 3, result)], 2)
     assert not turn_sent([("out", 1, b'{"type":"system","subtype":"init"}')], 1)
+
+
+class _ReplayedProcess(FakeProcess):
+    """A scripted CLI being reattached to: the test plays the journal (``on_input`` for
+    what the earlier daemon wrote) and says when the replay is over."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on_input: Callable[[int, bytes], None] | None = None
+        self.replayed = False
+
+
+def _hook(request_id: str) -> dict[str, Any]:
+    return {
+        "type": "control_request",
+        "request_id": request_id,
+        "request": {"subtype": "hook_callback", "callback_id": "hook_0", "input": {}},
+    }
+
+
+async def test_what_the_runtime_answers_itself_waits_for_the_replay_and_is_answered_once() -> None:
+    launcher = FakeLauncher(_ReplayedProcess)
+    config = attrs.evolve(CONFIG, reattaching=True)
+    async with ClaudeAdapter(ClaudeOptions()).open_runtime(
+        config, launcher, EventQueue(), NullRawSink()
+    ) as runtime:
+        (process,) = launcher.processes
+        assert isinstance(process, _ReplayedProcess) and process.on_input is not None
+        runtime.adopt(SESSION, None)
+        # The journal: two hooks the CLI asked; the earlier daemon answered the first.
+        process.emit(_hook("h1"))
+        process.emit(_hook("h2"))
+        await trio.testing.wait_all_tasks_blocked()
+        answer = {"subtype": "success", "request_id": "h1", "response": {"continue": True}}
+        process.on_input(9, json.dumps({"type": "control_response", "response": answer}).encode())
+        await trio.testing.wait_all_tasks_blocked()
+        assert process.sent == []  # nothing answered while replaying
+        process.replayed = True
+        process.emit(_hook("h3"))  # live
+        with trio.fail_after(5):
+            while len(process.sent) < 2:  # noqa: ASYNC110 (the fake has no event for it)
+                await trio.sleep(0.01)
+        await trio.testing.wait_all_tasks_blocked()
+        answered = [frame["response"]["request_id"] for frame in process.sent]
+        assert sorted(answered) == ["h2", "h3"]
