@@ -1,7 +1,9 @@
 """The Claude :class:`~adapters.protocol.ProviderRuntime`: one CLI process per thread.
 
 The process is spawned by :meth:`ClaudeRuntime.open_thread` (its command line
-depends on whether we resume) and read by one reader task (``_read``: a pipe
+depends on whether we resume), or, kept by a holder across a daemon restart,
+attached to by :meth:`ClaudeRuntime.reattach` and rebuilt from its journal by
+:meth:`ClaudeRuntime.adopt`'s replay; it is read by one reader task (``_read``: a pipe
 read at a time, as Codex's reader in its runtime). Every frame goes through one
 ``match`` here and the :class:`~adapters.claude.mapper.ClaudeMapper` the moment it is read,
 and the events it returns are put on the caller's
