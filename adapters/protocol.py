@@ -75,6 +75,11 @@ class NullRawSink:
         return f"raw_{next(self._ids)}"
 
 
+#: One line of a held provider's journal: who wrote it ("in": the daemon, to the
+#: provider; "out": the provider), its offset and the line.
+JournalLine = tuple[Literal["in", "out"], int, bytes]
+
+
 class ProviderRuntime(Protocol):
     @property
     def capabilities(self) -> ProviderCapabilities: ...

@@ -11,22 +11,34 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import attrs
 
+from adapters.claude import journal as claude_journal
+from adapters.codex import journal as codex_journal
 from adapters.ownership import OwnerMark
+from adapters.protocol import JournalLine
 from supervisor.holder.layout import HeldPaths, HolderState, held_root
 from supervisor.holder.wire import Kind, iter_file
 from t3orch.commands.reconcile import Held
 from t3orch.domain.provider import JournalCommitted, ProviderSession, ProviderThread, ProviderTurn
 from t3orch.domain.run import RunAttempt
+from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.store.interface import ReadModel
 
 log = logging.getLogger(__name__)
 
 _LIVE_SESSION = ("starting", "ready", "running", "waiting")
+
+#: Each held provider's reading of its journal: whether the active turn's input was sent.
+_TURN_SENT: Mapping[ProviderKind, Callable[[Iterable[JournalLine], int], bool]] = {
+    "codex": codex_journal.turn_sent,
+    "standin": codex_journal.turn_sent,  # it speaks Codex's protocol
+    "claude": claude_journal.turn_sent,
+}
 
 
 @attrs.frozen
@@ -93,8 +105,15 @@ def find_held(reader: ReadModel, state_dir: Path, daemon_id: str | None = None) 
         if turns is None:
             turns = _active_turns(reader)
         turn, native_turn = turns.get(pt.id, (None, None))
-        unsent = turn is not None and native_turn is None and not _turn_sent(paths)
-        committed = reader.get(JournalCommitted, s.id)
+        journal = reader.get(JournalCommitted, s.id)
+        committed = (
+            journal.offset if journal is not None and journal.holder_id == s.holder.holder_id else 0
+        )
+        unsent = (
+            turn is not None
+            and native_turn is None
+            and not _TURN_SENT[s.provider](_journal_lines(paths), committed)
+        )
         out.append(
             Reattach(
                 thread_id=pt.app_thread_id,
@@ -110,27 +129,19 @@ def find_held(reader: ReadModel, state_dir: Path, daemon_id: str | None = None) 
                 native_turn_ref=native_turn,
                 paths=paths,
                 state=state,
-                committed=(
-                    committed.offset
-                    if committed is not None and committed.holder_id == s.holder.holder_id
-                    else 0
-                ),
+                committed=committed,
                 unsent=unsent,
             )
         )
     return out
 
 
-def _turn_sent(paths: HeldPaths) -> bool:
-    """Whether the journal's last turn request came after the last turn's end: a turn
-    started in the log whose request the provider never got has neither."""
-    last_start = last_end = 0
+def _journal_lines(paths: HeldPaths) -> Iterator[JournalLine]:
     for _, record in iter_file(os.fspath(paths.journal)):
-        if record.kind is Kind.IN and b'"turn/start"' in record.payload:
-            last_start = record.offset
-        elif record.kind is Kind.OUT and b'"turn/completed"' in record.payload:
-            last_end = record.offset
-    return last_start > last_end
+        if record.kind is Kind.IN:
+            yield "in", record.offset, record.payload
+        elif record.kind is Kind.OUT:
+            yield "out", record.offset, record.payload
 
 
 def _active_turns(reader: ReadModel) -> dict[str, tuple[TurnBinding, str | None]]:

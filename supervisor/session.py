@@ -295,18 +295,16 @@ class SessionRunner:
                         self.config, self.launcher, events, raw
                     ) as rt:
                         self.runtime = rt
-                        current = self.launcher.current
-                        await self.core.record_process(
-                            binding.provider_session_id,
-                            rt.pid,
-                            process_start_time(rt.pid),
-                            holder_ref(current) if isinstance(current, HeldProcess) else None,
-                        )
+                        recorded = await self._record_process(rt, binding)
                         if self.reattach is not None:
                             rt.adopt(self.reattach.native_thread_ref, self.reattach.native_turn_ref)
                         else:
                             assert plan is not None
                             await self._open_thread(rt, plan)
+                            if self.launcher.current is not recorded:
+                                # Claude spawns its process as the thread opens (and a
+                                # failed resume spawns another): the one that hosts it.
+                                await self._record_process(rt, binding)
                         self.last_activity = trio.current_time()
                         started = True
                         task_status.started(self)
@@ -363,6 +361,21 @@ class SessionRunner:
                 with trio.CancelScope(shield=True), trio.move_on_after(5):
                     await stream.commit([gone])
             self.exited.set()
+
+    async def _record_process(
+        self, rt: ProviderRuntime, binding: SessionBinding
+    ) -> StoppableProcess | None:
+        """The runtime's process (and its holder: the next start reattaches to it), in the
+        log; returns the launcher's process it recorded."""
+        assert self.launcher is not None
+        current = self.launcher.current
+        await self.core.record_process(
+            binding.provider_session_id,
+            rt.pid,
+            process_start_time(rt.pid),
+            holder_ref(current) if isinstance(current, HeldProcess) else None,
+        )
+        return current
 
     def _raw_log_failed(self, nursery: trio.Nursery, session_id: str) -> Callable[[str], None]:
         """A raw log that cannot be written is said once, as a session diagnostic.

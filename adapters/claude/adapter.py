@@ -44,6 +44,8 @@ class ClaudeAdapter:
         async with trio.open_nursery() as nursery:
             runtime = self.runtime_class(config, launcher, events, raw, self.options, nursery)
             try:
+                if config.reattaching:
+                    await runtime.reattach()
                 yield runtime
             finally:
                 with trio.CancelScope(shield=True):

@@ -184,6 +184,11 @@ class ControlChannel:
         pending.done.set()
         return True
 
+    def replayed_request(self, request_id: str, subtype: str) -> None:
+        """A request an earlier daemon sent this process (a reattach replays its journal):
+        its response, when it comes, is taken here, with nobody waiting on it."""
+        self._pending[request_id] = _Pending(subtype)
+
     def fail_all(self, error: AdapterError) -> None:
         """The process is gone: every waiter and every later request fails with ``error``."""
         self._gone = error
@@ -208,6 +213,11 @@ class ControlChannel:
 
     def cancel_incoming(self, request_id: str) -> IncomingRequest | None:
         """The CLI withdrew the request: forget it, so it is never answered."""
+        return self._incoming.pop(request_id, None)
+
+    def replayed_answer(self, request_id: str) -> IncomingRequest | None:
+        """An earlier daemon answered the request (a reattach replays its journal): it
+        waits no more, and is never answered again."""
         return self._incoming.pop(request_id, None)
 
     async def answer(self, request_id: str, payload: Mapping[str, Any]) -> IncomingRequest:

@@ -180,6 +180,10 @@ class ClaudeMapper:
             self._interrupt_requested = True
         return []
 
+    def awaits_answer(self, request_id: str) -> bool:
+        """Whether ``request_id`` opened a request that waits for the user's decision."""
+        return request_id in self._requests
+
     def request_answered(self, request_id: str, decision: str) -> list[ProviderEvent]:
         tool_use_id = self._requests.pop(request_id, None)
         if tool_use_id is not None and decision in ("decline", "cancel"):

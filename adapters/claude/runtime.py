@@ -1,7 +1,9 @@
 """The Claude :class:`~adapters.protocol.ProviderRuntime`: one CLI process per thread.
 
 The process is spawned by :meth:`ClaudeRuntime.open_thread` (its command line
-depends on whether we resume) and read by one reader task (``_read``: a pipe
+depends on whether we resume), or, kept by a holder across a daemon restart,
+attached to by :meth:`ClaudeRuntime.reattach` and rebuilt from its journal by
+:meth:`ClaudeRuntime.adopt`'s replay; it is read by one reader task (``_read``: a pipe
 read at a time, as Codex's reader in its runtime). Every frame goes through one
 ``match`` here and the :class:`~adapters.claude.mapper.ClaudeMapper` the moment it is read,
 and the events it returns are put on the caller's
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 import msgspec
@@ -61,6 +63,31 @@ from t3orch.domain.provider import ProviderCapabilities
 from t3orch.ingest.queue import EventQueue
 from t3orch.provider_events import Diagnostic, ProviderEvent, ResumeFailed
 
+
+@runtime_checkable
+class HeldReplay(Protocol):
+    """A provider process a holder kept across a daemon restart, being reattached to
+    (``supervisor.holder.client.HeldProcess``): its journal is replayed first."""
+
+    #: Told each line an earlier daemon wrote to the process, in journal order with
+    #: the lines read.
+    on_input: Callable[[int, bytes], None] | None
+
+    @property
+    def replayed(self) -> bool:
+        """Everything journaled before this attach has been handed out."""
+        ...
+
+
+class _Written(msgspec.Struct):
+    """A line the daemon wrote to the CLI, as far as a reattach's replay needs it."""
+
+    type: str
+    request_id: str | None = None
+    request: dict[str, Any] | None = None
+    response: dict[str, Any] | None = None
+
+
 #: How long leaving the runtime waits for the process to be reaped.
 TEARDOWN_TIMEOUT_S = 5.0
 _NOT_FOUND = "No conversation found"
@@ -81,6 +108,13 @@ class _Session:
     resume_failure: ResumeError | None = None
     #: Stopped by the runtime itself to start the next session's process.
     replaced: bool = False
+    #: A reattach's replay (None otherwise): requests the runtime answers by itself wait
+    #: in ``held_back`` until it is over, since the journal may hold an earlier answer.
+    replay: HeldReplay | None = None
+    held_back: list[IncomingRequest] = attrs.field(factory=list)
+    #: Set once the replay is over (at once without one): what a caller does waits for it,
+    #: e.g. an answer to a request the replay has not reached yet.
+    replayed: trio.Event = attrs.field(factory=trio.Event)
     exited: trio.Event = attrs.field(factory=trio.Event)
 
     @property
@@ -153,8 +187,31 @@ class ClaudeRuntime:
         await self._start(argv, mapper, ref)
         return ref
 
+    async def reattach(self) -> None:
+        """The CLI already runs, kept by a holder across a daemon restart: attach to it
+        (the launcher's one launch; its spec is not used). Nothing is sent to set it up,
+        nothing is read until :meth:`adopt`."""
+        spec = LaunchSpec(
+            argv=list(self._config.command), env=self._config.env, cwd=self._config.cwd
+        )
+        process = await self._launcher.launch(spec)
+        session = self._new_session(process, self._mapper(native_thread_ref=None), None)
+        session.initialized = True  # by the daemon that started it
+        if isinstance(process, HeldReplay):
+            session.replay = process
+            session.replayed = trio.Event()
+            process.on_input = lambda _offset, line: self._replayed_input(session, line)
+
     def adopt(self, native_thread_ref: str | None, native_turn_ref: str | None) -> None:
-        raise NotSupported("claude: a runtime cannot be reattached to yet")
+        """Reattached: the CLI hosts session ``native_thread_ref`` (Claude's turns have no
+        native ref). The reader starts with the journal's replay, which rebuilds the
+        mapper (turn, items, open requests, head) and the control channel's requests
+        from both directions, as when they happened."""
+        session = self._session
+        if session is None or not session.initialized or self._sessions != [session]:
+            raise AdapterError("claude: adopt: no held process attached (open it reattaching)")
+        session.mapper = self._mapper(native_thread_ref=native_thread_ref)
+        self._nursery.start_soon(self._read, session)
 
     async def fork_thread(self, resume: ResumeRefs, *, session_id: str | None = None) -> str:
         """A new process resuming ``resume`` under a new session id (``--fork-session``).
@@ -176,7 +233,7 @@ class ClaudeRuntime:
         return new_id
 
     async def start_turn(self, text: str) -> None:
-        session = self._live()
+        session = await self._caught_up()
         if session.mapper.turn_active:
             raise NotSupported("claude: a turn is already running; Claude cannot steer it")
         # TurnStarted goes out before the frame: the CLI's answer cannot overtake it.
@@ -193,14 +250,14 @@ class ClaudeRuntime:
         raise NotSupported("claude: no native way to add input to a running turn")
 
     async def interrupt_turn(self) -> None:
-        session = self._live()
+        session = await self._caught_up()
         if not session.mapper.turn_active:
             return
         self._push(session.mapper.interrupt_sent())
         await session.control.request("interrupt")
 
     async def respond(self, native_request_ref: str, answer: RequestAnswer) -> None:
-        session = self._live()
+        session = await self._caught_up()
         request = session.control.incoming(native_request_ref)
         if request is None or request.body.subtype != "can_use_tool":
             raise StaleRequest(f"claude: request {native_request_ref} is not waiting")
@@ -233,7 +290,11 @@ class ClaudeRuntime:
     # -- process lifetime ---------------------------------------------------------
 
     def _mapper(
-        self, *, native_thread_ref: str, forked_from: str | None = None, head: str | None = None
+        self,
+        *,
+        native_thread_ref: str | None,
+        forked_from: str | None = None,
+        head: str | None = None,
     ) -> ClaudeMapper:
         return ClaudeMapper(
             native_thread_ref=native_thread_ref,
@@ -253,16 +314,7 @@ class ClaudeRuntime:
         self._held_exit = None
         spec = LaunchSpec(argv=argv, env=self._config.env, cwd=self._config.cwd)
         process = await self._launcher.launch(spec)
-        session = _Session(
-            process=process,
-            control=ControlChannel(
-                lambda frame: self._send(session, frame), timeout_s=self._config.request_timeout_s
-            ),
-            mapper=mapper,
-            resuming=resuming,
-        )
-        self._session = session
-        self._sessions.append(session)
+        session = self._new_session(process, mapper, resuming)
         await self._nursery.start(self._read, session)
         hooks = (
             {k: [dict(m) for m in v] for k, v in self._options.hooks.items()}
@@ -282,6 +334,22 @@ class ClaudeRuntime:
                 session.resuming, "error", "claude exited before initialize was answered"
             ) from None
         session.initialized = True
+
+    def _new_session(
+        self, process: ProviderProcess, mapper: ClaudeMapper, resuming: str | None
+    ) -> _Session:
+        session = _Session(
+            process=process,
+            control=ControlChannel(
+                lambda frame: self._send(session, frame), timeout_s=self._config.request_timeout_s
+            ),
+            mapper=mapper,
+            resuming=resuming,
+        )
+        session.replayed.set()
+        self._session = session
+        self._sessions.append(session)
+        return session
 
     async def _stop(self, session: _Session, *, graceful: bool) -> None:
         if graceful and not session.exited.is_set():
@@ -303,6 +371,16 @@ class ClaudeRuntime:
             for session in self._sessions:
                 await session.exited.wait()
         self._report_held_exit()
+
+    async def _caught_up(self) -> _Session:
+        """The live session, once a reattach's replay has rebuilt its state (bounded: a
+        replay whose end is not seen yet does not hold a caller past the request bound)."""
+        session = self._live()
+        if not session.replayed.is_set():
+            with trio.move_on_after(self._config.request_timeout_s):
+                await session.replayed.wait()
+            session = self._live()
+        return session
 
     def _live(self) -> _Session:
         session = self._session
@@ -344,6 +422,7 @@ class ClaudeRuntime:
                     break
                 for line in lines:
                     self._on_line(session, line)
+                self._release_held_back(session)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # stdout went away with the process
         finally:
@@ -441,9 +520,60 @@ class ClaudeRuntime:
         if held is not None:
             self._push(held)
 
+    # -- a reattach's replay -------------------------------------------------------------
+
+    def _replayed_input(self, session: _Session, line: bytes) -> None:
+        """A line an earlier daemon wrote to this CLI, in journal order with what it read:
+        the bookkeeping it did when it sent it, done again (the events go where the
+        replay's go: muted while the log has them)."""
+        try:
+            written = msgspec.json.decode(line, type=_Written)
+        except msgspec.DecodeError:
+            return
+        mapper, control = session.mapper, session.control
+        match written:
+            case _Written(type="user"):
+                self._push(mapper.user_sent())
+            case _Written(type="control_request", request_id=str(request_id), request=request):
+                subtype = str((request or {}).get("subtype"))
+                if subtype == "interrupt":
+                    self._push(mapper.interrupt_sent())
+                control.replayed_request(request_id, subtype)
+            case _Written(type="control_response", response=dict(response)):
+                request_id = str(response.get("request_id"))
+                control.replayed_answer(request_id)
+                if mapper.awaits_answer(request_id):
+                    decision = _replayed_decision(response)
+                    if decision == "cancel":
+                        self._push(mapper.interrupt_sent())
+                    self._push(mapper.request_answered(request_id, decision))
+        if session.replay is not None:
+            self._nursery.start_soon(self._release_after_input, session)
+
+    def _release_held_back(self, session: _Session) -> None:
+        """Once the replay is over, answer the requests it held back that the journal
+        did not show answered (the earlier daemon died before it did)."""
+        replay = session.replay
+        if replay is None or not replay.replayed:
+            return
+        held_back, session.held_back = session.held_back, []
+        session.replay = None
+        session.replayed.set()
+        for request in held_back:
+            if session.control.incoming(request.request_id) is request:
+                self._dispatch(session, request)
+
+    async def _release_after_input(self, session: _Session) -> None:
+        # Run once the reader has taken the input (a replay may end on one).
+        await trio.lowlevel.checkpoint()
+        self._release_held_back(session)
+
     # -- requests the CLI sends -------------------------------------------------------
 
     def _dispatch(self, session: _Session, request: IncomingRequest) -> None:
+        if session.replay is not None and not session.replay.replayed:
+            session.held_back.append(request)
+            return
         subtype = request.body.subtype
         if subtype == "hook_callback":
             self._nursery.start_soon(self._answer_hook, session, request)
@@ -530,6 +660,17 @@ def _permission_answer(request: IncomingRequest, answer: RequestAnswer) -> dict[
     if answer.decision == "cancel":
         return deny(answer.message or "The user cancelled this tool call.", interrupt=True)
     return deny(answer.message or "The user declined this tool call.")
+
+
+def _replayed_decision(response: Mapping[str, Any]) -> str:
+    """The decision a journaled answer to a permission request was (the inverse of
+    :func:`_permission_answer`)."""
+    answer = response.get("response")
+    if response.get("subtype") != "success" or not isinstance(answer, dict):
+        return "decline"
+    if answer.get("behavior") == "allow":
+        return "acceptForSession" if answer.get("updatedPermissions") else "accept"
+    return "cancel" if answer.get("interrupt") else "decline"
 
 
 def _diag(code: str, message: str, raw_id: str | None) -> Diagnostic:

@@ -270,6 +270,10 @@ class HeldProcess:
 
     async def _receive(self, limit: int | None) -> list[bytes | OversizedLine]:
         self._report_delivered()
+        if self.on_mute is not None and self.delivered >= self.mute_through:
+            # The lines the log has are mapped: what the adapter does from now on (a
+            # Claude answer's RequestResolved while the CLI waits) is news.
+            self.on_mute(False)
         while True:
             while not self._lines:
                 if self._eof:
@@ -316,6 +320,15 @@ class HeldProcess:
             self.on_mute(muted)
         self._wake_reader()
         return out
+
+    @property
+    def replayed(self) -> bool:
+        """Every line and input journaled before this attach has been handed out (a
+        reattaching adapter holds back what it would answer by itself until then: the
+        journal may still say an earlier daemon answered it)."""
+        journaled = self.welcome.journaled
+        pending = self._line_offsets
+        return self.offset >= journaled and not (pending and pending[0] <= journaled)
 
     def report_delivered(self) -> None:
         """Report the offset of the lines handed out so far now, not at the next read."""
@@ -602,7 +615,7 @@ def holder_ref(held: HeldProcess) -> HolderRef:
 
 
 #: The providers whose runtimes can be reattached to (``ProviderRuntime.adopt``).
-REATTACHABLE: frozenset[str] = frozenset({"codex", "standin"})
+REATTACHABLE: frozenset[str] = frozenset({"codex", "standin", "claude"})
 
 
 def holder_launchers(root: Path, grace_s: float, owner: str) -> LauncherFactory:

@@ -11,7 +11,7 @@ thread again, and processes left behind (must be 0).
   again; what the provider started (its group, escaped helpers) must be gone.
 * ``reap-resume`` — let the idle reaper release the runtime, then resume it; a
   canary fact told before the reap must reach the model after.
-* ``live-restore`` — a streaming turn (and, on Codex, a pending approval) across a daemon
+* ``live-restore`` — a streaming turn (and, on Codex and Claude, a pending approval) across a daemon
   restart (SIGTERM; SIGKILL with ``--kill``): the runtime is held, the next daemon
   reattaches, the turn completes with every delta once, the approval is answered after the
   restart and its command runs; nothing is left after ``stop-agents`` (issue 20).
@@ -53,6 +53,13 @@ DRILLS = ("provider-crash", "daemon-crash", "reap-resume", "hang", "live-restore
 #: The stand-in's echo transcript, whose reply the live-restore drill streams slowly.
 ECHO_TRANSCRIPT = Path(__file__).resolve().parents[2] / "fixtures" / "standin" / "codex_echo.ndjson"
 SLOW = {"codex": "SLOW", "claude": "SLOW", "standin": "a slow turn"}
+#: What makes each real provider's fake model stream a reply slowly, and the reply.
+STREAMED = {
+    "codex": ("DAWDLE", "dawdled: done"),
+    "claude": ("STREAM: 16 4", "".join(f"word{i} " for i in range(16))),
+}
+#: What makes each real provider's fake model ask to run a command creating ``{made}``.
+ASK_TO_RUN = {"codex": "RUN_SHELL: ESCALATE touch {made}", "claude": "RUN_BASH: touch {made}"}
 STANDIN_SLOW = [sys.executable, "-m", "adapters.standin", "--slow-ms", "400"]
 #: The stand-in's default transcript writes 5 frames before its first turn and 15 per
 #: turn: frame 28 is in the middle of the second turn of a process.
@@ -449,9 +456,6 @@ def _live_restore(
     how = "SIGKILL" if kill else "SIGTERM"
     v = Verdict("live-restore", kind)
     v.notes.append(f"the daemon is restarted by {how} mid-stream")
-    if kind == "claude":
-        v.checks["the provider's runtimes are held (Claude's are not yet)"] = False
-        return v
     config_path = tmp / "t3orch.toml"
     if kind == "standin":
         words = [f"word{i} " for i in range(80)]
@@ -461,7 +465,7 @@ def _live_restore(
         toml = config_toml(config, standin_command=standin)
         toml += f"transcript = {json.dumps(str(transcript))}\n"
     else:
-        prompt, expected = "DAWDLE", "dawdled: done"
+        prompt, expected = STREAMED[kind]
         toml = config_toml(config)
     config_path.write_text("[daemon]\nreattach_grace_s = 120\n" + toml)
     notify = tmp / "notify.sock"
@@ -479,16 +483,22 @@ def _live_restore(
             return str(rpc(state, "thread.create", params)["result"]["threadId"])
 
         streaming = thread("l1")
-        asking = thread("l2") if kind == "codex" else None
+        asking = thread("l2") if kind in ASK_TO_RUN else None
         if asking is not None:
-            text = f"RUN_SHELL: ESCALATE touch {made}"
+            text = ASK_TO_RUN[kind].format(made=made)
             rpc(state, "run.send", {"commandId": "l3", "threadId": asking, "text": text})
             _wait(
                 lambda: [r for r in _store_rows(state, "runtime_request") if r.status == "pending"],
                 60,
             )
         rpc(state, "run.send", {"commandId": "l4", "threadId": streaming, "text": prompt})
-        _wait(lambda: any(e.type == "turn_item.delta" for e in _events(state)), 60)
+        # The streaming thread's own delta (the asking thread streams a few words too).
+        _wait(
+            lambda: any(
+                e.type == "turn_item.delta" and e.thread_id == streaming for e in _events(state)
+            ),
+            60,
+        )
         sessions = [s for s in _store_rows(state, "provider_session") if s.holder is not None]
         held_pids = [p for s in sessions for p in (s.pid, s.holder.pid) if p]
         proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
