@@ -19,7 +19,7 @@ import trio
 
 from adapters.errors import AdapterError
 from supervisor.session import SessionFailed, SessionRunner
-from t3orch import gitstore
+from t3orch import gitstore, timeline
 from t3orch.commands import checkpoints, sessions
 from t3orch.commands.checkpoints import require_run_checkpoint, target_ordinal
 from t3orch.domain.checkpoint import Checkpoint, CheckpointScope
@@ -140,7 +140,9 @@ class Checkpointer:
             return None
         if run.checkpoint_id is not None:
             return None
+        timeline.stamp("checkpoint.start")
         root = await gitstore.work_tree_root(thread.cwd)
+        timeline.stamp("checkpoint.root")
         if root is None:
             if thread_id not in self.disabled_noted:
                 self.disabled_noted.add(thread_id)

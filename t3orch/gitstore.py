@@ -21,7 +21,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from t3orch import gitcache
+from t3orch import gitcache, timeline
 
 #: The empty tree's id: the base of a first checkpoint's diff.
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -140,6 +140,7 @@ async def capture(root: str, ref: str, message: str, parent: str | None) -> tupl
     """
     try:
         repo = await _repo(root)
+        timeline.stamp("checkpoint.repo")
         async with repo.lock:
             return await _capture(repo, ref, message, parent)
     except (GitError, OSError):
@@ -158,7 +159,9 @@ async def _capture(
     repo: gitcache.Repo, ref: str, message: str, parent: str | None
 ) -> tuple[str, str]:
     # Taken before the tree is read: a change during the read shows at the next one.
+    timeline.stamp("checkpoint.fingerprint")
     seen = await trio.to_thread.run_sync(gitcache.fingerprint, repo.root)
+    timeline.stamp("checkpoint.fingerprinted")
     if seen is not None and repo.tree is not None and seen == repo.fingerprint:
         tree = repo.tree  # unchanged since the last capture: nothing to read
     else:
@@ -172,6 +175,7 @@ async def _capture(
     if repo.native:
         commit = gitcache.write_commit(repo, tree, parent, message)
         gitcache.write_ref(repo, ref, commit)
+        timeline.stamp("checkpoint.written")
     else:
         args = ["commit-tree", tree, "-m", message]
         if parent:
