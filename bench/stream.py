@@ -279,13 +279,17 @@ class ThroughT3orch:
         )
         replied = time.monotonic()
         run = sent["result"]["runId"]
+        # The reply is an item new to this turn: a late live piece of an earlier turn's
+        # item (best effort, on a lane of its own) is not it.
+        earlier = set(self.view.items)
         item: str | None = None
         while True:
             note = await self.client.notification()
             params = note["params"]
             if note["method"] == "liveText":
                 self.view.apply_live(params)
-                item = item or params["itemId"]
+                if item is None and params["itemId"] not in earlier:
+                    item = params["itemId"]
             elif note["method"] == "event":
                 event = params["event"]
                 touched = self.view.apply(event, params.get("unchanged", ()))

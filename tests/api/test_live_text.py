@@ -294,6 +294,41 @@ async def test_an_item_started_twice_keeps_its_offsets(tmp_path: Path) -> None:
     assert [(p.offset, p.text) for p in sub._pending] == [(2, "cdef")]
 
 
+async def test_an_items_last_pieces_go_before_its_end_not_an_interval_later(
+    tmp_path: Path,
+) -> None:
+    """A reply's last words, held by the interval, are published in the same pass that
+    queues the completed item for commit: never after its final upsert, where the
+    next turn's reader found them (the bench saw a round with no text)."""
+    async with open_core(tmp_path / "e.db") as core:
+        tid = await new_thread(core.service)
+        turn = (await started_turn(core.service, tid)).turn
+    hub = LiveHub()
+    sub = hub.subscribe(tid)
+    lane = LiveLane(hub, interval_s=10.0)
+    lane.see(ItemStarted(native_item_ref="m", content=AssistantMessage()), tid, turn)
+    lane.see(ItemDelta(native_item_ref="m", text="first "), tid, turn)
+    lane.flush(100.0)  # leading edge: at once
+    lane.see(ItemDelta(native_item_ref="m", text="last"), tid, turn)
+    lane.flush(100.001)
+    assert [p.text for p in sub._pending] == ["first "]  # held by the interval
+    lane.see(
+        ItemCompleted(native_item_ref="m", content=AssistantMessage(text="first last")), tid, turn
+    )
+    lane.flush(100.002)
+    # (the subscription joins contiguous pieces of one item)
+    assert [(p.offset, p.text) for p in sub._pending] == [(0, "first last")]
+    # The interval still holds pieces of an item that goes on.
+    lane.see(ItemStarted(native_item_ref="n", content=AssistantMessage()), tid, turn)
+    lane.see(ItemDelta(native_item_ref="n", text="a"), tid, turn)
+    lane.flush(100.003)
+    assert len(sub._pending) == 1
+    lane.see(TurnCompleted(native_turn_ref="t1", status="completed"), tid, turn)
+    lane.flush(100.004)
+    assert [p.text for p in sub._pending] == ["first last", "a"]
+    sub.close()
+
+
 async def test_a_reconnect_with_a_cursor_gets_exactly_the_gap_then_live_text() -> None:
     async with running_api() as api, _turn(api) as t:
         t.queue.put_all(_START)
