@@ -71,7 +71,8 @@ async def _git(
 async def work_tree_root(cwd: str | Path) -> str | None:
     """The top of the git work tree holding ``cwd``, or None when there is none."""
     known = gitcache.roots.get(str(cwd))
-    if known is not None and await trio.Path(known, ".git").exists():
+    # One stat, on the event loop: a worker thread's hop costs more than it.
+    if known is not None and os.path.exists(os.path.join(known, ".git")):  # noqa: ASYNC240
         return known  # asked for each turn's checkpoint: one process fewer
     if not await trio.Path(cwd).is_dir():
         return None
@@ -160,7 +161,7 @@ async def _capture(
 ) -> tuple[str, str]:
     # Taken before the tree is read: a change during the read shows at the next one.
     timeline.stamp("checkpoint.fingerprint")
-    seen = await trio.to_thread.run_sync(gitcache.fingerprint, repo.root)
+    seen = await _fingerprint(repo)
     timeline.stamp("checkpoint.fingerprinted")
     if seen is not None and repo.tree is not None and seen == repo.fingerprint:
         tree = repo.tree  # unchanged since the last capture: nothing to read
@@ -184,6 +185,18 @@ async def _capture(
         await _git(repo.root, "update-ref", ref, commit)
         repo.trees[commit] = tree
     return commit, tree
+
+
+async def _fingerprint(repo: gitcache.Repo) -> gitcache.Fingerprint | None:
+    """The work tree's fingerprint: walked on the event loop while it was small at the
+    last walk (and stays so), else on a worker thread."""
+    last = repo.last_seen
+    if last is not None and len(last.entries) <= gitcache.INLINE_ENTRIES:
+        try:
+            return gitcache.fingerprint(repo.root, limit=gitcache.INLINE_ENTRIES)
+        except gitcache.TooLarge:
+            pass  # it grew: the whole walk goes to a thread
+    return await trio.to_thread.run_sync(gitcache.fingerprint, repo.root)
 
 
 async def numstat(root: str, base: str | None, target: str) -> list[FileStat]:
