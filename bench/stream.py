@@ -361,12 +361,12 @@ async def _compare(
                 seconds.append(trace.updates[-1][0] - trace.updates[0][0])
             d_plain, t_plain = [], []
             t.spans.clear()
-            cpu_before = _cpu_s(daemon_pid)
+            cpu_before = _cpu_by_thread(daemon_pid)
             for _ in range(turns):
                 d_plain.append(direct.turn("hello"))
                 t_plain.append((await t.turn("hello"))[0])
             spans = list(t.spans)
-            daemon_cpu_ms = (_cpu_s(daemon_pid) - cpu_before) / turns * 1000
+            cpu_after = _cpu_by_thread(daemon_pid)
     finally:
         direct.close()
     per_s = statistics.median(r / s for r, s in zip(rows, seconds, strict=True) if s)
@@ -374,20 +374,29 @@ async def _compare(
         "direct": _summary(d_streamed, d_plain, None),
         "t3orch": _summary(t_streamed, t_plain, (statistics.median(rows), per_s)),
     }
-    out["t3orch"]["daemon_cpu_ms_per_turn"] = daemon_cpu_ms
+    by_thread = {
+        name: (ns - cpu_before.get(name, 0)) / turns / 1e6 for name, ns in cpu_after.items()
+    }
+    out["t3orch"]["daemon_cpu_ms_per_turn"] = sum(by_thread.values())
+    out["daemon_cpu_ms_per_turn_by_thread"] = {
+        name: ms for name, ms in sorted(by_thread.items(), key=lambda kv: -kv[1]) if ms >= 0.05
+    }
     if timeline_file is not None:
         out["timeline"] = _timeline(timeline_file, spans)
     return out
 
 
-def _cpu_s(pid: int) -> float:
-    """CPU seconds of every thread of ``pid`` so far (``/proc/<pid>/task/*/schedstat``;
-    the daemon's children, the providers, are not in it)."""
-    total = 0
+def _cpu_by_thread(pid: int) -> dict[str, int]:
+    """CPU ns so far of the threads of ``pid``, summed by thread name
+    (``/proc/<pid>/task/*/{comm,schedstat}``; the daemon's children, the providers, are
+    not in it; a thread that ended took its share with it)."""
+    out: dict[str, int] = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         with suppress(OSError):
-            total += int((task / "schedstat").read_text().split()[0])
-    return total / 1e9
+            name = (task / "comm").read_text().strip()
+            ns = int((task / "schedstat").read_text().split()[0])
+            out[name] = out.get(name, 0) + ns
+    return out
 
 
 def _timeline(path: Path, spans: list[tuple[float, float, float]]) -> dict[str, float]:
@@ -583,6 +592,11 @@ def _print(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None
             print(f"{kind}: a plain turn's timeline, median ms after the client's send")
             for name, ms in r["timeline"].items():
                 print(f"  {ms:8.2f}  {name}")
+    for kind, r in results.items():
+        threads = ", ".join(
+            f"{name} {ms:.1f}" for name, ms in r["daemon_cpu_ms_per_turn_by_thread"].items()
+        )
+        print(f"{kind}: daemon CPU ms per plain turn by thread: {threads}")
 
 
 if __name__ == "__main__":
