@@ -17,11 +17,11 @@ import trio
 
 from t3orch.core import open_core
 from t3orch.domain.turn_items import AssistantMessage
-from t3orch.ingest.binding import SessionBinding
+from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.live import LiveLane
 from t3orch.ingest.queue import EventQueue
 from t3orch.ingest.stream import IngestStream
-from t3orch.live import LiveHub, LiveText
+from t3orch.live import LiveHub, LiveSubscription, LiveText
 from t3orch.provider_events import (
     ItemCompleted,
     ItemDelta,
@@ -275,13 +275,19 @@ def test_a_subscription_waiting_pieces_are_bounded_and_contiguous_ones_joined() 
     assert not hub.wanted("t") and not hub.wanted("u")
 
 
-async def test_an_item_started_twice_keeps_its_offsets(tmp_path: Path) -> None:
+async def _lane(
+    tmp_path: Path, interval_s: float
+) -> tuple[str, TurnBinding | None, LiveSubscription, LiveLane]:
+    """A started turn's thread, its turn, a subscription of it and a lane to its hub."""
     async with open_core(tmp_path / "e.db") as core:
         tid = await new_thread(core.service)
         turn = (await started_turn(core.service, tid)).turn
     hub = LiveHub()
-    sub = hub.subscribe(tid)
-    lane = LiveLane(hub, interval_s=0.0)
+    return tid, turn, hub.subscribe(tid), LiveLane(hub, interval_s=interval_s)
+
+
+async def test_an_item_started_twice_keeps_its_offsets(tmp_path: Path) -> None:
+    tid, turn, sub, lane = await _lane(tmp_path, 0.0)
     for event in [
         ItemStarted(native_item_ref="m", content=AssistantMessage(text="ab")),
         ItemDelta(native_item_ref="m", text="cd"),
@@ -300,12 +306,7 @@ async def test_an_items_last_pieces_go_before_its_end_not_an_interval_later(
     """A reply's last words, held by the interval, are published in the same pass that
     queues the completed item for commit: never after its final upsert, where the
     next turn's reader found them (the bench saw a round with no text)."""
-    async with open_core(tmp_path / "e.db") as core:
-        tid = await new_thread(core.service)
-        turn = (await started_turn(core.service, tid)).turn
-    hub = LiveHub()
-    sub = hub.subscribe(tid)
-    lane = LiveLane(hub, interval_s=10.0)
+    tid, turn, sub, lane = await _lane(tmp_path, 10.0)
     lane.see(ItemStarted(native_item_ref="m", content=AssistantMessage()), tid, turn)
     lane.see(ItemDelta(native_item_ref="m", text="first "), tid, turn)
     lane.flush(100.0)  # leading edge: at once
