@@ -51,6 +51,7 @@ sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != REPO / "
 sys.path.insert(0, str(REPO))
 
 from fixtures.fakes.claude_env import claude_argv  # noqa: E402
+from t3orch import timeline  # noqa: E402
 from t3orch.cli.client import ApiClient, ThreadView, connect  # noqa: E402
 from t3orch.cli.environment import config_toml, provider_environment  # noqa: E402
 from t3orch.cli.served import serve_daemon  # noqa: E402
@@ -250,6 +251,8 @@ class ThroughT3orch:
         self.thread = thread
         self.view = view
         self.n = 0
+        #: Each plain turn's client stamps: (send, reply, completed), monotonic.
+        self.spans: list[tuple[float, float, float]] = []
 
     @classmethod
     async def open(cls, client: ApiClient, provider: str, work: Path) -> ThroughT3orch:
@@ -275,14 +278,19 @@ class ThroughT3orch:
             "run.send",
             {"commandId": f"bench-{self.thread}-{self.n}", "threadId": self.thread, "text": text},
         )
+        replied = time.monotonic()
         run = sent["result"]["runId"]
+        # The reply is an item new to this turn: a late live piece of an earlier turn's
+        # item (best effort, on a lane of its own) is not it.
+        earlier = set(self.view.items)
         item: str | None = None
         while True:
             note = await self.client.notification()
             params = note["params"]
             if note["method"] == "liveText":
                 self.view.apply_live(params)
-                item = item or params["itemId"]
+                if item is None and params["itemId"] not in earlier:
+                    item = params["itemId"]
             elif note["method"] == "event":
                 event = params["event"]
                 touched = self.view.apply(event, params.get("unchanged", ()))
@@ -298,7 +306,9 @@ class ThroughT3orch:
                     if status in ("completed", "failed", "interrupted"):
                         if status != "completed":
                             raise RuntimeError(f"run {run} ended {status}")
-                        return time.monotonic() - start, item or ""
+                        end = time.monotonic()
+                        self.spans.append((start, replied, end))
+                        return end - start, item or ""
             elif note["method"] == "resync":
                 raise RuntimeError("the bench client fell behind (resync)")
             if trace is not None and item is not None:
@@ -323,7 +333,14 @@ class ThroughT3orch:
 
 
 async def _compare(
-    kind: str, config: Config, socket: Path, work: Path, rounds: int, turns: int
+    kind: str,
+    config: Config,
+    socket: Path,
+    work: Path,
+    rounds: int,
+    turns: int,
+    timeline_file: Path | None,
+    daemon_pid: int,
 ) -> dict[str, dict[str, Any]]:
     """Both ways, turn by turn in turn: the machine's load falls on both alike."""
     direct = (DirectCodex if kind == "codex" else DirectClaude)(config, work)
@@ -344,15 +361,67 @@ async def _compare(
                 rows.append(await t.stored_deltas(item))
                 seconds.append(trace.updates[-1][0] - trace.updates[0][0])
             d_plain, t_plain = [], []
+            t.spans.clear()
+            cpu_before = _cpu_by_thread(daemon_pid)
             for _ in range(turns):
                 d_plain.append(direct.turn("hello"))
                 t_plain.append((await t.turn("hello"))[0])
+            spans = list(t.spans)
+            cpu_after = _cpu_by_thread(daemon_pid)
     finally:
         direct.close()
     per_s = statistics.median(r / s for r, s in zip(rows, seconds, strict=True) if s)
-    return {
+    out = {
         "direct": _summary(d_streamed, d_plain, None),
         "t3orch": _summary(t_streamed, t_plain, (statistics.median(rows), per_s)),
+    }
+    by_thread = {
+        name: (ns - cpu_before.get(name, 0)) / turns / 1e6 for name, ns in cpu_after.items()
+    }
+    out["t3orch"]["daemon_cpu_ms_per_turn"] = sum(by_thread.values())
+    out["daemon_cpu_ms_per_turn_by_thread"] = {
+        name: ms for name, ms in sorted(by_thread.items(), key=lambda kv: -kv[1]) if ms >= 0.05
+    }
+    if timeline_file is not None:
+        out["timeline"] = _timeline(timeline_file, spans)
+    return out
+
+
+def _cpu_by_thread(pid: int) -> dict[str, int]:
+    """CPU ns so far of the threads of ``pid``, summed by thread name
+    (``/proc/<pid>/task/*/{comm,schedstat}``; the daemon's children, the providers, are
+    not in it; a thread that ended took its share with it)."""
+    out: dict[str, int] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with suppress(OSError):
+            name = (task / "comm").read_text().strip()
+            ns = int((task / "schedstat").read_text().split()[0])
+            out[name] = out.get(name, 0) + ns
+    return out
+
+
+def _timeline(path: Path, spans: list[tuple[float, float, float]]) -> dict[str, float]:
+    """Median ms after the client's send of each hop's first stamp in a plain turn
+    (``T3ORCH_TIMELINE``; ``<hop>.last``: its last), plus the client's own."""
+    stamps = timeline.read(str(path))
+    per: dict[str, list[float]] = {}
+    for start, replied, end in spans:
+        first: dict[str, float] = {"client.reply": replied - start}
+        last: dict[str, float] = {}
+        for t, name in stamps:
+            if start <= t <= end:
+                first.setdefault(name, t - start)
+                last[name] = t - start
+        for name, t in last.items():
+            if t != first[name]:
+                first[name + ".last"] = t
+        first["client.completed"] = end - start
+        for name, t in first.items():
+            per.setdefault(name, []).append(t * 1000)
+    return {
+        name: statistics.median(ts)
+        for name, ts in sorted(per.items(), key=lambda kv: statistics.median(kv[1]))
+        if len(ts) * 2 >= len(spans)
     }
 
 
@@ -398,8 +467,20 @@ def main(argv: list[str] | None = None) -> int:
         default="FULL",
         help="the daemon's daemon.synchronous (FULL, its default: an fsync per commit)",
     )
+    ap.add_argument(
+        "--reattach-grace-s",
+        type=float,
+        default=None,
+        help="the daemon's daemon.reattach_grace_s (default 600: Codex under a holder; 0: none)",
+    )
+    ap.add_argument(
+        "--timeline",
+        action="store_true",
+        help="stamp each hop of a turn (T3ORCH_TIMELINE) and print where a plain turn's ms go",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    load_before = os.getloadavg()
     want = [p for p in args.providers.split(",") if p]
     root = Path(tempfile.mkdtemp(prefix="t3bs", dir="/tmp"))
     results: dict[str, dict[str, Any]] = {}
@@ -411,16 +492,37 @@ def main(argv: list[str] | None = None) -> int:
             kinds = [k for k in kinds if k in want]
             cfg = root / "t3orch.toml"
             cfg.write_text(
-                f'[daemon]\nsynchronous = "{args.synchronous}"\n\n' + config_toml(config)
+                f'[daemon]\nsynchronous = "{args.synchronous}"\n'
+                + (
+                    f"reattach_grace_s = {args.reattach_grace_s}\n"
+                    if args.reattach_grace_s is not None
+                    else ""
+                )
+                + "\n"
+                + config_toml(config)
             )
             state = root / "state"
-            daemon = serve_daemon(state, cfg, None, env={"PYTHONPATH": str(REPO)})
+            timeline_file = root / "timeline.txt" if args.timeline else None
+            env = {"PYTHONPATH": str(REPO)}
+            if timeline_file is not None:
+                env["T3ORCH_TIMELINE"] = str(timeline_file)
+            daemon = serve_daemon(state, cfg, None, env=env)
             try:
                 _wait_for_socket(state / "api.sock", daemon)
                 for kind in kinds:
                     results[kind] = trio.run(
-                        _compare, kind, config, state / "api.sock", work, args.rounds, args.turns
+                        _compare,
+                        kind,
+                        config,
+                        state / "api.sock",
+                        work,
+                        args.rounds,
+                        args.turns,
+                        timeline_file,
+                        daemon.pid,
                     )
+                    if timeline_file is not None:
+                        timeline_file.write_text("")
             finally:
                 daemon.send_signal(signal.SIGTERM)
                 try:
@@ -430,10 +532,13 @@ def main(argv: list[str] | None = None) -> int:
                     daemon.wait()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    load = {"before": load_before, "after": os.getloadavg()}
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps({**results, "load_average": load}, indent=2))
     else:
         _print(results, args)
+        before, after = (" ".join(f"{x:.2f}" for x in load[k]) for k in ("before", "after"))
+        print(f"load average (1/5/15 min) before: {before}, after: {after}")
     return 0
 
 
@@ -443,6 +548,7 @@ _ROWS = [
     ("mean word arrival (ms)", "word_ms", "{:.0f}"),
     ("stored delta rows (per s)", "stored_delta_rows", "{:.0f}"),
     ("plain turn, median (ms)", "plain_turn_ms", "{:.1f}"),
+    ("daemon CPU per plain turn (ms)", "daemon_cpu_ms_per_turn", "{:.1f}"),
 ]
 
 
@@ -467,6 +573,16 @@ def _print(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None
     for kind, r in results.items():
         ratio = r["t3orch"]["plain_turn_ms"] / r["direct"]["plain_turn_ms"]
         print(f"{kind}: plain turn through t3orch = {ratio:.3f} × direct (target ≤ 1.05)")
+    for kind, r in results.items():
+        if "timeline" in r:
+            print(f"{kind}: a plain turn's timeline, median ms after the client's send")
+            for name, ms in r["timeline"].items():
+                print(f"  {ms:8.2f}  {name}")
+    for kind, r in results.items():
+        threads = ", ".join(
+            f"{name} {ms:.1f}" for name, ms in r["daemon_cpu_ms_per_turn_by_thread"].items()
+        )
+        print(f"{kind}: daemon CPU ms per plain turn by thread: {threads}")
 
 
 if __name__ == "__main__":

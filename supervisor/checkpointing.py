@@ -19,7 +19,7 @@ import trio
 
 from adapters.errors import AdapterError
 from supervisor.session import SessionFailed, SessionRunner
-from t3orch import gitstore
+from t3orch import gitstore, timeline
 from t3orch.commands import checkpoints, sessions
 from t3orch.commands.checkpoints import require_run_checkpoint, target_ordinal
 from t3orch.domain.checkpoint import Checkpoint, CheckpointScope
@@ -59,18 +59,27 @@ class Checkpointer:
     disabled_noted: set[str] = attrs.field(factory=set)
 
     def previous(self, thread_id: str, before_ordinal: int) -> Checkpoint | None:
-        runs = {r.id: r for r in self.reader.select(Run, thread_id=thread_id)}
-        best: tuple[int, Checkpoint] | None = None
-        for cp in self.reader.select(Checkpoint, thread_id=thread_id):
-            run = runs.get(cp.run_id) if cp.run_id is not None else None
-            if run is None or run.status == "rolled_back" or cp.status != "ready":
-                continue
-            ordinal = cp.app_run_ordinal
-            if ordinal is None or ordinal >= before_ordinal:
-                continue
-            if best is None or best[0] < ordinal:
-                best = (ordinal, cp)
-        return None if best is None else best[1]
+        """The latest ready checkpoint before ``before_ordinal`` whose run was not
+        rolled back. Runs are read one at a time from the latest candidate (mostly one):
+        each turn's end asks, and it must not decode the thread's every run."""
+        candidates = sorted(
+            (
+                (cp.app_run_ordinal, cp)
+                for cp in self.reader.select(Checkpoint, thread_id=thread_id)
+                if cp.status == "ready"
+                and cp.run_id is not None
+                and cp.app_run_ordinal is not None
+                and cp.app_run_ordinal < before_ordinal
+            ),
+            key=lambda c: c[0],
+            reverse=True,
+        )
+        for _, cp in candidates:
+            assert cp.run_id is not None
+            run = self.reader.get(Run, cp.run_id)
+            if run is not None and run.status != "rolled_back":
+                return cp
+        return None
 
     async def after_run(self, thread_id: str, run_id: str) -> None:
         """The root run ended (not completed: those are checkpointed at their barrier):
@@ -140,7 +149,9 @@ class Checkpointer:
             return None
         if run.checkpoint_id is not None:
             return None
+        timeline.stamp("checkpoint.start")
         root = await gitstore.work_tree_root(thread.cwd)
+        timeline.stamp("checkpoint.root")
         if root is None:
             if thread_id not in self.disabled_noted:
                 self.disabled_noted.add(thread_id)

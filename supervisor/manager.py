@@ -40,6 +40,8 @@ from t3orch.store.errors import CommandRejected
 from t3orch.store.interface import Decide, ReadModel
 
 log = logging.getLogger(__name__)
+#: A thread's runs that are not over: queued, or being dispatched or worked on.
+_OPEN_RUNS = ("queued", "starting", "running", "waiting")
 
 #: Bound on retiring a runtime after a provider switch (its whole stop ladder).
 RETIRE_TIMEOUT_S = 20.0
@@ -205,10 +207,9 @@ class SessionManager:
             and binding.provider_thread_id is not None
             and (crashes is None or not crashes.held)
             and self._outdated(runner) is None
-            and not any(
-                r.status in ("queued", "starting", "running", "waiting")
-                for r in self.reader.select(Run, thread_id=thread_id)
-            )
+            # An indexed read of the thread's open runs, not a decode of all its runs:
+            # a send's cost must not grow with the thread's history.
+            and not self.reader.select_by_status(Run, _OPEN_RUNS, thread_id=thread_id)
         )
 
     async def _send_and_start(
@@ -445,7 +446,7 @@ class SessionManager:
             await self._fail_run(thread_id, run, f"{type(cause).__name__}: {cause}")
 
     def _next_queued(self, thread_id: str) -> Run | None:
-        runs = self.reader.select(Run, thread_id=thread_id)
+        runs = self.reader.select_by_status(Run, _OPEN_RUNS, thread_id=thread_id)
         for run in runs:
             if run.status in ("starting", "running", "waiting"):
                 return None  # one run at a time per thread: queue behind it

@@ -46,6 +46,7 @@ from supervisor.launcher import (
 from supervisor.leftovers import process_clock, stop_turn_leftovers
 from supervisor.reattach import Reattach
 from supervisor.shared_codex import SharedChild, SharedLauncher
+from t3orch import timeline
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.queue import EventQueue
@@ -655,7 +656,9 @@ class SessionRunner:
         if context:
             text = "\n\n---\n\n".join([*context, text])
         try:
+            timeline.stamp("provider.start_turn")
             await rt.start_turn(text)
+            timeline.stamp("provider.started")
         except AdapterError as exc:
             why = str(exc)
             if isinstance(exc, ProviderGone):

@@ -35,6 +35,7 @@ from supervisor.providers import STANDIN_TRANSCRIPT, ProviderSettings
 from supervisor.reattach import find_held, held_of
 from supervisor.startup import settle_previous_run
 from supervisor.systemd import Notifier
+from t3orch import timeline
 from t3orch.api.auth import load_or_create_token
 from t3orch.api.runner import serve_api
 from t3orch.config import Config
@@ -207,6 +208,7 @@ async def run_daemon(
     """Run until cancelled; teardown stops every runtime (bounded) before the store closes."""
     # Everything the daemon writes (store, raw frames, token) is the user's alone.
     os.umask(0o077)
+    timeline.start()
     db = prepare_state_dir(state_dir, create=True)
     notifier = notifier or Notifier()
     d = config.daemon

@@ -21,7 +21,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from t3orch import gitcache
+from t3orch import gitcache, timeline
 
 #: The empty tree's id: the base of a first checkpoint's diff.
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -71,7 +71,8 @@ async def _git(
 async def work_tree_root(cwd: str | Path) -> str | None:
     """The top of the git work tree holding ``cwd``, or None when there is none."""
     known = gitcache.roots.get(str(cwd))
-    if known is not None and await trio.Path(known, ".git").exists():
+    # One stat, on the event loop: a worker thread's hop costs more than it.
+    if known is not None and os.path.exists(os.path.join(known, ".git")):  # noqa: ASYNC240
         return known  # asked for each turn's checkpoint: one process fewer
     if not await trio.Path(cwd).is_dir():
         return None
@@ -140,6 +141,7 @@ async def capture(root: str, ref: str, message: str, parent: str | None) -> tupl
     """
     try:
         repo = await _repo(root)
+        timeline.stamp("checkpoint.repo")
         async with repo.lock:
             return await _capture(repo, ref, message, parent)
     except (GitError, OSError):
@@ -158,7 +160,9 @@ async def _capture(
     repo: gitcache.Repo, ref: str, message: str, parent: str | None
 ) -> tuple[str, str]:
     # Taken before the tree is read: a change during the read shows at the next one.
-    seen = await trio.to_thread.run_sync(gitcache.fingerprint, repo.root)
+    timeline.stamp("checkpoint.fingerprint")
+    seen = await _fingerprint(repo)
+    timeline.stamp("checkpoint.fingerprinted")
     if seen is not None and repo.tree is not None and seen == repo.fingerprint:
         tree = repo.tree  # unchanged since the last capture: nothing to read
     else:
@@ -172,6 +176,7 @@ async def _capture(
     if repo.native:
         commit = gitcache.write_commit(repo, tree, parent, message)
         gitcache.write_ref(repo, ref, commit)
+        timeline.stamp("checkpoint.written")
     else:
         args = ["commit-tree", tree, "-m", message]
         if parent:
@@ -180,6 +185,18 @@ async def _capture(
         await _git(repo.root, "update-ref", ref, commit)
         repo.trees[commit] = tree
     return commit, tree
+
+
+async def _fingerprint(repo: gitcache.Repo) -> gitcache.Fingerprint | None:
+    """The work tree's fingerprint: walked on the event loop while it was small at the
+    last walk (and stays so), else on a worker thread."""
+    last = repo.last_seen
+    if last is not None and len(last.entries) <= gitcache.INLINE_ENTRIES:
+        try:
+            return gitcache.fingerprint(repo.root, limit=gitcache.INLINE_ENTRIES)
+        except gitcache.TooLarge:
+            pass  # it grew: the whole walk goes to a thread
+    return await trio.to_thread.run_sync(gitcache.fingerprint, repo.root)
 
 
 async def numstat(root: str, base: str | None, target: str) -> list[FileStat]:

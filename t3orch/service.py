@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import attrs
 
+from t3orch import timeline
 from t3orch.commands import (
     checkpoints,
     delivery,
@@ -146,6 +147,7 @@ class CoreService:
         repeated command id, or a refusal): the run is then queued as any other.
         """
         run_id = self.ids.new(RunId)
+        timeline.stamp("send.queue")
         sent = await self.writer.enqueue(
             runs.send_message(thread_id, text, run_id),
             command_id=CommandId(command_id) if command_id else None,
@@ -165,6 +167,7 @@ class CoreService:
             await handoff.outcome(),
             await attempt.outcome(),
         )
+        timeline.stamp("send.committed")
         if queued.error is not None:
             raise queued.error
         result = CommandResult(queued.result, queued.result_sequence, queued.duplicate)
@@ -474,6 +477,7 @@ class CoreService:
         sequences after the items' and before the end's, and no commit holds the one
         without the other.
         """
+        timeline.stamp("end.queue")
         if checkpoint is None:
             return await self.ingest_queued(binding, [*items, *events])
         if items:

@@ -46,6 +46,7 @@ from supervisor.holder.wire import (
 )
 from supervisor.launcher import LauncherFactory, RecordingLauncher, SupervisedLauncher
 from supervisor.providers import SCRUBBED_ENV
+from t3orch import timeline
 from t3orch.domain.provider import HolderRef
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.queue import EventQueue
@@ -454,6 +455,7 @@ class HeldProcess:
                 while self._out:
                     data = bytes(self._out)
                     self._out.clear()
+                    timeline.stamp("holder.write")
                     await self._stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return  # the read loop finds the holder gone
@@ -485,6 +487,7 @@ class HeldProcess:
             self.offset = record.offset
             match record.kind:
                 case Kind.OUT:
+                    timeline.stamp("holder.read")
                     self._lines.append(record.payload)
                     self._line_offsets.append(record.offset)
                     arrived = True

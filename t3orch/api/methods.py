@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from t3orch import gitstore
+from t3orch import gitstore, timeline
 from t3orch.api import params as P
 from t3orch.api.operations import Operations, store_facts, writer_facts
 from t3orch.api.protocol import METHOD_NOT_FOUND, RpcError, decode_params
@@ -118,9 +118,10 @@ async def thread_delete(conn: Connection, p: P.ThreadDelete) -> Any:
 
 
 async def run_send(conn: Connection, p: P.RunSend) -> Any:
-    return _committed(
-        await conn.ops.send_message(p.thread_id, p.text, command_id=p.command_id, mode=p.mode)
-    )
+    timeline.stamp("api.send")
+    sent = await conn.ops.send_message(p.thread_id, p.text, command_id=p.command_id, mode=p.mode)
+    timeline.stamp("api.sent")
+    return _committed(sent)
 
 
 async def run_interrupt(conn: Connection, p: P.RunInterrupt) -> Any:

@@ -26,6 +26,7 @@ import attrs
 import msgspec
 import trio
 
+from t3orch import timeline
 from t3orch.api.frames import event_frame, live_text_frame
 from t3orch.api.protocol import notification
 from t3orch.api.reads import ApiReader
@@ -255,6 +256,7 @@ def _take_now(frames: _LiveFrames, direct: DirectSend, events: Sequence[EventEnv
     if not direct.ready():
         return False
     last = frames.cursor.last
+    timeline.stamp("api.publish")
     try:
         out = [frame for env in events if (frame := frames.of(env)) is not None]
     except Exception:

@@ -177,6 +177,9 @@ class ThreadView:
         if params.get("field") is not None:
             return
         item_id = params["itemId"]
+        item = self.items.get(item_id)
+        if item is not None and item.get("status") in TURN_ITEM_TERMINAL:
+            return  # a piece after the item's final upsert: its text is all committed
         base = self.shown_text(item_id)
         offset = int(params["offset"])
         if offset <= len(base):

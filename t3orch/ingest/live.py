@@ -51,6 +51,8 @@ class LiveLane:
     _sent_at: float = -math.inf
     #: A turn whose end was seen: its items are not followed again.
     _ended: TurnBinding | None = None
+    #: An item with pending pieces ended: they go at the next flush, interval or not.
+    _due_now: bool = False
 
     def see(self, event: ProviderEvent, thread_id: str | None, turn: TurnBinding | None) -> None:
         """Follow one event, in the queue's order; a delta becomes a pending piece."""
@@ -70,10 +72,13 @@ class LiveLane:
                 ):
                     self._items[ref] = _Item(thread_id, item_ids(turn, ref)[0], content)
             case ItemCompleted(native_item_ref=ref):
-                self._items.pop(ref, None)
+                ended = self._items.pop(ref, None)
+                if ended is not None and any(p.item_id == ended.item_id for p in self._pending):
+                    self._due_now = True
             case TurnCompleted() | RuntimeExited():
                 self._items.clear()
                 self._ended = turn
+                self._due_now = bool(self._pending)
             case _:
                 pass
 
@@ -107,10 +112,17 @@ class LiveLane:
         return self._sent_at + self.interval_s if self._pending else None
 
     def flush(self, now: float) -> None:
-        """Publish the pending pieces when a frame's interval has passed since the last."""
-        if self._pending and now - self._sent_at >= self.interval_s:
+        """Publish the pending pieces when a frame's interval has passed since the last,
+        or at once when their item (or turn) ended.
+
+        An ended item's final upsert is about to be queued for commit: its last pieces
+        go before it, never after (a client drops provisional text at that upsert, and
+        a piece after it would be news of an item that is done).
+        """
+        if self._pending and (self._due_now or now - self._sent_at >= self.interval_s):
             pieces, self._pending = self._pending, []
             self._sent_at = now
+            self._due_now = False
             self.hub.publish(pieces)
 
 

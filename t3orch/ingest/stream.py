@@ -34,6 +34,7 @@ from typing import Protocol
 import attrs
 import trio
 
+from t3orch import timeline
 from t3orch.domain.turn_items import Subagent
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.coalesce import DeltaCoalescer
@@ -204,6 +205,7 @@ class IngestStream:
                             break  # closed and drained
                     now = trio.current_time()
                     if batch:
+                        timeline.stamp("stream.take")
                         self.last_event_at = now
                     for event in batch:
                         lane.see(event, self.binding.thread_id, self.active_turn)
@@ -261,7 +263,9 @@ class IngestStream:
             checkpoint: Decide | None = None
             items: list[ProviderEvent] = []
             if isinstance(event, TurnCompleted) and event.status == "completed":
+                timeline.stamp("barrier.start")
                 checkpoint, items = await self._completion_barrier(chunk)
+                timeline.stamp("barrier.end")
             if isinstance(event, (TurnCompleted, RuntimeExited)):
                 ending = self.active_turn
                 if isinstance(event, TurnCompleted):
@@ -353,6 +357,8 @@ class IngestStream:
             self.active_turn = None
         await self._inflight.drain()
         await ticket.outcome()
+        if ends_turn:
+            timeline.stamp("end.committed")
 
     async def end_unstarted_turn(self, turn: TurnBinding, event: TurnCompleted) -> None:
         """A turn whose input never reached the provider ends here, bound to it by

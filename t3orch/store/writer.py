@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 import attrs
 import trio
 
+from t3orch import timeline
 from t3orch.events import EventEnvelope
 from t3orch.ids import CommandId
 from t3orch.store.broadcast import Broadcast
@@ -295,12 +296,14 @@ class EventWriter:
         """Commit what is queued, a batch at a time in queue order, until stopped."""
         try:
             while (batch := self._take_batch()) is not None:
+                timeline.stamp("writer.take")
                 try:
                     outcomes: list[Outcome] | StoreError = self.store.commit_batch(
                         [p.submission for p in batch]
                     )
                 except StoreError as exc:
                     outcomes = exc
+                timeline.stamp("writer.committed")
                 self._hand_back(batch, outcomes)
         except BaseException as exc:  # a bug: stop, and let ``run`` raise it
             self._crash = exc
@@ -354,6 +357,7 @@ class EventWriter:
     # -- back on the event loop ----------------------------------------------------
 
     def _deliver(self, batch: list[_Pending], outcomes: list[Outcome] | StoreError) -> None:
+        timeline.stamp("writer.delivered")
         if isinstance(outcomes, StoreError):
             self._failed(batch, outcomes)
         else:

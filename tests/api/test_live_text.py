@@ -17,11 +17,11 @@ import trio
 
 from t3orch.core import open_core
 from t3orch.domain.turn_items import AssistantMessage
-from t3orch.ingest.binding import SessionBinding
+from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.live import LiveLane
 from t3orch.ingest.queue import EventQueue
 from t3orch.ingest.stream import IngestStream
-from t3orch.live import LiveHub, LiveText
+from t3orch.live import LiveHub, LiveSubscription, LiveText
 from t3orch.provider_events import (
     ItemCompleted,
     ItemDelta,
@@ -275,13 +275,19 @@ def test_a_subscription_waiting_pieces_are_bounded_and_contiguous_ones_joined() 
     assert not hub.wanted("t") and not hub.wanted("u")
 
 
-async def test_an_item_started_twice_keeps_its_offsets(tmp_path: Path) -> None:
+async def _lane(
+    tmp_path: Path, interval_s: float
+) -> tuple[str, TurnBinding | None, LiveSubscription, LiveLane]:
+    """A started turn's thread, its turn, a subscription of it and a lane to its hub."""
     async with open_core(tmp_path / "e.db") as core:
         tid = await new_thread(core.service)
         turn = (await started_turn(core.service, tid)).turn
     hub = LiveHub()
-    sub = hub.subscribe(tid)
-    lane = LiveLane(hub, interval_s=0.0)
+    return tid, turn, hub.subscribe(tid), LiveLane(hub, interval_s=interval_s)
+
+
+async def test_an_item_started_twice_keeps_its_offsets(tmp_path: Path) -> None:
+    tid, turn, sub, lane = await _lane(tmp_path, 0.0)
     for event in [
         ItemStarted(native_item_ref="m", content=AssistantMessage(text="ab")),
         ItemDelta(native_item_ref="m", text="cd"),
@@ -292,6 +298,36 @@ async def test_an_item_started_twice_keeps_its_offsets(tmp_path: Path) -> None:
         lane.see(event, tid, turn)
     lane.flush(1.0)
     assert [(p.offset, p.text) for p in sub._pending] == [(2, "cdef")]
+
+
+async def test_an_items_last_pieces_go_before_its_end_not_an_interval_later(
+    tmp_path: Path,
+) -> None:
+    """A reply's last words, held by the interval, are published in the same pass that
+    queues the completed item for commit: never after its final upsert, where the
+    next turn's reader found them (the bench saw a round with no text)."""
+    tid, turn, sub, lane = await _lane(tmp_path, 10.0)
+    lane.see(ItemStarted(native_item_ref="m", content=AssistantMessage()), tid, turn)
+    lane.see(ItemDelta(native_item_ref="m", text="first "), tid, turn)
+    lane.flush(100.0)  # leading edge: at once
+    lane.see(ItemDelta(native_item_ref="m", text="last"), tid, turn)
+    lane.flush(100.001)
+    assert [p.text for p in sub._pending] == ["first "]  # held by the interval
+    lane.see(
+        ItemCompleted(native_item_ref="m", content=AssistantMessage(text="first last")), tid, turn
+    )
+    lane.flush(100.002)
+    # (the subscription joins contiguous pieces of one item)
+    assert [(p.offset, p.text) for p in sub._pending] == [(0, "first last")]
+    # The interval still holds pieces of an item that goes on.
+    lane.see(ItemStarted(native_item_ref="n", content=AssistantMessage()), tid, turn)
+    lane.see(ItemDelta(native_item_ref="n", text="a"), tid, turn)
+    lane.flush(100.003)
+    assert len(sub._pending) == 1
+    lane.see(TurnCompleted(native_turn_ref="t1", status="completed"), tid, turn)
+    lane.flush(100.004)
+    assert [p.text for p in sub._pending] == ["first last", "a"]
+    sub.close()
 
 
 async def test_a_reconnect_with_a_cursor_gets_exactly_the_gap_then_live_text() -> None:

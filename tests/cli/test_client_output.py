@@ -359,6 +359,10 @@ def test_the_progress_line_shows_live_text_until_the_committed_text_replaces_it(
     view.apply({"sequence": 6, "type": "turn_item.upserted", "payload": {"item": final}})
     assert view.shown_text("tit_1") == "an old silent pond, a frog"
     assert view.live == {}
+    # A late piece (its lane is best effort) is news of an item that is done.
+    live(26, " jumps in")
+    assert view.shown_text("tit_1") == "an old silent pond, a frog"
+    assert view.live == {}
 
 
 def test_an_upsert_that_leaves_out_unchanged_text_keeps_the_text_held() -> None:

@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -67,6 +68,33 @@ async def test_a_checkpoint_of_an_unchanged_tree_runs_no_git(
     assert "cp 2" in await git(repo, "log", "-1", "--format=%B", second)
     await git(repo, "fsck", "--no-dangling")
     assert ".gitignore" in await _tree_files(repo, second)
+
+
+async def test_a_small_trees_checkpoint_at_a_turns_end_takes_no_thread_hop(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn's end waits for its checkpoint: for a tree of tens of files the walk and
+    the root's stat run on the event loop (a worker thread's hop costs more); a tree
+    grown past the inline bound is walked on a thread again, and still seen whole."""
+    root = await gitstore.work_tree_root(repo)
+    assert root is not None
+    first, _ = await gitstore.capture(root, "refs/t3orch/checkpoints/t/1", "cp 1", None)
+    hops: list[object] = []
+    real = trio.to_thread.run_sync
+
+    async def counted(fn: Any, *args: Any, **kw: Any) -> Any:
+        hops.append(fn)
+        return await real(fn, *args, **kw)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", counted)
+    assert await gitstore.work_tree_root(repo) == root
+    second, tree = await gitstore.capture(root, "refs/t3orch/checkpoints/t/2", "cp 2", first)
+    assert hops == []
+    monkeypatch.setattr(gitcache, "INLINE_ENTRIES", 5)
+    (repo / "src" / "new.txt").write_text("new\n")
+    third, tree3 = await gitstore.capture(root, "refs/t3orch/checkpoints/t/3", "cp 3", second)
+    assert gitcache.fingerprint in hops
+    assert tree3 != tree and "src/new.txt" in await _tree_files(repo, third)
 
 
 async def test_every_change_after_a_checkpoint_is_in_the_next(repo: Path) -> None:

@@ -9,12 +9,16 @@ broadcast's listener: it is called once per committed batch.
 
 from __future__ import annotations
 
+import traceback
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from adapters.transcript import load_transcript
 from fixtures.fakes.codex_home import make_work_dir
 from fixtures.record.supervised import TranscriptLaunchers
+from t3orch.domain.run import Run
 from t3orch.domain.turn_items import CheckpointItem
 from tests.lineage.test_barrier_burst import PROVIDERS, _one_turn
 from tests.supervisor.support import rig
@@ -92,3 +96,32 @@ async def test_a_send_to_an_idle_runtime_commits_with_its_attempt(tmp_path: Path
     assert queued and attempt and queued[0][0] == attempt[0][0], (queued, attempt)
     # The API's answer names the send's own sequence: the run, as queued.
     assert queued[0][1] <= sent.sequence < attempt[0][1]
+
+
+async def test_a_turn_reads_the_threads_open_runs_not_its_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A send to an idle runtime and the dispatch after its turn read the thread's open
+    runs (an indexed read), never all its runs: a turn must not cost more as the
+    thread's history grows."""
+    async with rig(tmp_path / "e.db") as r:
+        tid = await r.thread()
+        for text in ("one", "two"):
+            sent = await r.manager.send_message(tid, text)
+            await r.wait_run(sent.result["runId"])
+        whole: list[str] = []
+        for reader in {
+            id(x): x for x in (r.manager.reader, r.manager.checkpointer.reader)
+        }.values():
+            real = reader.select
+
+            def spy(entity: Any, *, thread_id: str | None = None, _real: Any = real) -> Any:
+                if entity is Run and thread_id == tid:
+                    whole.append("".join(traceback.format_stack(limit=4)))
+                return _real(entity, thread_id=thread_id)
+
+            monkeypatch.setattr(reader, "select", spy)
+        sent = await r.manager.send_message(tid, "three")
+        run = await r.wait_run(sent.result["runId"])
+        assert run.status == "completed"
+    assert whole == []
