@@ -52,7 +52,8 @@ from t3orch.store.postgres.reads import (
     streaming,
 )
 from t3orch.store.postgres.schema import SCHEMA_VERSION, migrate, read_version
-from t3orch.store.postgres.staging import BatchView, Key
+from t3orch.store.postgres.staging import BatchView
+from t3orch.store.staging import Key
 
 #: The NOTIFY channel every commit signals, with its last sequence as the payload.
 CHANNEL = "t3orch_log"

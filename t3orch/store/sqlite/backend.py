@@ -44,7 +44,8 @@ from t3orch.store.sqlite.rows import (
     streaming,
 )
 from t3orch.store.sqlite.schema import APPLICATION_ID, SCHEMA_VERSION, migrate, read_version
-from t3orch.store.sqlite.staging import DecideView, PreparedBatch
+from t3orch.store.sqlite.staging import DecideView
+from t3orch.store.staging import StagedBatch
 
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
 
@@ -219,7 +220,7 @@ class SQLiteStore:
         self._next_sequence = batch.next_sequence
         return batch.outcomes
 
-    def _decided(self, submissions: Sequence[Submission]) -> PreparedBatch:
+    def _decided(self, submissions: Sequence[Submission]) -> StagedBatch:
         """Each submission decided on the stored state and the ones before it. Writes nothing."""
         view = DecideView(
             self._conn, iso(self._clock()), self._known, next_sequence=self._next_sequence
@@ -227,11 +228,26 @@ class SQLiteStore:
         view.batch.outcomes.extend([self._run_one(view, sub) for sub in submissions])
         return view.batch
 
-    def _write(self, batch: PreparedBatch) -> None:
+    def _write(self, batch: StagedBatch) -> None:
         """A decided batch's rows, receipts and events, into the open transaction."""
         conn = self._conn
         if batch.rows:
-            conn.executemany(UPSERT_ROW, batch.rows.values())
+            conn.executemany(
+                UPSERT_ROW,
+                [
+                    # bytearray is bound directly: bytes go through the adapter lookup.
+                    (
+                        r.kind,
+                        r.id,
+                        r.thread_id,
+                        r.position,
+                        r.status,
+                        bytearray(r.body),
+                        r.updated_seq,
+                    )
+                    for r in batch.rows.values()
+                ],
+            )
         if batch.receipts:
             conn.executemany(_INSERT_RECEIPT, [_receipt_row(r) for r in batch.receipts.values()])
         # In sequence order, one executemany per run of rows of one shape: inserted
