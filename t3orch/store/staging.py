@@ -16,15 +16,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from t3orch.domain.vocab import TURN_ITEM_TERMINAL
 from t3orch.projections.projector import fold_item
+from t3orch.store.encoding import streaming
 from t3orch.store.interface import CommandReceipt, E, Outcome
 from t3orch.store.kinds import Chunk, Row, kind_of
 
 Key = tuple[str, str]
 #: A position cached for a row that was read and is not stored (positions are >= 0).
 ABSENT = -1
-TERMINAL_ITEM = frozenset(TURN_ITEM_TERMINAL)
 
 
 class StagedBatch:
@@ -210,7 +209,7 @@ class OverlayView(ABC):
 
     def _decoded(self, row: Row) -> Any:
         """The row's value; a streaming item with its pending text folded in."""
-        if row.kind != "turn_item" or row.status in TERMINAL_ITEM:
+        if not streaming(row):
             return row.decode()
         after = row.updated_seq
         # The log holds the text up to the batch's first sequence; the rest is staged.
