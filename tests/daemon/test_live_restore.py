@@ -134,20 +134,27 @@ def _settled_then_works_again(state: Path, cfg: Path, thread_id: str, holder_id:
     cli_ok(state, "stop-agents")
 
 
-def test_a_holder_whose_daemon_never_returns_stops_its_provider_after_the_grace(
-    tmp_path: Path,
-) -> None:
+def _daemon_killed_mid_stream(tmp_path: Path, grace_s: float) -> tuple[Path, Path, str, Any]:
+    """A held runtime streaming a long reply (8 s) whose daemon was just SIGKILLed: the
+    state dir, the config, the thread and its provider session."""
     state = tmp_path / "state"
     cfg = config_file(
         tmp_path,
         transcript=long_reply(tmp_path, [f"w{i} " for i in range(200)]),
-        reattach_grace_s=1,
+        reattach_grace_s=grace_s,
     )
     with serve(state, cfg, keep_holders=True) as d:
         d.wait_notify("READY=1")
         thread_id, session = _start_streaming(state, tmp_path)
         d.proc.send_signal(signal.SIGKILL)
         d.proc.wait(timeout=10)
+    return state, cfg, thread_id, session
+
+
+def test_a_holder_whose_daemon_never_returns_stops_its_provider_after_the_grace(
+    tmp_path: Path,
+) -> None:
+    state, cfg, thread_id, session = _daemon_killed_mid_stream(tmp_path, grace_s=1)
     killed = time.monotonic()
     procs = [p for p in map(_proc, (session.pid, session.holder.pid)) if p is not None]
     _, left = psutil.wait_procs(procs, timeout=15)
@@ -160,17 +167,7 @@ def test_a_holder_whose_daemon_never_returns_stops_its_provider_after_the_grace(
 def test_a_holder_killed_while_its_daemon_is_down_is_settled_by_the_next_start(
     tmp_path: Path,
 ) -> None:
-    state = tmp_path / "state"
-    cfg = config_file(
-        tmp_path,
-        transcript=long_reply(tmp_path, [f"w{i} " for i in range(200)]),
-        reattach_grace_s=30,
-    )
-    with serve(state, cfg, keep_holders=True) as d:
-        d.wait_notify("READY=1")
-        thread_id, session = _start_streaming(state, tmp_path)
-        d.proc.send_signal(signal.SIGKILL)
-        d.proc.wait(timeout=10)
+    state, cfg, thread_id, session = _daemon_killed_mid_stream(tmp_path, grace_s=30)
     os.kill(session.holder.pid, signal.SIGKILL)
     # Its provider dies with it (the parent-death signal).
     procs = [p for p in map(_proc, (session.pid, session.holder.pid)) if p is not None]
