@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import psutil
 
 from t3orch.daemon import stop_agents
 from t3orch.store.sqlite.backend import SQLiteStore
@@ -175,3 +176,11 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
     )
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie does not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

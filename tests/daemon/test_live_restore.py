@@ -15,20 +15,13 @@ import psutil
 import pytest
 
 from t3orch.cli.drill import long_reply
-from tests.daemon.support import REPO, cli, config_file, events, rows, rpc, serve, wait_for
+from tests.daemon.support import REPO, alive, cli, config_file, events, rows, rpc, serve, wait_for
 
 
 def cli_ok(state: Path, *args: str) -> str:
     done = cli(*args, "--state-dir", str(state))
     assert done.returncode == 0, done.stderr
     return done.stdout
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])

@@ -13,8 +13,7 @@ import pytest
 
 from t3orch.cli.environment import config_toml, provider_environment
 from t3orch.config import discover_codex
-from tests.daemon.support import REPO, rpc, serve
-from tests.daemon.test_live_restore import alive, events, rows, wait
+from tests.daemon.support import REPO, alive, events, rows, rpc, serve, wait_for
 
 pytestmark = pytest.mark.real_codex
 
@@ -62,14 +61,14 @@ def test_codex_mid_reply_across_a_daemon_restart_every_word_once(
                 tid = created["result"]["threadId"]
                 # DAWDLE: "dawdled: done" in 6 deltas 0.5 s apart.
                 rpc(state, "run.send", {"commandId": "c2", "threadId": tid, "text": "DAWDLE"})
-                wait(lambda: len(events(state, "turn_item.delta")) >= 1, 60)
+                wait_for(lambda: len(events(state, "turn_item.delta")) >= 1, 60)
                 (session,) = [s for s in rows(state, "provider_session") if s.status != "stopped"]
                 d.proc.send_signal(stop)
                 d.proc.wait(timeout=30)
                 assert alive(session.pid)
             with serve(state, cfg, keep_holders=True) as d2:
                 d2.wait_notify("READY=1")
-                wait(lambda: rows(state, "run")[0].status == "completed", 60)
+                wait_for(lambda: rows(state, "run")[0].status == "completed", 60)
                 deltas = "".join(e.payload.text for e in events(state, "turn_item.delta"))
                 assert deltas == "dawdled: done", deltas
                 d2.proc.send_signal(signal.SIGTERM)
@@ -97,7 +96,7 @@ def test_a_codex_approval_pending_across_a_restart_is_answered_after_it_and_runs
                 tid = created["result"]["threadId"]
                 text = f"RUN_SHELL: ESCALATE touch {made}"
                 rpc(state, "run.send", {"commandId": "c2", "threadId": tid, "text": text})
-                (request,) = wait(
+                (request,) = wait_for(
                     lambda: [r for r in rows(state, "runtime_request") if r.status == "pending"],
                     60,
                 )
@@ -114,7 +113,7 @@ def test_a_codex_approval_pending_across_a_restart_is_answered_after_it_and_runs
                     "request.respond",
                     {"commandId": "c3", "requestId": request.id, "decision": "accept"},
                 )
-                wait(lambda: rows(state, "run")[0].status == "completed", 60)
+                wait_for(lambda: rows(state, "run")[0].status == "completed", 60)
                 assert made.exists()
                 (answered,) = [r for r in rows(state, "runtime_request") if r.id == request.id]
                 assert answered.status == "resolved"
