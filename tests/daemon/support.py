@@ -107,15 +107,16 @@ def events(state_dir: Path, type_: str) -> list[Any]:
         store.close()
 
 
-def wait_for(predicate: Callable[[], Any], within: float) -> Any:
-    """The first true value of ``predicate`` (polled), or an AssertionError after ``within`` s."""
+def wait_for(predicate: Callable[[], Any], within: float, what: str = "condition") -> Any:
+    """The first true value of ``predicate`` (polled), or an AssertionError naming ``what``
+    after ``within`` s."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(0.02)
-    raise AssertionError(f"condition not met within {within}s")
+    raise AssertionError(f"{what} not met within {within}s")
 
 
 @contextmanager
