@@ -10,6 +10,7 @@ daemon (or a bad config), 3 the daemon refused the command.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import os
 import shutil
@@ -34,17 +35,26 @@ from t3orch.domain.vocab import RUN_TERMINAL, TURN_ITEM_TERMINAL
 Command = Callable[[ApiClient, argparse.Namespace], Awaitable[int]]
 
 
+def add_command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: Callable[[argparse.ArgumentParser], None],
+    name: str,
+    help: str,
+    fn: Command,
+) -> argparse.ArgumentParser:
+    """The subcommand ``name``, with the common options, running ``fn`` on the daemon's API."""
+    p = sub.add_parser(name, help=help)
+    common(p)
+    p.set_defaults(handler=lambda args: run_client(args, fn))
+    return p
+
+
 def register(
     sub: argparse._SubParsersAction[argparse.ArgumentParser],
     common: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     """Adds the client subcommands to the ``t3orch`` parser."""
-
-    def add(name: str, help: str, fn: Command) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help)
-        common(p)
-        p.set_defaults(handler=lambda args: run_client(args, fn))
-        return p
+    add = functools.partial(add_command, sub, common)
 
     add("status", "the daemon's status: pid, uptime, sessions, writer, API", cmd_status)
     p = sub.add_parser("threads", help="list threads (reads the store when no daemon runs)")

@@ -4,6 +4,7 @@ checkpoints."""
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import trio
 
 from t3orch.cli.client import ApiClient
-from t3orch.cli.clientcmds import Command, _short, _table, run_client
+from t3orch.cli.clientcmds import _short, _table, add_command, run_client
 from t3orch.cli.invocation import command_id, print_json
 
 PROVIDERS = ["codex", "claude", "standin"]
@@ -21,11 +22,7 @@ def register(
     sub: argparse._SubParsersAction[argparse.ArgumentParser],
     common: Callable[[argparse.ArgumentParser], None],
 ) -> None:
-    def add(name: str, help: str, fn: Command) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help)
-        common(p)
-        p.set_defaults(handler=lambda args: run_client(args, fn))
-        return p
+    add = functools.partial(add_command, sub, common)
 
     p = add("fork", "fork a thread at a run (default: its latest); prints the new id", cmd_fork)
     p.add_argument("thread")

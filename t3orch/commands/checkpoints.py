@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from t3orch.commands.items import orchestration_refs
 from t3orch.commands.threads import require_thread
 from t3orch.domain.checkpoint import Checkpoint, CheckpointFileSummary, CheckpointScope
 from t3orch.domain.node import ExecutionNode
@@ -97,14 +98,7 @@ def record_checkpoint(
             "turn_item",
             CheckpointItem(
                 id=derived_id(TurnItemId, cp_id),
-                thread_id=ThreadId(run.thread_id),
-                run_id=run.id,
-                node_id=run.root_node_id,
-                provider_turn_id=None,
-                native_item_ref=None,
-                status="completed",
-                created_at=now,
-                updated_at=now,
+                **orchestration_refs(ThreadId(run.thread_id), run.id, run.root_node_id, now),
                 checkpoint_id=cp_id,
                 ref=ref,
             ),

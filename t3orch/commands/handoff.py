@@ -16,6 +16,7 @@ from __future__ import annotations
 import msgspec
 
 from t3orch.commands.delivery import delta_overflow
+from t3orch.commands.items import orchestration_refs
 from t3orch.commands.lineage import MAX_SUMMARY_CHARS, history, render
 from t3orch.commands.threads import require_thread
 from t3orch.domain.context import (
@@ -214,14 +215,7 @@ def replace_provider_thread(
             "turn_item",
             Handoff(
                 id=derived_id(TurnItemId, handoff_id),
-                thread_id=ThreadId(thread.id),
-                run_id=run.id,
-                node_id=run.root_node_id,
-                provider_turn_id=None,
-                native_item_ref=None,
-                status="completed",
-                created_at=now,
-                updated_at=now,
+                **orchestration_refs(ThreadId(thread.id), run.id, run.root_node_id, now),
                 handoff_id=handoff_id,
                 strategy="full_thread_summary",
                 from_providers=[old.provider],

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from t3orch.commands.items import orchestration_refs
 from t3orch.commands.threads import require_thread
 from t3orch.domain.context import (
     ContextHandoff,
@@ -276,14 +277,7 @@ def deliver(
         "turn_item",
         Handoff(
             id=derived_id(TurnItemId, handoff.id),
-            thread_id=handoff.thread_id,
-            run_id=run.id,
-            node_id=run.root_node_id,
-            provider_turn_id=None,
-            native_item_ref=None,
-            status="completed",
-            created_at=now,
-            updated_at=now,
+            **orchestration_refs(handoff.thread_id, run.id, run.root_node_id, now),
             handoff_id=handoff.id,
             strategy=handoff.strategy,
             from_providers=list(from_providers),

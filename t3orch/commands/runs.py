@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import msgspec
 
+from t3orch.commands.items import orchestration_refs
 from t3orch.commands.threads import require_thread
 from t3orch.domain.node import ExecutionNode
 from t3orch.domain.provider import ProviderThread, ProviderTurn
@@ -75,14 +76,7 @@ def send_message(thread_id: str, text: str, run_id: RunId) -> Decide:
             "turn_item",
             UserMessage(
                 id=derived_id(TurnItemId, run_id, "user"),
-                thread_id=thread.id,
-                run_id=run_id,
-                node_id=root,
-                provider_turn_id=None,
-                native_item_ref=None,
-                status="completed",
-                created_at=now,
-                updated_at=now,
+                **orchestration_refs(thread.id, run_id, root, now),
                 message_id=message_id,
                 text=text,
             ),
@@ -225,14 +219,7 @@ def add_run_input(run_id: str, text: str, item_id: TurnItemId) -> Decide:
             "turn_item",
             UserMessage(
                 id=item_id,
-                thread_id=run.thread_id,
-                run_id=run.id,
-                node_id=run.root_node_id,
-                provider_turn_id=None,
-                native_item_ref=None,
-                status="completed",
-                created_at=now,
-                updated_at=now,
+                **orchestration_refs(run.thread_id, run.id, run.root_node_id, now),
                 message_id=derived_id(MessageId, item_id),
                 text=text,
             ),

@@ -128,13 +128,22 @@ async def ws_client(api: Api, token: str | None = "", **kwargs: Any) -> AsyncIte
     """``token=""`` uses the right token, ``None`` sends no header."""
     tok = api.token if token == "" else token
     headers = [(b"authorization", f"Bearer {tok}".encode())] if tok is not None else []
+    async with ws_connect(api, "127.0.0.1", headers, **kwargs) as client:
+        yield client
+
+
+@asynccontextmanager
+async def ws_connect(
+    api: Api, host: str, headers: list[tuple[bytes, bytes]], **kwargs: Any
+) -> AsyncIterator[Client]:
+    """A WebSocket to the API's port with these handshake headers (and Host)."""
     # Our own TCP stream, closed by us: trio-websocket's client leaves its stream open
     # when the server is the side that closes (as it does for an oversized frame).
     stream = await trio.open_tcp_stream("127.0.0.1", api.endpoints.port)
     try:
         async with trio.open_nursery() as nursery:
             ws = await trio_websocket.wrap_client_stream(
-                nursery, stream, "127.0.0.1", "/", extra_headers=headers, **kwargs
+                nursery, stream, host, "/", extra_headers=headers, **kwargs
             )
             try:
                 yield Client(ws.send_message, ws.get_message)

@@ -7,17 +7,15 @@ from typing import Any
 from t3orch.core import Core
 from t3orch.domain.turn_items import (
     AssistantMessage,
-    CommandExecution,
 )
 from t3orch.provider_events import (
     ItemCompleted,
     ItemDelta,
     ItemStarted,
-    RequestOpened,
     TurnCompleted,
     TurnStarted,
 )
-from tests.store.support import new_thread, started_turn
+from tests.store.support import new_thread, pending_approval, started_turn
 
 __all__ = ["new_thread", "open_request", "streamed_turn", "write_op"]
 
@@ -53,29 +51,8 @@ async def streamed_turn(
 
 async def open_request(core: Core, thread_id: str) -> dict[str, Any]:
     """A run waiting on a command approval; returns the pending request's row."""
-    b = await started_turn(core.service, thread_id)
-    await core.service.ingest(
-        b,
-        [
-            TurnStarted(native_turn_ref="t1"),
-            ItemStarted(native_item_ref="c1", content=CommandExecution(input="touch x")),
-            RequestOpened(
-                native_request_ref="0",
-                kind="command",
-                native_item_ref="c1",
-                summary="touch x",
-                available_decisions=["accept", "decline"],
-            ),
-        ],
-    )
+    b, req = await pending_approval(core, thread_id)
     assert b.turn is not None
-    with core.reader.snapshot():
-        rows = core.reader.rows("runtime_request", thread_id=thread_id)
-    (req,) = [
-        r
-        for r in (row.decode() for row in rows)
-        if r.status == "pending" and r.provider_turn_id == b.turn.provider_turn_id
-    ]
     return {"id": req.id, "runId": b.turn.run_id}
 
 

@@ -13,7 +13,6 @@ from t3orch.core import open_core
 from t3orch.domain.request import LiveCapability, NotResumableCapability
 from t3orch.domain.turn_items import (
     AssistantMessage,
-    CommandExecution,
 )
 from t3orch.ingest.coalesce import DeltaCoalescer
 from t3orch.projections.check import compare, rebuild
@@ -23,14 +22,13 @@ from t3orch.provider_events import (
     ItemDelta,
     ItemStarted,
     ProviderEvent,
-    RequestOpened,
     RequestResolved,
     RuntimeExited,
     TurnCompleted,
     TurnStarted,
 )
 from t3orch.store.errors import CommandRejected
-from tests.store.support import new_thread, reply_events, started_turn
+from tests.store.support import new_thread, pending_approval, reply_events, started_turn
 
 
 def _items(core, thread_id: str) -> list[dict]:  # type: ignore[no-untyped-def]
@@ -91,31 +89,10 @@ async def test_interrupted_turn_closes_items_left_streaming(tmp_path: Path) -> N
         assert not _get(core, "provider_thread", b.provider_thread_id).resume_ref_confirmed
 
 
-async def _open_request(core, tid: str):  # type: ignore[no-untyped-def]
-    b = await started_turn(core.service, tid)
-    await core.service.ingest(
-        b,
-        [
-            TurnStarted(native_turn_ref="t1"),
-            ItemStarted(native_item_ref="c1", content=CommandExecution(input="touch x")),
-            RequestOpened(
-                native_request_ref="0",
-                kind="command",
-                native_item_ref="c1",
-                summary="touch x",
-                available_decisions=["accept", "decline"],
-            ),
-        ],
-    )
-    with core.reader.snapshot():
-        (req,) = [r.decode() for r in core.reader.rows_by_status("runtime_request", ("pending",))]
-    return b, req
-
-
 async def test_request_answered_exactly_once(tmp_path: Path) -> None:
     async with open_core(tmp_path / "e.db") as core:
         tid = await new_thread(core.service)
-        b, req = await _open_request(core, tid)
+        b, req = await pending_approval(core, tid)
         assert req.kind == "command" and isinstance(req.response_capability, LiveCapability)
         assert _get(core, "run", b.turn.run_id).status == "waiting"
         results: list[object] = []
@@ -142,7 +119,7 @@ async def test_only_an_offered_decision_is_accepted(tmp_path: Path) -> None:
     # vocabulary, but one the adapter said it cannot send for this request.
     async with open_core(tmp_path / "e.db") as core:
         tid = await new_thread(core.service)
-        _, req = await _open_request(core, tid)
+        _, req = await pending_approval(core, tid)
         with pytest.raises(CommandRejected, match="offers accept/decline") as refused:
             await core.service.claim_request(req.id, "acceptForSession")
         assert refused.value.code == "decision_not_offered"
@@ -154,7 +131,7 @@ async def test_only_an_offered_decision_is_accepted(tmp_path: Path) -> None:
 async def test_provider_exit_expires_requests_and_fails_the_run(tmp_path: Path) -> None:
     async with open_core(tmp_path / "e.db") as core:
         tid = await new_thread(core.service)
-        b, req = await _open_request(core, tid)
+        b, req = await pending_approval(core, tid)
         await core.service.ingest(b, [RuntimeExited(code=None, signal=9, stderr_tail="oops")])
         req = _get(core, "runtime_request", req.id)
         assert req.status == "expired" and isinstance(
@@ -180,7 +157,7 @@ async def test_reconcile_settles_everything_left_in_flight(tmp_path: Path) -> No
     db = tmp_path / "e.db"
     async with open_core(db) as core:
         tid = await new_thread(core.service)
-        b, req = await _open_request(core, tid)
+        b, req = await pending_approval(core, tid)
     async with open_core(db) as core:  # as a restarted daemon would
         counts = await core.service.reconcile()
         assert counts["run"] == 1 and counts["runtime_request"] == 1

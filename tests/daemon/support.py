@@ -1,4 +1,5 @@
-"""A `t3orch serve` child process with a real NOTIFY_SOCKET listener, and a socket client."""
+"""A `t3orch serve` child process with a real NOTIFY_SOCKET listener, a socket client, and
+reads of its state dir's store (read-only, beside the running daemon)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,17 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import attrs
+import psutil
 
 from t3orch.cli.served import exchange
 from t3orch.daemon import stop_agents
+from t3orch.store.sqlite.backend import SQLiteStore
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,16 +61,53 @@ def rpc(state_dir: Path, method: str, params: dict[str, Any] | None = None) -> A
     return reply["result"]
 
 
-def config_file(tmp: Path, *standin_args: str, reattach_grace_s: float = 0) -> Path:
-    """The stand-in with ``standin_args``; no holders unless ``reattach_grace_s`` (the
-    tests of live restore): the other daemon tests are about providers that die with it."""
+def config_file(
+    tmp: Path, *standin_args: str, reattach_grace_s: float = 0, transcript: Path | None = None
+) -> Path:
+    """The stand-in with ``standin_args`` (playing ``transcript``, if given); no holders
+    unless ``reattach_grace_s`` (the tests of live restore): the other daemon tests are
+    about providers that die with it."""
     cmd = [sys.executable, "-m", "adapters.standin", *standin_args]
     path = tmp / "t3orch.toml"
-    path.write_text(
+    text = (
         f"[daemon]\nreattach_grace_s = {reattach_grace_s}\n"
         f"[providers.standin]\ncommand = {json.dumps(cmd)}\n"
     )
+    if transcript is not None:
+        text += f"transcript = {json.dumps(str(transcript))}\n"
+    path.write_text(text)
     return path
+
+
+def rows(state_dir: Path, kind: str) -> list[Any]:
+    """The decoded projection rows of ``kind`` in the state dir's store, as committed now."""
+    store = SQLiteStore(state_dir / "events.sqlite3", readonly=True)
+    try:
+        with store.snapshot():
+            return [r.decode() for r in store.rows(kind)]
+    finally:
+        store.close()
+
+
+def events(state_dir: Path, type_: str) -> list[Any]:
+    """The committed events of type ``type_`` in the state dir's store, in sequence order."""
+    store = SQLiteStore(state_dir / "events.sqlite3", readonly=True)
+    try:
+        return [e for e in store.iter_events() if e.type == type_]
+    finally:
+        store.close()
+
+
+def wait_for(predicate: Callable[[], Any], within: float, what: str = "condition") -> Any:
+    """The first true value of ``predicate`` (polled), or an AssertionError naming ``what``
+    after ``within`` s."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"{what} not met within {within}s")
 
 
 @contextmanager
@@ -128,3 +168,18 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
     )
+
+
+def cli_ok(state: Path, *args: str) -> str:
+    """``t3orch ARGS --state-dir STATE``, which must succeed; its output."""
+    done = cli(*args, "--state-dir", str(state))
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie does not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

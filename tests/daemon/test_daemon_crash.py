@@ -7,31 +7,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 
-from t3orch.store.sqlite.backend import SQLiteStore
-from tests.daemon.support import REPO, config_file, rpc, serve
-
-
-def _rows(state: Path, kind: str) -> list[Any]:
-    store = SQLiteStore(state / "events.sqlite3", readonly=True)
-    try:
-        with store.snapshot():
-            return [r.decode() for r in store.rows(kind)]
-    finally:
-        store.close()
-
-
-def _wait(predicate: Any, within: float) -> Any:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"condition not met within {within}s")
+from tests.daemon.support import REPO, config_file, events, rows, rpc, serve, wait_for
 
 
 def test_daemon_sigkill_leaves_no_provider_and_restart_settles_before_ready(tmp_path: Path) -> None:
@@ -44,18 +23,18 @@ def test_daemon_sigkill_leaves_no_provider_and_restart_settles_before_ready(tmp_
         )
         thread_id = created["result"]["threadId"]
         rpc(state, "run.send", {"commandId": "c2", "threadId": thread_id, "text": "hi"})
-        session = _wait(
+        session = wait_for(
             lambda: next(
                 (
                     s
-                    for s in _rows(state, "provider_session")
+                    for s in rows(state, "provider_session")
                     if s.pid and s.status in ("running", "ready")
                 ),
                 None,
             ),
             20,
         )
-        _wait(lambda: any(r.status == "running" for r in _rows(state, "run")), 20)
+        wait_for(lambda: any(r.status == "running" for r in rows(state, "run")), 20)
         provider = psutil.Process(session.pid)
         d.proc.send_signal(signal.SIGKILL)
         d.proc.wait(timeout=10)
@@ -66,19 +45,15 @@ def test_daemon_sigkill_leaves_no_provider_and_restart_settles_before_ready(tmp_
     with serve(state, config) as d2:
         d2.wait_notify("READY=1")
         # By READY the dead daemon's run is settled and its session released.
-        (run,) = _rows(state, "run")
+        (run,) = rows(state, "run")
         assert run.status == "interrupted"
-        (sess,) = _rows(state, "provider_session")
+        (sess,) = rows(state, "provider_session")
         assert sess.status == "stopped"
-        store = SQLiteStore(state / "events.sqlite3", readonly=True)
-        try:
-            reconciled = [e for e in store.iter_events() if e.type == "runtime.reconciled"]
-        finally:
-            store.close()
+        reconciled = events(state, "runtime.reconciled")
         assert reconciled[-1].payload.counts["run"] == 1  # type: ignore[union-attr]
         # And the thread works again on a new runtime.
         rpc(state, "run.send", {"commandId": "c3", "threadId": thread_id, "text": "again"})
-        _wait(lambda: [r.status for r in _rows(state, "run")].count("completed") == 1, 30)
+        wait_for(lambda: [r.status for r in rows(state, "run")].count("completed") == 1, 30)
         d2.proc.send_signal(signal.SIGTERM)
         assert d2.proc.wait(timeout=20) == 0
     check = subprocess.run(

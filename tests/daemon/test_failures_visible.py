@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -24,7 +24,7 @@ import pytest
 
 from t3orch.cli.main import main
 from t3orch.daemon import stop_agents
-from tests.daemon.support import REPO, Served
+from tests.daemon.support import REPO, Served, wait_for
 
 #: A secret the provider prints; the redactor masks ``*_API_KEY=value`` and ``Bearer …``.
 CANARY = "sk-canary-5f0c1e2d9a8b7c6d"
@@ -287,16 +287,6 @@ def test_a_full_raw_log_disk_leaves_the_daemon_serving_and_runs_completing(
 APPROVAL = REPO / "tests" / "supervisor" / "transcripts" / "codex_approval_pending.ndjson"
 
 
-def wait_until(what: str, predicate: Callable[[], object], within: float = 20) -> object:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not within {within}s: {what}")
-
-
 def test_the_daemon_log_has_a_line_per_lifecycle_step_and_logs_follows_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -332,17 +322,17 @@ def test_the_daemon_log_has_a_line_per_lifecycle_step_and_logs_follows_it(
                 out = cli(capsys, d.state_dir, "requests", "--json")[1]
                 return [q for q in json.loads(out)["requests"] if q["threadId"] == tid]
 
-            (request,) = wait_until("a pending approval", pending)  # type: ignore[misc]
+            (request,) = wait_for(pending, 20, "a pending approval")
             assert cli(capsys, d.state_dir, "approve", request["id"])[0] == 0
 
             def run_status() -> str:
                 detail = json.loads(cli(capsys, d.state_dir, "show", tid, "--json")[1])
                 return next(r["status"] for r in detail["runs"] if r["id"] == run_id)
 
-            wait_until("the run completed", lambda: run_status() == "completed")
+            wait_for(lambda: run_status() == "completed", 20, "the run completed")
             # Idle for a second: the reaper releases the runtime.
-            wait_until("the reap", lambda: "reaping the idle runtime" in log_file.read_text())
-            wait_until("the release", lambda: "released (idle_timeout)" in log_file.read_text())
+            wait_for(lambda: "reaping the idle runtime" in log_file.read_text(), 20, "the reap")
+            wait_for(lambda: "released (idle_timeout)" in log_file.read_text(), 20, "the release")
         finally:
             time.sleep(0.5)  # the follower polls every 0.2 s
             follower.terminate()

@@ -7,8 +7,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,36 +16,18 @@ import pytest
 
 from t3orch.cli.drill import long_reply
 from t3orch.state import copy_state_dir
-from t3orch.store.sqlite.backend import SQLiteStore
-from tests.daemon.support import REPO, rpc, serve
-
-
-def config(tmp: Path, transcript: Path, grace_s: float = 30) -> Path:
-    path = tmp / "t3orch.toml"
-    cmd = [sys.executable, "-m", "adapters.standin"]
-    path.write_text(
-        f"[daemon]\nreattach_grace_s = {grace_s}\n"
-        f"[providers.standin]\ncommand = {json.dumps(cmd)}\n"
-        f"transcript = {json.dumps(str(transcript))}\n"
-    )
-    return path
-
-
-def rows(state: Path, kind: str) -> list[Any]:
-    store = SQLiteStore(state / "events.sqlite3", readonly=True)
-    try:
-        with store.snapshot():
-            return [r.decode() for r in store.rows(kind)]
-    finally:
-        store.close()
-
-
-def events(state: Path, type_: str) -> list[Any]:
-    store = SQLiteStore(state / "events.sqlite3", readonly=True)
-    try:
-        return [e for e in store.iter_events() if e.type == type_]
-    finally:
-        store.close()
+from tests.daemon.support import (
+    REPO,
+    alive,
+    cli,
+    cli_ok,
+    config_file,
+    events,
+    rows,
+    rpc,
+    serve,
+    wait_for,
+)
 
 
 def raw_deltas(state: Path, session_id: str) -> list[str]:
@@ -60,35 +40,6 @@ def raw_deltas(state: Path, session_id: str) -> list[str]:
     return out
 
 
-def wait(predicate: Any, within: float) -> Any:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"condition not met within {within}s")
-
-
-def cli(state: Path, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "t3orch.cli.main", *args, "--state-dir", str(state)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
 def test_a_daemon_restart_mid_stream_is_reattached_and_every_delta_lands_once(
     tmp_path: Path, stop: signal.Signals
@@ -97,7 +48,7 @@ def test_a_daemon_restart_mid_stream_is_reattached_and_every_delta_lands_once(
     runtimes to their holders) in the middle of a streamed reply."""
     state = tmp_path / "state"
     words = [f"w{i} " for i in range(60)]
-    cfg = config(tmp_path, long_reply(tmp_path, words))
+    cfg = config_file(tmp_path, transcript=long_reply(tmp_path, words), reattach_grace_s=30)
     with serve(state, cfg, keep_holders=True) as d:
         d.wait_notify("READY=1")
         created = rpc(
@@ -105,7 +56,7 @@ def test_a_daemon_restart_mid_stream_is_reattached_and_every_delta_lands_once(
         )
         thread_id = created["result"]["threadId"]
         rpc(state, "run.send", {"commandId": "c2", "threadId": thread_id, "text": "hi"})
-        wait(lambda: len(events(state, "turn_item.delta")) >= 2, 30)
+        wait_for(lambda: len(events(state, "turn_item.delta")) >= 2, 30)
         (session,) = [s for s in rows(state, "provider_session") if s.status != "stopped"]
         assert session.holder is not None and session.pid is not None
         d.proc.send_signal(stop)
@@ -119,7 +70,7 @@ def test_a_daemon_restart_mid_stream_is_reattached_and_every_delta_lands_once(
         assert run.status == "running"
         assert all(s.status != "stopped" for s in rows(state, "provider_session"))
         # Without a daemon, `t3orch held` says what is held and how long it has left.
-        (held,) = json.loads(cli(state, "held", "--json"))
+        (held,) = json.loads(cli_ok(state, "held", "--json"))
         assert (held["holderPid"], held["providerPid"]) == (session.holder.pid, session.pid)
         assert not held["attached"] and 0 < held["graceLeftS"] <= 30
     with serve(state, cfg, keep_holders=True) as d2:
@@ -131,9 +82,9 @@ def test_a_daemon_restart_mid_stream_is_reattached_and_every_delta_lands_once(
             -1
         ] == 1
         # `t3orch status` lists it, attached again.
-        (held,) = json.loads(cli(state, "status", "--json"))["held"]
+        (held,) = json.loads(cli_ok(state, "status", "--json"))["held"]
         assert held["attached"] and held["providerPid"] == session.pid
-        wait(lambda: rows(state, "run")[0].status == "completed", 30)
+        wait_for(lambda: rows(state, "run")[0].status == "completed", 30)
         deltas = [e.payload.text for e in events(state, "turn_item.delta")]
         assert "".join(deltas) == "".join(words), deltas
         items = [i for i in rows(state, "turn_item") if getattr(i, "text", None) is not None]
@@ -146,32 +97,18 @@ def test_a_daemon_restart_mid_stream_is_reattached_and_every_delta_lands_once(
             assert sorted(raw_deltas(state, session.id)) == sorted(words)
         # The thread takes the next run on the reattached runtime.
         rpc(state, "run.send", {"commandId": "c3", "threadId": thread_id, "text": "again"})
-        wait(lambda: [r.status for r in rows(state, "run")].count("completed") == 2, 30)
+        wait_for(lambda: [r.status for r in rows(state, "run")].count("completed") == 2, 30)
         d2.proc.send_signal(signal.SIGTERM)
         assert d2.proc.wait(timeout=30) == 0
     # The daemon's exit left the runtime to its holder; stopping the agents is explicit.
     assert alive(session.pid) and alive(session.holder.pid)
-    stopped = subprocess.run(
-        [sys.executable, "-m", "t3orch.cli.main", "stop-agents", "--state-dir", str(state)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert stopped.returncode == 0, stopped.stderr
-    assert "stopped 1 held runtime(s)" in stopped.stdout
+    assert "stopped 1 held runtime(s)" in cli_ok(state, "stop-agents")
     # A final stop leaves nothing running: provider and holder are gone.
     _, left = psutil.wait_procs(
         [p for p in map(_proc, (session.pid, session.holder.pid)) if p is not None], timeout=10
     )
     assert not left
-    check = subprocess.run(
-        [sys.executable, "-m", "t3orch.cli.main", "check", "--state-dir", str(state)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    check = cli("check", "--state-dir", str(state))
     assert check.returncode == 0, check.stdout + check.stderr
 
 
@@ -188,7 +125,7 @@ def _start_streaming(state: Path, tmp: Path) -> tuple[str, Any]:
     )
     thread_id = created["result"]["threadId"]
     rpc(state, "run.send", {"commandId": "c2", "threadId": thread_id, "text": "hi"})
-    wait(lambda: len(events(state, "turn_item.delta")) >= 2, 30)
+    wait_for(lambda: len(events(state, "turn_item.delta")) >= 2, 30)
     (session,) = [s for s in rows(state, "provider_session") if s.status != "stopped"]
     assert session.holder is not None and session.pid is not None
     return thread_id, session
@@ -204,28 +141,33 @@ def _settled_then_works_again(state: Path, cfg: Path, thread_id: str, holder_id:
         assert (run.status, run.last_error) == ("interrupted", "daemon_restart")
         assert all(s.status == "stopped" for s in rows(state, "provider_session"))
         rpc(state, "run.send", {"commandId": "c3", "threadId": thread_id, "text": "again"})
-        wait(lambda: [r.status for r in rows(state, "run")].count("completed") == 1, 30)
+        wait_for(lambda: [r.status for r in rows(state, "run")].count("completed") == 1, 30)
         d.proc.send_signal(signal.SIGTERM)
         assert d.proc.wait(timeout=30) == 0
-    subprocess.run(
-        [sys.executable, "-m", "t3orch.cli.main", "stop-agents", "--state-dir", str(state)],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+    cli_ok(state, "stop-agents")
 
 
-def test_a_holder_whose_daemon_never_returns_stops_its_provider_after_the_grace(
-    tmp_path: Path,
-) -> None:
+def _daemon_killed_mid_stream(tmp_path: Path, grace_s: float) -> tuple[Path, Path, str, Any]:
+    """A held runtime streaming a long reply (8 s) whose daemon was just SIGKILLed: the
+    state dir, the config, the thread and its provider session."""
     state = tmp_path / "state"
-    cfg = config(tmp_path, long_reply(tmp_path, [f"w{i} " for i in range(200)]), grace_s=1)
+    cfg = config_file(
+        tmp_path,
+        transcript=long_reply(tmp_path, [f"w{i} " for i in range(200)]),
+        reattach_grace_s=grace_s,
+    )
     with serve(state, cfg, keep_holders=True) as d:
         d.wait_notify("READY=1")
         thread_id, session = _start_streaming(state, tmp_path)
         d.proc.send_signal(signal.SIGKILL)
         d.proc.wait(timeout=10)
+    return state, cfg, thread_id, session
+
+
+def test_a_holder_whose_daemon_never_returns_stops_its_provider_after_the_grace(
+    tmp_path: Path,
+) -> None:
+    state, cfg, thread_id, session = _daemon_killed_mid_stream(tmp_path, grace_s=1)
     killed = time.monotonic()
     procs = [p for p in map(_proc, (session.pid, session.holder.pid)) if p is not None]
     _, left = psutil.wait_procs(procs, timeout=15)
@@ -238,13 +180,7 @@ def test_a_holder_whose_daemon_never_returns_stops_its_provider_after_the_grace(
 def test_a_holder_killed_while_its_daemon_is_down_is_settled_by_the_next_start(
     tmp_path: Path,
 ) -> None:
-    state = tmp_path / "state"
-    cfg = config(tmp_path, long_reply(tmp_path, [f"w{i} " for i in range(200)]))
-    with serve(state, cfg, keep_holders=True) as d:
-        d.wait_notify("READY=1")
-        thread_id, session = _start_streaming(state, tmp_path)
-        d.proc.send_signal(signal.SIGKILL)
-        d.proc.wait(timeout=10)
+    state, cfg, thread_id, session = _daemon_killed_mid_stream(tmp_path, grace_s=30)
     os.kill(session.holder.pid, signal.SIGKILL)
     # Its provider dies with it (the parent-death signal).
     procs = [p for p in map(_proc, (session.pid, session.holder.pid)) if p is not None]
@@ -260,7 +196,9 @@ def test_fifty_random_daemon_sigkills_lose_nothing_double_nothing_leave_nothing(
     rng = random.Random(20)
     state = tmp_path / "state"
     words = [f"w{i} " for i in range(50)]
-    cfg = config(tmp_path, long_reply(tmp_path, words, every_ms=25))
+    cfg = config_file(
+        tmp_path, transcript=long_reply(tmp_path, words, every_ms=25), reattach_grace_s=30
+    )
     threads, runs = 3, 3
     started = time.monotonic()
     with serve(state, cfg, keep_holders=True) as d:
@@ -275,11 +213,11 @@ def test_fifty_random_daemon_sigkills_lose_nothing_double_nothing_leave_nothing(
             for t, tid in enumerate(tids):
                 rpc(state, "run.send", {"commandId": f"r{t}.{r}", "threadId": tid, "text": "go"})
         # Every session streaming under its holder; from here on the kills land anywhere.
-        wait(
+        wait_for(
             lambda: len([s for s in rows(state, "provider_session") if s.holder]) == threads,
             30,
         )
-        wait(lambda: len(events(state, "turn_item.delta")) >= threads, 30)
+        wait_for(lambda: len(events(state, "turn_item.delta")) >= threads, 30)
         time.sleep(rng.uniform(0, 0.4))
         d.proc.send_signal(signal.SIGKILL)
         d.proc.wait(timeout=10)
@@ -291,7 +229,7 @@ def test_fifty_random_daemon_sigkills_lose_nothing_double_nothing_leave_nothing(
             d.proc.wait(timeout=10)
     with serve(state, cfg, keep_holders=True) as d:
         d.wait_notify("READY=1")
-        wait(lambda: all(r.status == "completed" for r in rows(state, "run")), 60)
+        wait_for(lambda: all(r.status == "completed" for r in rows(state, "run")), 60)
         d.proc.send_signal(signal.SIGTERM)
         assert d.proc.wait(timeout=30) == 0
     print(f"50 SIGKILLs and the final run in {time.monotonic() - started:.1f}s")
@@ -304,12 +242,12 @@ def test_fifty_random_daemon_sigkills_lose_nothing_double_nothing_leave_nothing(
     assert len(by_item) == threads * runs
     assert set(by_item.values()) == {"".join(words)}, by_item
     sessions = [s for s in rows(state, "provider_session") if s.holder is not None]
-    cli(state, "stop-agents")
+    cli_ok(state, "stop-agents")
     procs = [p for s in sessions for p in map(_proc, (s.pid, s.holder.pid)) if p is not None]
     _, left = psutil.wait_procs(procs, timeout=15)
     assert not left, left
-    assert cli(state, "held") == "no held runtimes\n"
-    cli(state, "check")
+    assert cli_ok(state, "held") == "no held runtimes\n"
+    cli_ok(state, "check")
 
 
 APPROVAL = REPO / "tests" / "supervisor" / "transcripts" / "codex_approval_pending.ndjson"
@@ -321,7 +259,7 @@ def test_an_approval_pending_across_a_daemon_sigkill_is_answered_after_it(
     """The provider still waits on the same request id: the answer after the restart
     reaches it, and its turn completes (the stand-in plays Codex asking, then going on)."""
     state = tmp_path / "state"
-    cfg = config(tmp_path, APPROVAL)
+    cfg = config_file(tmp_path, transcript=APPROVAL, reattach_grace_s=30)
     with serve(state, cfg, keep_holders=True) as d:
         d.wait_notify("READY=1")
         created = rpc(
@@ -329,7 +267,7 @@ def test_an_approval_pending_across_a_daemon_sigkill_is_answered_after_it(
         )
         tid = created["result"]["threadId"]
         rpc(state, "run.send", {"commandId": "c2", "threadId": tid, "text": "touch it"})
-        (request,) = wait(
+        (request,) = wait_for(
             lambda: [r for r in rows(state, "runtime_request") if r.status == "pending"], 30
         )
         d.proc.send_signal(signal.SIGKILL)
@@ -344,13 +282,13 @@ def test_an_approval_pending_across_a_daemon_sigkill_is_answered_after_it(
             "request.respond",
             {"commandId": "c3", "requestId": request.id, "decision": "accept"},
         )
-        wait(lambda: rows(state, "run")[0].status == "completed", 30)
+        wait_for(lambda: rows(state, "run")[0].status == "completed", 30)
         (answered,) = [r for r in rows(state, "runtime_request") if r.id == request.id]
         assert (answered.status, answered.decision) == ("resolved", "accept")
         d2.proc.send_signal(signal.SIGTERM)
         assert d2.proc.wait(timeout=30) == 0
-    cli(state, "stop-agents")
-    cli(state, "check")
+    cli_ok(state, "stop-agents")
+    cli_ok(state, "check")
 
 
 def test_a_copy_of_a_state_dir_with_live_holders_is_served_and_leaves_them_alone(
@@ -362,14 +300,14 @@ def test_a_copy_of_a_state_dir_with_live_holders_is_served_and_leaves_them_alone
     state = tmp_path / "state"
     copy = tmp_path / "copy"
     words = [f"w{i} " for i in range(60)]
-    cfg = config(tmp_path, long_reply(tmp_path, words))
+    cfg = config_file(tmp_path, transcript=long_reply(tmp_path, words), reattach_grace_s=30)
     with serve(state, cfg) as d:
         d.wait_notify("READY=1")
         _, session = _start_streaming(state, tmp_path)
         copy_state_dir(state, copy)
         with serve(copy, cfg) as twin:
             twin.wait_notify("READY=1")
-            assert json.loads(cli(copy, "held", "--json")) == []
+            assert json.loads(cli_ok(copy, "held", "--json")) == []
             twin.proc.send_signal(signal.SIGTERM)
             assert twin.proc.wait(timeout=30) == 0
         # `serve` stopped the copy's agents after its exit (as ExecStop= would).
@@ -377,6 +315,6 @@ def test_a_copy_of_a_state_dir_with_live_holders_is_served_and_leaves_them_alone
         (run,) = rows(copy, "run")
         assert (run.status, run.last_error) == ("interrupted", "daemon_restart")
         assert not (copy / "held" / session.holder.holder_id).exists()
-        wait(lambda: rows(state, "run")[0].status == "completed", 30)
+        wait_for(lambda: rows(state, "run")[0].status == "completed", 30)
         deltas = [e.payload.text for e in events(state, "turn_item.delta")]
         assert "".join(deltas) == "".join(words)

@@ -12,39 +12,11 @@ from typing import Any
 import psutil
 
 from t3orch.state import copy_state_dir
-from t3orch.store.sqlite.backend import SQLiteStore
-from tests.daemon.support import config_file, rpc, serve
-
-
-def _rows(state: Path, kind: str) -> list[Any]:
-    store = SQLiteStore(state / "events.sqlite3", readonly=True)
-    try:
-        with store.snapshot():
-            return [r.decode() for r in store.rows(kind)]
-    finally:
-        store.close()
-
-
-def _events(state: Path, type_: str) -> list[Any]:
-    store = SQLiteStore(state / "events.sqlite3", readonly=True)
-    try:
-        return [e for e in store.iter_events() if e.type == type_]
-    finally:
-        store.close()
-
-
-def _wait(predicate: Any, within: float) -> Any:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"condition not met within {within}s")
+from tests.daemon.support import config_file, events, rows, rpc, serve, wait_for
 
 
 def _helpers(pidfile: Path) -> dict[str, psutil.Process]:
-    lines = _wait(lambda: pidfile.exists() and len(pidfile.read_text().splitlines()) >= 2, 20)
+    lines = wait_for(lambda: pidfile.exists() and len(pidfile.read_text().splitlines()) >= 2, 20)
     assert lines
     out = {}
     for line in pidfile.read_text().splitlines()[:2]:
@@ -65,8 +37,8 @@ def _running_turn(state: Path, tmp: Path) -> Any:
         state, "thread.create", {"commandId": "c1", "provider": "standin", "cwd": str(tmp)}
     )["result"]["threadId"]
     rpc(state, "run.send", {"commandId": "c2", "threadId": thread_id, "text": "hi"})
-    _wait(lambda: any(r.status == "running" for r in _rows(state, "run")), 20)
-    return _wait(lambda: next((s for s in _rows(state, "provider_session") if s.pid), None), 20)
+    wait_for(lambda: any(r.status == "running" for r in rows(state, "run")), 20)
+    return wait_for(lambda: next((s for s in rows(state, "provider_session") if s.pid), None), 20)
 
 
 def _kill_all(procs: list[psutil.Process]) -> None:
@@ -100,10 +72,10 @@ def test_helpers_of_a_sigkilled_daemons_provider_are_swept_at_restart(tmp_path: 
                 time.sleep(0.05)
             left = [name for name, p in helpers.items() if _alive(p)]
             assert left == [], f"{left} still running 5 s after the restart"
-            (run,) = _rows(state, "run")
+            (run,) = rows(state, "run")
             # Not the user's interrupt: the run says the daemon was lost.
             assert run.status == "interrupted" and run.last_error == "daemon_restart"
-            counts = _events(state, "runtime.reconciled")[-1].payload.counts
+            counts = events(state, "runtime.reconciled")[-1].payload.counts
             assert counts["orphans_killed"] >= 2
             d2.proc.send_signal(signal.SIGTERM)
             assert d2.proc.wait(timeout=20) == 0
@@ -130,14 +102,14 @@ def test_a_daemon_on_a_copy_leaves_the_originals_agents_alone(tmp_path: Path) ->
                 assert _alive(provider), "the copy's daemon killed the original's provider"
                 assert all(_alive(p) for p in helpers.values())
                 # The original's run goes on.
-                assert any(r.status == "running" for r in _rows(state, "run"))
+                assert any(r.status == "running" for r in rows(state, "run"))
                 notes = [
                     e.payload
-                    for e in _events(copy, "provider.diagnostic")
+                    for e in events(copy, "provider.diagnostic")
                     if e.payload.code == "state_dir_copy"
                 ]
                 assert notes and str(state) in notes[0].message
-                counts = _events(copy, "runtime.reconciled")[-1].payload.counts
+                counts = events(copy, "runtime.reconciled")[-1].payload.counts
                 assert counts["copy_of_live_state_dir"] == 1
                 assert counts["orphans_killed"] == 0
                 second.proc.send_signal(signal.SIGTERM)
@@ -146,6 +118,6 @@ def test_a_daemon_on_a_copy_leaves_the_originals_agents_alone(tmp_path: Path) ->
             original.proc.send_signal(signal.SIGTERM)
             assert original.proc.wait(timeout=20) == 0
         # A graceful stop takes the helpers with the provider, the escaped one too.
-        _wait(lambda: not any(_alive(p) for p in helpers.values()), 5)
+        wait_for(lambda: not any(_alive(p) for p in helpers.values()), 5)
     finally:
         _kill_all(list(helpers.values()))

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from t3orch.store.sqlite.backend import SQLiteStore
-from tests.daemon.support import Served, rpc, serve
+from tests.daemon.support import Served, rows, rpc, serve
 
 APPROVAL = Path(__file__).parents[1] / "supervisor/transcripts/codex_approval_pending.ndjson"
 
@@ -35,12 +35,7 @@ def _config(tmp: Path, *, drain_s: float, slow_ms: int, transcript: Path | None 
 
 
 def _runs(state: Path) -> dict[str, Any]:
-    store = SQLiteStore(state / "events.sqlite3", readonly=True)
-    try:
-        with store.snapshot():
-            return {r.decode().id: r.decode() for r in store.rows("run")}
-    finally:
-        store.close()
+    return {r.id: r for r in rows(state, "run")}
 
 
 def _running_turn(d: Served, tmp: Path) -> tuple[str, str]:

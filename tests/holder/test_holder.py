@@ -19,7 +19,7 @@ import trio
 from adapters.ownership import OWNER_ENV, this_process
 from adapters.transport import LaunchSpec
 from supervisor.holder.client import HeldProcess, HolderError, attach, start_holder
-from supervisor.holder.layout import HeldPaths, socket_address
+from supervisor.holder.layout import HeldPaths, HolderState, socket_address
 from supervisor.holder.wire import Hello, Kind, Note, encode_json, iter_file
 from supervisor.providers import STANDIN_TRANSCRIPT
 
@@ -125,11 +125,13 @@ async def test_journal_holds_both_directions_and_a_reattach_gets_exactly_the_res
     assert not paths.dir.exists()
 
 
-async def test_a_holder_without_a_daemon_stops_its_provider_after_the_grace(
-    tmp_path: Path,
-) -> None:
+async def _initialized_then_detached(
+    tmp_path: Path, grace_s: float
+) -> tuple[HeldPaths, HolderState]:
+    """A holder of the stand-in whose daemon initialized it and went away: its paths and
+    its state."""
     paths = await start_holder(
-        tmp_path / "held", standin(), grace_s=0.5, owner=this_process().token()
+        tmp_path / "held", standin(), grace_s=grace_s, owner=this_process().token()
     )
     state = paths.read_state()
     assert state is not None
@@ -139,6 +141,13 @@ async def test_a_holder_without_a_daemon_stops_its_provider_after_the_grace(
         await held.send_line(INITIALIZE)
         await line_with_id(held, 1)
         nursery.cancel_scope.cancel()
+    return paths, state
+
+
+async def test_a_holder_without_a_daemon_stops_its_provider_after_the_grace(
+    tmp_path: Path,
+) -> None:
+    paths, state = await _initialized_then_detached(tmp_path, grace_s=0.5)
     started = time.monotonic()
     await gone(state.holder_pid)
     assert time.monotonic() - started >= 0.4
@@ -267,17 +276,7 @@ async def test_each_read_reports_the_offset_of_the_lines_handed_out_before_it(
 async def test_a_daemon_connection_reset_mid_stream_ends_that_connection_not_the_holder(
     tmp_path: Path,
 ) -> None:
-    paths = await start_holder(
-        tmp_path / "held", standin(), grace_s=30, owner=this_process().token()
-    )
-    state = paths.read_state()
-    assert state is not None
-    async with trio.open_nursery() as nursery:
-        held = await attach(paths, 0)
-        await nursery.start(held.serve)
-        await held.send_line(INITIALIZE)
-        await line_with_id(held, 1)
-        nursery.cancel_scope.cancel()
+    paths, state = await _initialized_then_detached(tmp_path, grace_s=30)
     for _ in range(3):
         # A SIGKILLed daemon: its unread bytes make the kernel reset the connection.
         with socket_address(paths.socket) as address:

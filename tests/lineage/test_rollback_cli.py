@@ -22,17 +22,7 @@ from typing import Any
 import pytest
 
 from t3orch.cli.main import main
-from t3orch.store.sqlite.backend import SQLiteStore
-from tests.daemon.support import REPO, config_file, rpc, serve
-
-
-def rows(state: Path, kind: str) -> list[Any]:
-    store = SQLiteStore(state / "events.sqlite3", readonly=True)
-    try:
-        with store.snapshot():
-            return [r.decode() for r in store.rows(kind)]
-    finally:
-        store.close()
+from tests.daemon.support import REPO, config_file, rows, rpc, serve
 
 
 def git(repo: Path, *args: str) -> str:

@@ -18,8 +18,7 @@ from t3orch.cli.environment import config_toml, provider_environment
 from t3orch.config import discover_claude, discover_codex
 from t3orch.daemon import journal_coverage
 from t3orch.domain.vocab import ProviderKind
-from tests.daemon.support import Served, rpc, serve
-from tests.daemon.test_live_restore import alive, cli, events, rows, wait
+from tests.daemon.support import Served, alive, cli_ok, events, rows, rpc, serve, wait_for
 
 _DISCOVER = {"codex": discover_codex, "claude": discover_claude}
 
@@ -45,7 +44,7 @@ class Held:
         rpc(self.state, "run.send", {"commandId": "c2", "threadId": tid, "text": text})
 
     def completed(self) -> None:
-        wait(lambda: rows(self.state, "run")[0].status == "completed", 60)
+        wait_for(lambda: rows(self.state, "run")[0].status == "completed", 60)
 
 
 @contextmanager
@@ -63,7 +62,7 @@ def held(tmp_path: Path, provider: ProviderKind) -> Iterator[Held]:
         try:
             yield Held(work, state, path)
         finally:
-            cli(state, "stop-agents")
+            cli_ok(state, "stop-agents")
 
 
 def _stopped(d: Served, how: signal.Signals) -> None:
@@ -89,7 +88,7 @@ def mid_reply_restart(
     with held(tmp_path, provider) as h:
         with h.daemon() as d:
             h.send(provider, text)
-            wait(lambda: len(events(h.state, "turn_item.delta")) >= 1, 60)
+            wait_for(lambda: len(events(h.state, "turn_item.delta")) >= 1, 60)
             (session,) = [s for s in rows(h.state, "provider_session") if s.status != "stopped"]
             _stopped(d, stop)
             assert alive(session.pid)
@@ -118,7 +117,7 @@ def approval_across_restart(tmp_path: Path, provider: ProviderKind, command: str
 
         with h.daemon() as d:
             h.send(provider, command.format(made=made))
-            (pending,) = wait(request("pending"), 60)
+            (pending,) = wait_for(request("pending"), 60)
             _stopped(d, signal.SIGKILL)
         assert not made.exists()
         with h.daemon() as d2:

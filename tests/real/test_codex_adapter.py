@@ -17,11 +17,10 @@ import trio
 from adapters.codex import CodexAdapter, CodexRuntime
 from adapters.diagnostics import RotatingRawLog, read_raw_log
 from adapters.errors import ResumeError
-from adapters.process import ChildProcess, TrioProcessLauncher
 from adapters.protocol import RequestAnswer, ResumeRefs, RuntimeConfig
-from adapters.transport import LaunchSpec
 from fixtures.fakes.codex_home import make_codex_home, make_work_dir, resolve_codex_binary
 from fixtures.fakes.responses_api import FakeResponsesServer, user_texts
+from supervisor.launcher import RecordingLauncher
 from t3orch.domain.turn_items import (
     AssistantMessage,
     CommandExecution,
@@ -67,19 +66,6 @@ class Events(QueuedEvents):
 
 
 @attrs.define
-class RecordingLauncher:
-    """The real launcher, keeping each ChildProcess so a test can SIGKILL it."""
-
-    inner: TrioProcessLauncher
-    children: list[ChildProcess] = attrs.field(factory=list)
-
-    async def launch(self, spec: LaunchSpec) -> ChildProcess:
-        child = await self.inner.launch(spec)
-        self.children.append(child)
-        return child
-
-
-@attrs.define
 class Rig:
     fake: FakeResponsesServer
     work: Path
@@ -117,7 +103,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
                 fake,
                 work,
                 config,
-                RecordingLauncher(TrioProcessLauncher(nursery)),
+                RecordingLauncher(nursery),
                 tmp_path / "raw",
             )
             nursery.cancel_scope.cancel()

@@ -7,7 +7,6 @@ started (in a session of its own) running until Codex exits.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
@@ -17,21 +16,9 @@ from t3orch.cli.environment import provider_environment
 from t3orch.commands.specs import CreateThread
 from t3orch.config import discover_codex
 from t3orch.daemon import Daemon, run_daemon
+from tests.real.support import stored_row, until
 
 pytestmark = pytest.mark.real_codex
-
-
-def _row(daemon: Daemon, kind: str, id: str) -> Any:
-    with daemon.core.reader.snapshot():
-        row = daemon.core.reader.row(kind, id)
-    return None if row is None else row.decode()
-
-
-async def _until(predicate: Any, within: float = 40.0) -> Any:
-    with trio.fail_after(within):
-        while not (value := predicate()):  # noqa: ASYNC110 - polling processes and rows
-            await trio.sleep(0.05)
-        return value
 
 
 def _sleeps(provider_pid: int) -> list[psutil.Process]:
@@ -66,21 +53,21 @@ async def test_an_interrupted_turns_command_is_stopped_and_said(tmp_path: Path) 
             tid = created.result["threadId"]
             sent = await daemon.manager.send_message(tid, "RUN_SHELL: sleep 47")
             run_id = sent.result["runId"]
-            runner = await _until(lambda: daemon.manager.runners.get(tid))
-            pid = await _until(lambda: runner.runtime and runner.runtime.pid)
-            (command,) = await _until(lambda: _sleeps(pid))
+            runner = await until(lambda: daemon.manager.runners.get(tid))
+            pid = await until(lambda: runner.runtime and runner.runtime.pid)
+            (command,) = await until(lambda: _sleeps(pid))
             # Well into the command (an interrupt before Codex ran it would cancel it).
             await trio.sleep(1)
             await daemon.manager.interrupt_run(run_id)
-            run = await _until(
-                lambda: (r := _row(daemon, "run", run_id)) and r.status == "interrupted" and r
+            run = await until(
+                lambda: (r := stored_row(daemon, "run", run_id)) and r.status == "interrupted" and r
             )
             assert run.status == "interrupted"
             _, alive = await trio.to_thread.run_sync(lambda: psutil.wait_procs([command], 5))
             assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], (
                 "the interrupted turn's command still runs"
             )
-            notes = await _until(
+            notes = await until(
                 lambda: [
                     e.payload.message
                     for e in daemon.core.reader.iter_events()
@@ -91,9 +78,9 @@ async def test_an_interrupted_turns_command_is_stopped_and_said(tmp_path: Path) 
             assert run_id in notes[0] and "sleep 47" in notes[0]
             # And Codex goes on: the next run completes on the same runtime.
             again = await daemon.manager.send_message(tid, "hello again")
-            done = await _until(
+            done = await until(
                 lambda: (
-                    (r := _row(daemon, "run", again.result["runId"]))
+                    (r := stored_row(daemon, "run", again.result["runId"]))
                     and r.status in ("completed", "failed", "interrupted")
                     and r
                 )

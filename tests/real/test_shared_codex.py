@@ -23,16 +23,11 @@ from t3orch.cli.environment import provider_environment
 from t3orch.commands.specs import CreateThread
 from t3orch.config import DaemonConfig, discover_codex
 from t3orch.daemon import Daemon, run_daemon
+from tests.real.support import stored_row, until
 
 pytestmark = pytest.mark.real_codex
 
 TERMINAL = ("completed", "failed", "interrupted", "cancelled")
-
-
-def _row(daemon: Daemon, kind: str, id: str) -> Any:
-    with daemon.core.reader.snapshot():
-        row = daemon.core.reader.row(kind, id)
-    return None if row is None else row.decode()
 
 
 def _items(daemon: Daemon, thread_id: str) -> list[Any]:
@@ -44,15 +39,10 @@ def _texts(daemon: Daemon, thread_id: str) -> list[str]:
     return [i.text for i in _items(daemon, thread_id) if type(i).__name__ == "AssistantMessage"]
 
 
-async def _until(predicate: Any, within: float = 40.0) -> Any:
-    with trio.fail_after(within):
-        while not (value := predicate()):  # noqa: ASYNC110 - polling the store's rows
-            await trio.sleep(0.02)
-        return value
-
-
 async def _ended(daemon: Daemon, run_id: str) -> Any:
-    return await _until(lambda: (r := _row(daemon, "run", run_id)) and r.status in TERMINAL and r)
+    return await until(
+        lambda: (r := stored_row(daemon, "run", run_id)) and r.status in TERMINAL and r
+    )
 
 
 def _codex_processes() -> list[int]:
@@ -116,7 +106,7 @@ async def test_two_threads_stream_at_once_on_one_process_apart(tmp_path: Path) -
         a, b = await s.thread(), await s.thread()
         ra, rb = await s.send(a, "STREAM: alpha"), await s.send(b, "STREAM: beta")
         # Both are streaming at the same time, on one process.
-        await _until(lambda: _texts(s.daemon, a) and _texts(s.daemon, b))
+        await until(lambda: _texts(s.daemon, a) and _texts(s.daemon, b))
         assert len(s.pids(a, b)) == 1
         assert len(_codex_processes()) == 1
         for run in (await _ended(s.daemon, ra), await _ended(s.daemon, rb)):
@@ -144,11 +134,11 @@ async def test_an_approval_on_one_thread_while_the_other_streams(tmp_path: Path)
         a, b = await s.thread(), await s.thread()
         ra = await s.send(a, "RUN_SHELL: touch approved.txt ESCALATE")
         rb = await s.send(b, "STREAM: beta")
-        req = await _until(lambda: s.daemon.core.reader.pending_requests(a))
+        req = await until(lambda: s.daemon.core.reader.pending_requests(a))
         assert s.daemon.core.reader.pending_requests(b) == []
         assert len(s.pids(a, b)) == 1
         # The other thread streams on while the request waits.
-        await _until(lambda: _texts(s.daemon, b))
+        await until(lambda: _texts(s.daemon, b))
         await s.daemon.manager.respond(req[0].id, "accept")
         assert (await _ended(s.daemon, ra)).status == "completed"
         assert (await _ended(s.daemon, rb)).status == "completed"
@@ -161,7 +151,7 @@ async def test_interrupting_one_thread_leaves_the_other_running(tmp_path: Path) 
     async with shared_daemon(tmp_path) as s:
         a, b = await s.thread(), await s.thread()
         ra, rb = await s.send(a, "SLOW"), await s.send(b, "STREAM: beta")
-        await _until(lambda: _texts(s.daemon, a) and _texts(s.daemon, b))
+        await until(lambda: _texts(s.daemon, a) and _texts(s.daemon, b))
         await s.daemon.manager.interrupt_run(ra)
         assert (await _ended(s.daemon, ra)).status == "interrupted"
         run_b = await _ended(s.daemon, rb)
@@ -183,7 +173,7 @@ async def test_sigkill_of_the_shared_process_settles_both_and_each_resumes(
         await _ended(s.daemon, first_a)
         await _ended(s.daemon, first_b)
         ra, rb = await s.send(a, "SLOW"), await s.send(b, "SLOW")
-        await _until(lambda: len(_texts(s.daemon, a)) > 1 and len(_texts(s.daemon, b)) > 1)
+        await until(lambda: len(_texts(s.daemon, a)) > 1 and len(_texts(s.daemon, b)) > 1)
         (pid,) = s.pids(a, b)
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
@@ -210,7 +200,7 @@ async def test_reaping_one_thread_keeps_the_process_for_the_other(tmp_path: Path
         runner_a.last_activity = -1e9  # idle past any timeout; b has just worked
         manager.runners[b].last_activity = trio.current_time()
         assert manager.reap_idle() == [a]
-        await _until(lambda: a not in manager.runners)
+        await until(lambda: a not in manager.runners)
         assert manager.runners[b].describe()["pid"] == pid
         assert psutil.pid_exists(pid) and _codex_processes() == [pid]
         # The other thread goes on; the reaped one comes back on the same process.
@@ -235,7 +225,7 @@ async def test_a_thread_that_left_a_full_process_comes_back_to_it(tmp_path: Path
         manager.runners[a].last_activity = -1e9
         manager.runners[b].last_activity = trio.current_time()
         assert manager.reap_idle() == [a]
-        await _until(lambda: a not in manager.runners)
+        await until(lambda: a not in manager.runners)
         c = await s.thread()
         await _ended(s.daemon, await s.send(c, "hello from c"))
         assert s.pids(b, c) == {first}  # c took a's place: the process is full

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
@@ -12,21 +11,9 @@ from t3orch.cli.environment import provider_environment
 from t3orch.commands.specs import CreateThread
 from t3orch.config import discover_claude
 from t3orch.daemon import Daemon, run_daemon
+from tests.real.support import stored_row, until
 
 pytestmark = pytest.mark.real_claude
-
-
-def _row(daemon: Daemon, kind: str, id: str) -> Any:
-    with daemon.core.reader.snapshot():
-        row = daemon.core.reader.row(kind, id)
-    return None if row is None else row.decode()
-
-
-async def _until(predicate: Any, within: float = 40.0) -> Any:
-    with trio.fail_after(within):
-        while not (value := predicate()):  # noqa: ASYNC110 - polling the store's rows
-            await trio.sleep(0.02)
-        return value
 
 
 async def test_claude_steer_restarts_the_run_as_a_new_attempt(tmp_path: Path) -> None:
@@ -45,12 +32,12 @@ async def test_claude_steer_restarts_the_run_as_a_new_attempt(tmp_path: Path) ->
             tid = created.result["threadId"]
             sent = await daemon.manager.send_message(tid, "SLOW")
             run_id = sent.result["runId"]
-            await _until(lambda: (r := _row(daemon, "run", run_id)) and r.status == "running")
+            await until(lambda: (r := stored_row(daemon, "run", run_id)) and r.status == "running")
             steered = await daemon.manager.send_message(tid, "and then wrap up", mode="steer")
             assert steered.result["steered"] == "restart"
-            run = await _until(
+            run = await until(
                 lambda: (
-                    (r := _row(daemon, "run", run_id))
+                    (r := stored_row(daemon, "run", run_id))
                     and r.status in ("completed", "failed", "interrupted")
                     and r
                 )

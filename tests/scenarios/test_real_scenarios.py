@@ -17,9 +17,7 @@ import trio
 from adapters.claude import ClaudeAdapter
 from adapters.claude.runtime import ClaudeRuntime
 from adapters.codex import CodexAdapter
-from adapters.process import ChildProcess, TrioProcessLauncher
 from adapters.protocol import NullRawSink, ProviderAdapter, ProviderRuntime, RuntimeConfig
-from adapters.transport import LaunchSpec
 from fixtures.fakes import messages_api, responses_api
 from fixtures.fakes.claude_env import (
     FAKE_MODEL,
@@ -29,6 +27,7 @@ from fixtures.fakes.claude_env import (
     find_claude_binary,
 )
 from fixtures.fakes.codex_home import make_codex_home, make_work_dir, resolve_codex_binary
+from supervisor.launcher import RecordingLauncher
 from tests.claude.support import Events
 
 from .table import SCENARIOS, RuntimeAndEvents, Scenario, shape
@@ -37,19 +36,6 @@ CLAUDE = find_claude_binary()
 CODEX = resolve_codex_binary()
 #: Bound on every wait for an event (spawn ~1 s; a backend failure waits out retries).
 WAIT_S = 30.0
-
-
-@attrs.define
-class RecordingLauncher:
-    """The real launcher, keeping each child so a scenario can SIGKILL it."""
-
-    inner: TrioProcessLauncher
-    children: list[ChildProcess] = attrs.field(factory=list)
-
-    async def launch(self, spec: LaunchSpec) -> ChildProcess:
-        child = await self.inner.launch(spec)
-        self.children.append(child)
-        return child
 
 
 @attrs.define
@@ -123,7 +109,7 @@ async def claude_driver(tmp_path: Path) -> AsyncIterator[ClaudeDriver]:
             request_timeout_s=WAIT_S,
         )
         async with trio.open_nursery() as nursery:
-            launcher = RecordingLauncher(TrioProcessLauncher(nursery))
+            launcher = RecordingLauncher(nursery)
             yield ClaudeDriver(ClaudeAdapter(), config, launcher, dirs.cwd, fake=fake, dirs=dirs)
             nursery.cancel_scope.cancel()
 
@@ -141,7 +127,7 @@ async def codex_driver(tmp_path: Path) -> AsyncIterator[CodexDriver]:
             request_timeout_s=WAIT_S,
         )
         async with trio.open_nursery() as nursery:
-            launcher = RecordingLauncher(TrioProcessLauncher(nursery))
+            launcher = RecordingLauncher(nursery)
             yield CodexDriver(CodexAdapter(), config, launcher, work, fake=fake)
             nursery.cancel_scope.cancel()
 

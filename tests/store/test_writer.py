@@ -20,7 +20,7 @@ from t3orch.store.errors import StoreFull
 from t3orch.store.interface import Decision, Outcome, StateView
 from t3orch.store.open import open_log
 from t3orch.store.sqlite.backend import SQLiteStore
-from t3orch.store.sqlite.staging import PreparedBatch
+from t3orch.store.staging import StagedBatch
 from t3orch.store.writer import EventWriter, Pile, Ticket
 from tests.store.contract import ITEM, diag, put_item, stream
 
@@ -70,7 +70,7 @@ class FailingOnce(SQLiteStore):
 
     fail_next = True
 
-    def _write(self, batch: PreparedBatch) -> None:
+    def _write(self, batch: StagedBatch) -> None:
         if self.fail_next:
             self.fail_next = False
             raise sqlite3.OperationalError("database or disk is full")

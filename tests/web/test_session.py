@@ -14,7 +14,7 @@ import trio
 import trio_websocket
 
 from t3orch.web.session import CODE_TTL_S, WebAuth
-from tests.api.support import Api, Client, running_api, unix_client
+from tests.api.support import Api, Client, running_api, unix_client, ws_connect
 
 
 async def http_get(port: int, path: str, *headers: str, host: str | None = None) -> bytes:
@@ -55,22 +55,8 @@ async def login_cookie(api: Api) -> str:
 @asynccontextmanager
 async def browser_ws(api: Api, *headers: tuple[bytes, bytes]) -> AsyncIterator[Client]:
     # As a browser does: the Host header names the port.
-    port = api.endpoints.port
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    try:
-        async with trio.open_nursery() as nursery:
-            ws = await trio_websocket.wrap_client_stream(
-                nursery, stream, f"127.0.0.1:{port}", "/", extra_headers=list(headers)
-            )
-            try:
-                yield Client(ws.send_message, ws.get_message)
-            finally:
-                with trio.move_on_after(2) as scope:
-                    scope.shield = True
-                    await ws.aclose()
-                nursery.cancel_scope.cancel()
-    finally:
-        await stream.aclose()
+    async with ws_connect(api, f"127.0.0.1:{api.endpoints.port}", list(headers)) as client:
+        yield client
 
 
 async def refused(api: Api, *headers: tuple[bytes, bytes]) -> int | None:

@@ -35,24 +35,22 @@ from t3orch.events import TYPE_OF, Correlation, EventEnvelope, EventPayload, Tur
 from t3orch.ids import CommandId, EventId, IdFactory
 from t3orch.projections.projector import apply, concerns, fold_item
 from t3orch.store.deciding import decide_one
+from t3orch.store.encoding import EVENT_COLUMNS, chunk_of, envelope, receipt_row, streaming
 from t3orch.store.errors import SchemaTooNew, StoreError, StoreFull
 from t3orch.store.interface import CommandReceipt, Outcome, Submission
 from t3orch.store.kinds import Chunk, Row, kind_of
 from t3orch.store.postgres.reads import (
-    EVENT_COLUMNS,
     ROW_COLUMNS,
     Conn,
-    chunk_of,
-    envelope,
     folded,
     read_chunks,
     read_row,
     read_rows,
     read_rows_window,
-    streaming,
 )
 from t3orch.store.postgres.schema import SCHEMA_VERSION, migrate, read_version
-from t3orch.store.postgres.staging import BatchView, Key
+from t3orch.store.postgres.staging import BatchView
+from t3orch.store.staging import Key
 
 #: The NOTIFY channel every commit signals, with its last sequence as the payload.
 CHANNEL = "t3orch_log"
@@ -294,7 +292,7 @@ class PostgresStore:
                     ],
                 )
             if batch.receipts:
-                cur.executemany(_INSERT_RECEIPT, [_receipt_row(r) for r in batch.receipts.values()])
+                cur.executemany(_INSERT_RECEIPT, [receipt_row(r) for r in batch.receipts.values()])
             if batch.last_sequence:
                 cur.execute("UPDATE t3orch.log_head SET last_sequence = %s", (batch.last_sequence,))
                 cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(batch.last_sequence)))
@@ -540,10 +538,6 @@ def _receipt(conn: Conn, command_id: str) -> CommandReceipt | None:
     if row is None:
         return None
     return CommandReceipt(CommandId(row[0]), row[1], row[2], row[3], msgspec.json.decode(row[4]))
-
-
-def _receipt_row(r: CommandReceipt) -> tuple[Any, ...]:
-    return (r.command_id, r.command_type, r.accepted_at, r.result_sequence, _encode(r.result))
 
 
 _WRITE_COLUMNS = (

@@ -1,61 +1,25 @@
-"""Reading rows, events and a turn item's streamed text back from PostgreSQL."""
+"""Reading rows and a turn item's streamed text back from PostgreSQL."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-import msgspec
 import psycopg
 from psycopg.rows import TupleRow
 
-from t3orch.domain.vocab import TURN_ITEM_TERMINAL
-from t3orch.events import Correlation, EventEnvelope, EventPayload, TurnItemDelta
 from t3orch.projections.projector import fold_chunks
+from t3orch.store.encoding import chunk_of, streaming
 from t3orch.store.kinds import Chunk, Row
 
 Conn = psycopg.Connection[TupleRow]
 
 ROW_COLUMNS = "kind, id, thread_id, position, status, body, updated_seq"
-EVENT_COLUMNS = (
-    "sequence, event_id, type, occurred_at, thread_id, run_id, node_id, "
-    "provider_session_id, command_id, correlation, payload"
-)
-_TERMINAL = frozenset(TURN_ITEM_TERMINAL)
-_delta_decoder = msgspec.json.Decoder(TurnItemDelta)
-_payload_decoder: msgspec.json.Decoder[EventPayload] = msgspec.json.Decoder(EventPayload)
-_correlation_decoder = msgspec.json.Decoder(Correlation)
 
 
 def _row(r: TupleRow) -> Row:
     kind, id, thread_id, position, status, body, updated_seq = r
     return Row(kind, id, thread_id, position, status, bytes(body), updated_seq)
-
-
-def envelope(r: TupleRow) -> EventEnvelope:
-    return EventEnvelope(
-        sequence=r[0],
-        event_id=r[1],
-        type=r[2],
-        occurred_at=r[3],
-        thread_id=r[4],
-        run_id=r[5],
-        node_id=r[6],
-        provider_session_id=r[7],
-        command_id=r[8],
-        correlation=_correlation_decoder.decode(r[9]),
-        payload=_payload_decoder.decode(r[10]),
-    )
-
-
-def chunk_of(seq: int, payload: bytes) -> Chunk:
-    d = _delta_decoder.decode(payload)
-    return Chunk(seq, d.item_id, d.field, d.replace, d.text)
-
-
-def streaming(row: Row) -> bool:
-    """A turn item that may have streamed text after its row (terminal ones ignore it)."""
-    return row.kind == "turn_item" and row.status not in _TERMINAL
 
 
 def read_chunks(conn: Conn, row: Row) -> list[Chunk]:

@@ -24,6 +24,7 @@ from t3orch.ids import (
 )
 from t3orch.projections.projector import apply, concerns, fold_item
 from t3orch.store.deciding import decide_one
+from t3orch.store.encoding import EVENT_COLUMNS, chunk_of, envelope, receipt_row, streaming
 from t3orch.store.errors import (
     SchemaTooNew,
     StoreCorrupt,
@@ -35,16 +36,15 @@ from t3orch.store.kinds import Chunk, Row, kind_of
 from t3orch.store.sqlite.rows import (
     ROW_COLUMNS,
     UPSERT_ROW,
-    chunk_of,
     folded,
     read_chunks,
     read_row,
     read_rows,
     read_rows_by_status,
-    streaming,
 )
 from t3orch.store.sqlite.schema import APPLICATION_ID, SCHEMA_VERSION, migrate, read_version
-from t3orch.store.sqlite.staging import DecideView, PreparedBatch
+from t3orch.store.sqlite.staging import DecideView
+from t3orch.store.staging import StagedBatch
 
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
 
@@ -54,14 +54,7 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 #: reads every page: 1 GB costs 0.5 s from the page cache, 15 s from this VM's disk
 #: (bench/store_open.py, docs/performance.md; the decision: docs/decisions.md).
 VERIFY_PAGES_AT_OPEN = True
-_payload_decoder: msgspec.json.Decoder[EventPayload] = msgspec.json.Decoder(EventPayload)
 _encoder = msgspec.json.Encoder()
-_correlation_decoder = msgspec.json.Decoder(Correlation)
-_encode = msgspec.json.encode
-_EVENT_COLUMNS = (
-    "sequence, event_id, type, occurred_at, thread_id, run_id, node_id, "
-    "provider_session_id, command_id, correlation, payload"
-)
 
 
 def _blob(value: Any) -> bytearray:
@@ -219,7 +212,7 @@ class SQLiteStore:
         self._next_sequence = batch.next_sequence
         return batch.outcomes
 
-    def _decided(self, submissions: Sequence[Submission]) -> PreparedBatch:
+    def _decided(self, submissions: Sequence[Submission]) -> StagedBatch:
         """Each submission decided on the stored state and the ones before it. Writes nothing."""
         view = DecideView(
             self._conn, iso(self._clock()), self._known, next_sequence=self._next_sequence
@@ -227,13 +220,28 @@ class SQLiteStore:
         view.batch.outcomes.extend([self._run_one(view, sub) for sub in submissions])
         return view.batch
 
-    def _write(self, batch: PreparedBatch) -> None:
+    def _write(self, batch: StagedBatch) -> None:
         """A decided batch's rows, receipts and events, into the open transaction."""
         conn = self._conn
         if batch.rows:
-            conn.executemany(UPSERT_ROW, batch.rows.values())
+            conn.executemany(
+                UPSERT_ROW,
+                [
+                    # bytearray is bound directly: bytes go through the adapter lookup.
+                    (
+                        r.kind,
+                        r.id,
+                        r.thread_id,
+                        r.position,
+                        r.status,
+                        bytearray(r.body),
+                        r.updated_seq,
+                    )
+                    for r in batch.rows.values()
+                ],
+            )
         if batch.receipts:
-            conn.executemany(_INSERT_RECEIPT, [_receipt_row(r) for r in batch.receipts.values()])
+            conn.executemany(_INSERT_RECEIPT, [receipt_row(r) for r in batch.receipts.values()])
         # In sequence order, one executemany per run of rows of one shape: inserted
         # out of order, the log's B-trees cost more than the extra calls.
         for width, rows in itertools.groupby(batch.events, len):
@@ -379,10 +387,10 @@ class SQLiteStore:
     @_guarded
     def read_events(self, after: int = 0, limit: int = 1000) -> list[EventEnvelope]:
         rows = self._conn.execute(
-            f"SELECT {_EVENT_COLUMNS} FROM events WHERE sequence > ? ORDER BY sequence LIMIT ?",
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE sequence > ? ORDER BY sequence LIMIT ?",
             (after, limit),
         ).fetchall()
-        return [_envelope(r) for r in rows]
+        return [envelope(r) for r in rows]
 
     def iter_events(self, after: int = 0) -> Iterator[EventEnvelope]:
         while True:
@@ -395,11 +403,11 @@ class SQLiteStore:
     @_guarded
     def read_thread_events(self, thread_id: str, after: int = 0) -> list[EventEnvelope]:
         rows = self._conn.execute(
-            f"SELECT {_EVENT_COLUMNS} FROM events WHERE thread_id = ? AND sequence > ? "
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE thread_id = ? AND sequence > ? "
             "ORDER BY sequence",
             (thread_id, after),
         ).fetchall()
-        return [_envelope(r) for r in rows]
+        return [envelope(r) for r in rows]
 
     @_guarded
     def rows(self, kind: str, *, thread_id: str | None = None) -> list[Row]:
@@ -507,26 +515,6 @@ class SQLiteStore:
             raise _translate(exc, self.path) from exc
 
 
-def _receipt_row(r: CommandReceipt) -> tuple[Any, ...]:
-    return (r.command_id, r.command_type, r.accepted_at, r.result_sequence, _encode(r.result))
-
-
-def _envelope(r: tuple[Any, ...]) -> EventEnvelope:
-    return EventEnvelope(
-        sequence=r[0],
-        event_id=r[1],
-        type=r[2],
-        occurred_at=r[3],
-        thread_id=r[4],
-        run_id=r[5],
-        node_id=r[6],
-        provider_session_id=r[7],
-        command_id=r[8],
-        correlation=_correlation_decoder.decode(r[9]),
-        payload=_payload_decoder.decode(r[10]),
-    )
-
-
 def readonly_uri(path: Path) -> str:
     """The URI of a read-only open that creates and changes no file.
 
@@ -605,7 +593,7 @@ def _verify_pages(path: Path) -> None:
     )
 
 
-_INSERT_EVENT = f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_EVENT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _EVENT_WIDTH = 11
 _INSERT_STREAMED = (
     "INSERT INTO events (sequence, event_id, type, occurred_at, thread_id, correlation, payload) "

@@ -6,15 +6,11 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-import msgspec
-
-from t3orch.domain.vocab import TURN_ITEM_TERMINAL
-from t3orch.events import TurnItemDelta
 from t3orch.projections.projector import fold_chunks
+from t3orch.store.encoding import chunk_of, streaming
 from t3orch.store.kinds import Chunk, Row
 
 ROW_COLUMNS = "kind, id, thread_id, position, status, body, updated_seq"
-TERMINAL_ITEM = frozenset(TURN_ITEM_TERMINAL)
 # An update keeps the row's first position: order is creation order.
 UPSERT_ROW = (
     "INSERT INTO rows (kind, id, thread_id, position, status, body, updated_seq) "
@@ -22,12 +18,6 @@ UPSERT_ROW = (
     "thread_id = excluded.thread_id, status = excluded.status, body = excluded.body, "
     "updated_seq = excluded.updated_seq"
 )
-_delta_decoder = msgspec.json.Decoder(TurnItemDelta)
-
-
-def chunk_of(seq: int, payload: bytes) -> Chunk:
-    d = _delta_decoder.decode(payload)
-    return Chunk(seq, d.item_id, d.field, d.replace, d.text)
 
 
 def read_chunks(conn: sqlite3.Connection, row: Row, *, upto: int | None = None) -> list[Chunk]:
@@ -41,11 +31,6 @@ def read_chunks(conn: sqlite3.Connection, row: Row, *, upto: int | None = None) 
     )
     chunks = (chunk_of(seq, payload) for seq, payload in cur)
     return [c for c in chunks if c.item_id == row.id]
-
-
-def streaming(row: Row) -> bool:
-    """A turn item that may have streamed text after its row (terminal ones ignore it)."""
-    return row.kind == "turn_item" and row.status not in TERMINAL_ITEM
 
 
 def folded(conn: sqlite3.Connection, row: Row) -> Row:
