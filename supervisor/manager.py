@@ -28,7 +28,7 @@ from supervisor.launcher import LauncherFactory
 from supervisor.providers import ProviderSettings, adapter_for, runtime_config
 from supervisor.reattach import Reattach
 from supervisor.session import RawSinkFactory, SessionFailed, SessionRunner
-from supervisor.shared_codex import SharedCodexPool
+from supervisor.shared_codex import HolderSettings, SharedCodexPool, shared_key
 from t3orch.domain.run import Run
 from t3orch.domain.thread import AppThread
 from t3orch.domain.turn_items import UserMessage
@@ -118,6 +118,8 @@ class SessionManager:
     #: The provider kinds whose runtimes share processes: Codex's, and the stand-in's in
     #: tests that launch it with ``--threads`` (it then hosts many threads the same way).
     shared_kinds: frozenset[str] = frozenset({"codex"})
+    #: Where shared processes are held (live restore on), else they are the daemon's.
+    codex_holders: HolderSettings | None = None
     #: The shared Codex processes (while the manager runs, when sharing is on).
     codex_pool: SharedCodexPool | None = None
     #: The state dir whose holders ``status`` lists (None: no holders).
@@ -150,7 +152,7 @@ class SessionManager:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 if self.codex_threads_per_process > 1:
-                    pool = SharedCodexPool(self.codex_threads_per_process)
+                    pool = SharedCodexPool(self.codex_threads_per_process, self.codex_holders)
                     self.codex_pool = await nursery.start(pool.run)
                 nursery.start_soon(self._reap_loop)
                 task_status.started(self)
@@ -663,11 +665,35 @@ class SessionManager:
                 stop_holder(h.paths, h.state.holder_pid, h.state.holder_started_at)
                 failed.append(h)
 
+        held, failed = await self._reattach_shared(held)
         # All at once: each waits for its holder's welcome and a commit of its own.
         async with trio.open_nursery() as nursery:
             for h in held:
                 nursery.start_soon(one, h)
+        if self.codex_pool is not None:
+            self.codex_pool.drop_unclaimed()
         return failed
+
+    async def _reattach_shared(self, held: list[Reattach]) -> tuple[list[Reattach], list[Reattach]]:
+        """Attach once to each held shared process (its threads' members made ready);
+        returns what is left to reattach and what failed (their holders told to stop)."""
+        shared = [h for h in held if shared_key(h.paths) is not None]
+        if not shared:
+            return held, []
+        if self.codex_pool is None:
+            failed = shared
+        else:
+            failed = await self.codex_pool.reattach_holders(shared)
+        for h in failed:
+            await self.core.note(
+                h.session.id,
+                "warning",
+                "reattach_failed",
+                "its shared codex process could not be reattached to "
+                "(providers.codex.max_threads_per_process is 1, or its holder is gone)",
+            )
+            stop_holder(h.paths, h.state.holder_pid, h.state.holder_started_at)
+        return [h for h in held if h not in failed], failed
 
     async def reattach(self, held: Reattach) -> SessionRunner:
         """Pick up a runtime a holder kept across a daemon restart (before the API serves).
@@ -727,9 +753,14 @@ class SessionManager:
             runner.launcher_factory = self.codex_pool.launcher
         if held is not None:
             runner.reattach = held
-            runner.launcher_factory = lambda kind, nursery: ReattachLauncher(
-                nursery, held.paths, held.committed
-            )
+            pool = self.codex_pool
+            if pool is not None and shared_key(held.paths) is not None:
+                shared = pool.reattach_launcher(held)
+                runner.launcher_factory = lambda kind, nursery: shared
+            else:
+                runner.launcher_factory = lambda kind, nursery: ReattachLauncher(
+                    nursery, held.paths, held.committed
+                )
         runner.on_turn_ending = self._checkpoint_at_barrier
         runner.on_subagent_ended = self.checkpointer.after_subagent
         runner.stall_after_s = self.stall_after_s
@@ -883,7 +914,10 @@ class SessionManager:
     def leave_held(self) -> int:
         """A daemon exit: held runtimes are left to their holders (the next daemon
         reattaches); returns how many. The others are stopped by :meth:`stop_all`."""
-        return sum(1 for runner in list(self.runners.values()) if runner.leave_held())
+        left = sum(1 for runner in list(self.runners.values()) if runner.leave_held())
+        if self.codex_pool is not None:
+            self.codex_pool.leave_held()
+        return left
 
     def binding_for(self, thread_id: str) -> SessionBinding | None:
         runner = self.runners.get(thread_id)

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import attrs
 import trio
 
+from adapters.codex.multiplex import VirtualProcess
 from adapters.diagnostics import redact_text
 from adapters.errors import AdapterError, ProviderGone, ProviderTimeout, ResumeError
 from adapters.protocol import (
@@ -45,7 +46,8 @@ from supervisor.launcher import (
 )
 from supervisor.leftovers import process_clock, stop_turn_leftovers
 from supervisor.reattach import Reattach
-from supervisor.shared_codex import SharedChild, SharedLauncher
+from supervisor.shared_codex import SharedChild, SharedLauncher, feed_member_offsets
+from t3orch.domain.provider import HolderRef
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.queue import EventQueue
@@ -280,9 +282,12 @@ class SessionRunner:
                     if self.launcher_factory is not None
                     else RecordingLauncher(nursery)
                 )
-                if isinstance(inner, SharedLauncher) and isinstance(plan, ResumeThread):
-                    # A shared process that has the thread loaded must take it back.
-                    inner.affinity = plan.native_thread_ref
+                if isinstance(inner, SharedLauncher):
+                    # Its ids on the process carry its session: a held journal says whose.
+                    inner.tag = binding.provider_session_id
+                    if isinstance(plan, ResumeThread):
+                        # A shared process that has the thread loaded must take it back.
+                        inner.affinity = plan.native_thread_ref
                 self.launcher = _Announced(inner, self, raw)
                 await nursery.start(stream.run, events)
                 if hasattr(raw, "on_failure"):
@@ -300,7 +305,7 @@ class SessionRunner:
                             binding.provider_session_id,
                             rt.pid,
                             process_start_time(rt.pid),
-                            holder_ref(current) if isinstance(current, HeldProcess) else None,
+                            _holder_of(current),
                         )
                         if self.reattach is not None:
                             rt.adopt(self.reattach.native_thread_ref, self.reattach.native_turn_ref)
@@ -393,6 +398,8 @@ class SessionRunner:
             tee(sink)
         if isinstance(process, HeldProcess) and self._events is not None:
             feed_offsets(process, self._events)
+        elif isinstance(process, VirtualProcess) and self._events is not None:
+            feed_member_offsets(process, self._events)
 
     async def _unless_unusable(self, binding: SessionBinding) -> SessionBinding:
         """Before resuming: a fresh provider thread when the stored one is not to be resumed.
@@ -722,6 +729,8 @@ class SessionRunner:
         nothing more is committed (the next daemon replays the rest from the journal), the
         provider is sent nothing that would stop it. False when it is not held (or gone)."""
         child = self.launcher.current if self.launcher else None
+        if isinstance(child, SharedChild) and child.holder is not None:
+            return self._leave_held_shared(child)
         if not isinstance(child, HeldProcess) or self.exited.is_set() or self._events is None:
             return False
         self._left_held = True
@@ -731,6 +740,20 @@ class SessionRunner:
         self._events.muted = True
         child.on_mute = None
         child.leave_running()
+        self.stop("daemon_exit")
+        return True
+
+    def _leave_held_shared(self, child: SharedChild) -> bool:
+        """:meth:`leave_held` for a thread on a held shared process: its member stops
+        committing and ends; the process stays with its holder (the pool leaves it)."""
+        member = child.member
+        if self.exited.is_set() or self._events is None or member.left:
+            return False
+        self._left_held = True
+        member.report_delivered()
+        self._events.muted = True
+        member.on_mute = None
+        member.leave_running()
         self.stop("daemon_exit")
         return True
 
@@ -882,3 +905,12 @@ class SessionRunner:
             # The shared codex process it is on (issue 21), else its own.
             "process": child.process_name if isinstance(child, SharedChild) else None,
         }
+
+
+def _holder_of(current: object) -> HolderRef | None:
+    """The holder a runtime's provider runs under (recorded on its ProviderSession)."""
+    if isinstance(current, HeldProcess):
+        return holder_ref(current)
+    if isinstance(current, SharedChild):
+        return current.holder
+    return None

@@ -33,6 +33,7 @@ from supervisor.holder.wire import Kind, iter_file
 from supervisor.manager import ReaperPolicy, RestartPolicy, SessionManager
 from supervisor.providers import STANDIN_TRANSCRIPT, ProviderSettings
 from supervisor.reattach import find_held, held_of
+from supervisor.shared_codex import HolderSettings
 from supervisor.startup import settle_previous_run
 from supervisor.systemd import Notifier
 from t3orch.api.auth import load_or_create_token
@@ -242,11 +243,6 @@ async def run_daemon(
                 core.service, core.reader, me=owner, state_dir=state_dir, held=held
             )
             log.info("settled what the previous daemon left: %s", _counts(reconciled))
-            if config.providers.codex.max_threads_per_process > 1 and d.reattach_grace_s > 0:
-                log.info(
-                    "codex threads keep a process each: live restore holds every runtime "
-                    "(daemon.reattach_grace_s > 0) and a shared process is not held yet"
-                )
             manager = SessionManager(
                 core=core.service,
                 reader=core.reader,
@@ -263,10 +259,12 @@ async def run_daemon(
                 delta_handoff_limit=d.max_delta_handoff_chars,
                 stall_after_s=d.stall_warning_s,
                 stall_timeout_s=d.stall_timeout_s or None,
-                # A shared process is not held yet (docs/decisions.md, issue 21): while
-                # live restore holds each runtime, Codex threads keep a process each.
-                codex_threads_per_process=(
-                    config.providers.codex.max_threads_per_process if d.reattach_grace_s == 0 else 1
+                codex_threads_per_process=config.providers.codex.max_threads_per_process,
+                # Live restore holds a shared process under one holder (issue 21).
+                codex_holders=(
+                    HolderSettings(held_root(state_dir), d.reattach_grace_s, owner_token())
+                    if d.reattach_grace_s > 0
+                    else None
                 ),
                 state_dir=state_dir,
                 launcher_factory=(
