@@ -28,7 +28,7 @@ from supervisor.launcher import LauncherFactory
 from supervisor.providers import ProviderSettings, adapter_for, runtime_config
 from supervisor.reattach import Reattach
 from supervisor.session import RawSinkFactory, SessionFailed, SessionRunner
-from supervisor.shared_codex import HolderSettings, SharedCodexPool, shared_key
+from supervisor.shared_codex import HolderSettings, SharedChild, SharedCodexPool, shared_key
 from t3orch.domain.run import Run
 from t3orch.domain.thread import AppThread
 from t3orch.domain.turn_items import UserMessage
@@ -90,8 +90,13 @@ class ReaperPolicy:
 
 @attrs.define
 class _Crashes:
+    """The restarts of one runtime lineage: a thread's own processes, or the shared
+    processes of one compatibility key (a crash of one with 5 threads is one restart)."""
+
     times: deque[float] = attrs.field(factory=deque)
     held: bool = False
+    #: The shared processes whose crash is counted already (each once, not per thread).
+    seen: set[str] = attrs.field(factory=set)
 
 
 @attrs.define(eq=False)
@@ -128,7 +133,10 @@ class SessionManager:
     delta_handoff_limit: int | None = None
     started_at: float = 0.0
     runners: dict[str, SessionRunner] = attrs.field(factory=dict)
+    #: Restart ledgers by lineage (a thread id, or ``shared:<key>``): see ``_Crashes``.
     crashes: dict[str, _Crashes] = attrs.field(factory=dict)
+    #: The lineage each thread's last runtime belonged to (a thread's own by default).
+    _lineage: dict[str, str] = attrs.field(factory=dict)
     released: int = 0
     _nursery: trio.Nursery | None = None
     _wake: dict[str, trio.Event] = attrs.field(factory=dict)
@@ -195,7 +203,7 @@ class SessionManager:
         the thread is queued, working or being dispatched."""
         thread_id = runner.thread_id
         binding = runner.binding
-        crashes = self.crashes.get(thread_id)
+        crashes = self.crashes.get(self._lineage.get(thread_id, thread_id))
         return (
             thread_id not in self._dispatching
             and not runner.stopping
@@ -400,7 +408,11 @@ class SessionManager:
             "uptimeS": round(trio.current_time() - self.started_at, 3),
             "runners": [r.describe() for r in self.runners.values()],
             "released": self.released,
-            "heldThreads": sorted(t for t, c in self.crashes.items() if c.held),
+            "heldThreads": sorted(t for t in self._threads_known() if self.crashes_of(t).held),
+            # Recent restarts per lineage (a shared process's crash counts once).
+            "restarts": {
+                lineage: len(self._recent(c)) for lineage, c in self.crashes.items() if c.times
+            },
             # Which threads share which codex process (issue 21).
             "sharedProcesses": [] if self.codex_pool is None else self.codex_pool.describe(),
             # What ``--version`` said of each binary (the daemon probes them once at start).
@@ -475,7 +487,7 @@ class SessionManager:
                 released = self._release_done.get(runner)
                 if released is not None:
                     await released.wait()
-        crashes = self.crashes.setdefault(thread_id, _Crashes())
+        crashes = self.crashes_of(thread_id)
         if crashes.held:
             log.warning("thread %s: too many provider crashes; waiting for the user", thread_id)
             await self.core.note(
@@ -615,7 +627,7 @@ class SessionManager:
         released = self._release_done.get(crashed)
         if released is not None:
             await released.wait()  # the crash is counted before the intensity check
-        crashes = self.crashes.setdefault(thread_id, _Crashes())
+        crashes = self.crashes_of(thread_id)
         if crashes.held:
             await self._fail_run(thread_id, run, "provider restart intensity exceeded")
             return
@@ -820,7 +832,7 @@ class SessionManager:
                 and (exit_event.signal is not None or exit_event.code not in (0, None))
             )
             if crashed:
-                self._record_crash(runner.thread_id)
+                self._record_crash(runner.thread_id, *_crashed_process(runner))
             if started:
                 log.info(
                     "runtime of thread %s released (%s), session %s",
@@ -844,15 +856,32 @@ class SessionManager:
             crashes.times.popleft()
         return crashes.times
 
-    def _record_crash(self, thread_id: str) -> None:
-        crashes = self.crashes.setdefault(thread_id, _Crashes())
+    def crashes_of(self, thread_id: str) -> _Crashes:
+        """The restart ledger the thread's runtimes count in."""
+        return self.crashes.setdefault(self._lineage.get(thread_id, thread_id), _Crashes())
+
+    def _threads_known(self) -> set[str]:
+        return {t for t in self.crashes if t not in self._lineage.values()} | set(self._lineage)
+
+    def _record_crash(
+        self, thread_id: str, lineage: str | None = None, process: str | None = None
+    ) -> None:
+        """A crash of the thread's runtime; on a shared process (``lineage``, ``process``)
+        counted once for every thread on it, in the lineage's ledger."""
+        if lineage is not None:
+            self._lineage[thread_id] = lineage
+        crashes = self.crashes_of(thread_id)
+        if process is not None:
+            if process in crashes.seen:
+                return
+            crashes.seen.add(process)
         crashes.times.append(trio.current_time())
         if len(self._recent(crashes)) >= self.restart.intensity:
             crashes.held = True
 
     def _release_hold(self, thread_id: str) -> None:
         """A user sending again is the user acting: the intensity count starts over."""
-        crashes = self.crashes.get(thread_id)
+        crashes = self.crashes.get(self._lineage.get(thread_id, thread_id))
         if crashes is not None and crashes.held:
             crashes.held = False
             crashes.times.clear()
@@ -922,6 +951,15 @@ class SessionManager:
     def binding_for(self, thread_id: str) -> SessionBinding | None:
         runner = self.runners.get(thread_id)
         return None if runner is None else runner.binding
+
+
+def _crashed_process(runner: SessionRunner) -> tuple[str | None, str | None]:
+    """The lineage and identity of a shared process a runner was on (else Nones)."""
+    child = runner.launcher.current if runner.launcher is not None else None
+    if not isinstance(child, SharedChild):
+        return None, None
+    mux = child.member.mux
+    return f"shared:{mux.key}", f"{mux.name}:{child.pid}"
 
 
 __all__ = ["ReaperPolicy", "RestartPolicy", "SessionManager"]
