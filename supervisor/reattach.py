@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 
 _LIVE_SESSION = ("starting", "ready", "running", "waiting")
 
+#: The file in a holder's directory that says its process is shared by many threads
+#: (its content: their compatibility key; ``supervisor/shared_codex.py``, issue 21).
+SHARED_MARK = "shared-codex"
+
 
 @attrs.frozen
 class Reattach:
@@ -83,7 +87,7 @@ def find_held(reader: ReadModel, state_dir: Path, daemon_id: str | None = None) 
         pt = max(threads, key=lambda p: p.last_run_ordinal or 0)
         assert pt.app_thread_id is not None
         turn, native_turn = _active_turn(reader, pt.id)
-        unsent = turn is not None and native_turn is None and not _turn_sent(paths)
+        unsent = turn is not None and native_turn is None and not _sent(paths, pt.native_thread_ref)
         committed = reader.get(JournalCommitted, s.id)
         out.append(
             Reattach(
@@ -116,6 +120,28 @@ def _turn_sent(paths: HeldPaths) -> bool:
     started in the log whose request the provider never got has neither."""
     last_start = last_end = 0
     for _, record in iter_file(os.fspath(paths.journal)):
+        if record.kind is Kind.IN and b'"turn/start"' in record.payload:
+            last_start = record.offset
+        elif record.kind is Kind.OUT and b'"turn/completed"' in record.payload:
+            last_end = record.offset
+    return last_start > last_end
+
+
+def _sent(paths: HeldPaths, thread_ref: str | None) -> bool:
+    """:func:`_turn_sent`, of the one thread on a shared process's journal (issue 21)."""
+    if thread_ref is None or not (paths.dir / SHARED_MARK).exists():
+        return _turn_sent(paths)
+    return _thread_turn_sent(paths, thread_ref)
+
+
+def _thread_turn_sent(paths: HeldPaths, thread_ref: str) -> bool:
+    """Whether the journal's last ``turn/start`` of ``thread_ref`` came after that
+    thread's last ``turn/completed`` (a shared journal has every thread's frames)."""
+    named = f'"threadId":"{thread_ref}"'.encode()
+    last_start = last_end = 0
+    for _, record in iter_file(os.fspath(paths.journal)):
+        if named not in record.payload.replace(b'": "', b'":"'):
+            continue
         if record.kind is Kind.IN and b'"turn/start"' in record.payload:
             last_start = record.offset
         elif record.kind is Kind.OUT and b'"turn/completed"' in record.payload:

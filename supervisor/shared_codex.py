@@ -47,7 +47,7 @@ from supervisor.holder.client import (
 )
 from supervisor.holder.layout import HeldPaths
 from supervisor.launcher import StoppableProcess, SupervisedLauncher
-from supervisor.reattach import Reattach
+from supervisor.reattach import SHARED_MARK, Reattach
 from t3orch.domain.provider import HolderRef
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.queue import EventQueue
@@ -55,10 +55,6 @@ from t3orch.provider_events import JournalOffset
 
 #: The real process under a shared process: a child of the daemon's, or a holder's.
 RealProcess = ChildProcess | HeldProcess
-
-#: The file in a holder's directory that says its process is shared (its content: the
-#: compatibility key), so a reattach replays it through a multiplexer.
-SHARED_MARK = "shared-codex"
 
 
 @attrs.frozen
