@@ -75,6 +75,9 @@ _route_decoder = msgspec.json.Decoder(_Route)
 _TAG_SEP = "|"
 #: The tag of the multiplexer's own requests (``thread/unsubscribe``).
 _OWN_TAG = "mux"
+#: The "offset" of a line that is not in a journal (a child's, or one the multiplexer
+#: answers itself): never muted, never reported.
+UNJOURNALED = -1
 #: A held process's end as a member sees it after :meth:`VirtualProcess.leave_running`.
 LEFT_RUNNING = ExitStatus(code=None, signal=None)
 
@@ -204,7 +207,7 @@ class VirtualProcess:
                     self.on_input(offsets[i], item.line)
                 i += 1
                 continue
-            here = offsets[i] <= self.mute_through
+            here = 0 <= offsets[i] <= self.mute_through
             if muted is None:
                 muted = here
             elif here != muted:
@@ -392,7 +395,7 @@ class CodexMultiplexer:
                 await self._init_done.wait()
             if self._init_state == "done":
                 reply = msgspec.json.encode({"id": local_id, "result": self._init_result})
-                member._deliver(reply, member.delivered)
+                member._deliver(reply, UNJOURNALED)
                 return
         if method in THREAD_OPENERS:
             while self._opener is not None:
@@ -569,7 +572,7 @@ class CodexMultiplexer:
             read = line_reads(self.process)
 
             async def batch() -> list[tuple[int, bytes | OversizedLine]]:
-                return [(0, line) for line in await read()]
+                return [(UNJOURNALED, line) for line in await read()]
 
             return batch
 
@@ -579,7 +582,7 @@ class CodexMultiplexer:
 
         return one
 
-    def _route(self, line: bytes | OversizedLine, offset: int = 0) -> None:
+    def _route(self, line: bytes | OversizedLine, offset: int = UNJOURNALED) -> None:
         if isinstance(line, OversizedLine):
             self._broadcast(line, offset)
             return
