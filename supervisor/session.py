@@ -729,31 +729,22 @@ class SessionRunner:
         nothing more is committed (the next daemon replays the rest from the journal), the
         provider is sent nothing that would stop it. False when it is not held (or gone)."""
         child = self.launcher.current if self.launcher else None
-        if isinstance(child, SharedChild) and child.holder is not None:
-            return self._leave_held_shared(child)
-        if not isinstance(child, HeldProcess) or self.exited.is_set() or self._events is None:
+        # A thread on a held shared process leaves through its member; the process stays
+        # with its holder (the pool leaves it).
+        held: HeldProcess | VirtualProcess | None = None
+        if isinstance(child, HeldProcess):
+            held = child
+        elif isinstance(child, SharedChild) and child.holder is not None:
+            held = None if child.member.left else child.member
+        if held is None or self.exited.is_set() or self._events is None:
             return False
         self._left_held = True
         # Events queued so far are committed, with the offset of the last line they came
         # from (the reader maps a read whole before it yields); later ones are not.
-        child.report_delivered()
+        held.report_delivered()
         self._events.muted = True
-        child.on_mute = None
-        child.leave_running()
-        self.stop("daemon_exit")
-        return True
-
-    def _leave_held_shared(self, child: SharedChild) -> bool:
-        """:meth:`leave_held` for a thread on a held shared process: its member stops
-        committing and ends; the process stays with its holder (the pool leaves it)."""
-        member = child.member
-        if self.exited.is_set() or self._events is None or member.left:
-            return False
-        self._left_held = True
-        member.report_delivered()
-        self._events.muted = True
-        member.on_mute = None
-        member.leave_running()
+        held.on_mute = None
+        held.leave_running()
         self.stop("daemon_exit")
         return True
 
