@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import psutil
 import trio
 
 from adapters.ownership import this_process
@@ -23,7 +24,7 @@ WORDS = [f"w{i} " for i in range(80)]
 OWNER = this_process().token()
 
 
-def _rig(tmp_path: Path) -> Any:
+def _rig(tmp_path: Path, grace_s: float = 30) -> Any:
     state = tmp_path / "state"
     root = held_root(state)
     transcript = long_reply(tmp_path, WORDS, every_ms=30)
@@ -32,8 +33,8 @@ def _rig(tmp_path: Path) -> Any:
         providers={"standin": standin_settings(transcript, "--threads")},
         codex_threads_per_process=4,
         shared_kinds=frozenset({"standin"}),
-        launcher_factory=holder_launchers(root, 30, OWNER),
-        codex_holders=HolderSettings(root, 30, OWNER),
+        launcher_factory=holder_launchers(root, grace_s, OWNER),
+        codex_holders=HolderSettings(root, grace_s, OWNER),
         state_dir=state,
     )
 
@@ -87,3 +88,28 @@ async def test_two_threads_on_a_held_shared_standin_process_survive_a_restart(
     with trio.fail_after(20):
         while describe_held(state):  # noqa: ASYNC110 - the holders exit by themselves
             await trio.sleep(0.05)
+
+
+async def test_a_shared_holder_whose_daemon_never_returns_stops_after_its_grace(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    try:
+        async with _rig(tmp_path, grace_s=1) as r:
+            a, b = await r.thread(), await r.thread()
+            await r.manager.send_message(a, "one")
+            await r.manager.send_message(b, "two")
+            await r.wait_for(lambda: len(_text(r, a)) > 10 and len(_text(r, b)) > 10)
+            (shared,) = r.manager.status()["sharedProcesses"]
+            assert r.manager.leave_held() == 2
+            await r.wait_for(lambda: not r.manager.runners)
+        (held,) = describe_held(state)
+        provider = psutil.Process(int(str(held["providerPid"])))
+        assert provider.pid == shared["pid"]
+        # No daemon reattaches: the grace ends, the holder stops the one process of both.
+        with trio.fail_after(20):
+            while describe_held(state):  # noqa: ASYNC110 - the holder exits by itself
+                await trio.sleep(0.05)
+        assert not provider.is_running() or provider.status() == psutil.STATUS_ZOMBIE
+    finally:
+        stop_all_holders(state)
