@@ -28,7 +28,13 @@ from supervisor.launcher import LauncherFactory
 from supervisor.providers import ProviderSettings, adapter_for, runtime_config
 from supervisor.reattach import Reattach
 from supervisor.session import RawSinkFactory, SessionFailed, SessionRunner
-from supervisor.shared_codex import HolderSettings, SharedChild, SharedCodexPool, shared_key
+from supervisor.shared_codex import (
+    HolderSettings,
+    SharedChild,
+    SharedCodexPool,
+    held_with_threads,
+    shared_key,
+)
 from t3orch.domain.run import Run
 from t3orch.domain.thread import AppThread
 from t3orch.domain.turn_items import UserMessage
@@ -418,7 +424,11 @@ class SessionManager:
             # What ``--version`` said of each binary (the daemon probes them once at start).
             "providers": [describe(kind, s.command) for kind, s in self.providers.items()],
             # Runtimes whose providers outlive the daemon (issue 20), and their grace.
-            "held": describe_held(self.state_dir) if self.state_dir is not None else [],
+            "held": (
+                held_with_threads(describe_held(self.state_dir), self.reader)
+                if self.state_dir is not None
+                else []
+            ),
         }
 
     # -- dispatch ------------------------------------------------------------------

@@ -26,7 +26,7 @@ from t3orch.store.interface import ReadModel
 
 log = logging.getLogger(__name__)
 
-_LIVE_SESSION = ("starting", "ready", "running", "waiting")
+LIVE_SESSION = ("starting", "ready", "running", "waiting")
 
 #: The file in a holder's directory that says its process is shared by many threads
 #: (its content: their compatibility key; ``supervisor/shared_codex.py``, issue 21).
@@ -68,7 +68,7 @@ def find_held(reader: ReadModel, state_dir: Path, daemon_id: str | None = None) 
     daemon's sessions only: another daemon's holders are on its own machine)."""
     out = []
     root = held_root(state_dir)
-    for s in reader.select_by_status(ProviderSession, _LIVE_SESSION):
+    for s in reader.select_by_status(ProviderSession, LIVE_SESSION):
         theirs = daemon_id is not None and s.owner_daemon_id not in (None, daemon_id)
         if s.holder is None or theirs:
             continue

@@ -47,11 +47,12 @@ from supervisor.holder.client import (
 )
 from supervisor.holder.layout import HeldPaths
 from supervisor.launcher import StoppableProcess, SupervisedLauncher
-from supervisor.reattach import SHARED_MARK, Reattach
-from t3orch.domain.provider import HolderRef
+from supervisor.reattach import LIVE_SESSION, SHARED_MARK, Reattach
+from t3orch.domain.provider import HolderRef, ProviderSession, ProviderThread
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.queue import EventQueue
 from t3orch.provider_events import JournalOffset
+from t3orch.store.interface import ReadModel
 
 #: The real process under a shared process: a child of the daemon's, or a holder's.
 RealProcess = ChildProcess | HeldProcess
@@ -367,6 +368,22 @@ class SharedCodexPool:
             child.signal_group(signal.SIGKILL)
 
 
+def held_with_threads(held: list[dict[str, object]], reader: ReadModel) -> list[dict[str, object]]:
+    """Each holder of ``held`` (``describe_held``) with the app threads whose live sessions
+    it holds: one for a process of one thread, all of them for a shared one."""
+    threads: dict[str, list[str]] = {}
+    sessions: dict[str, str] = {
+        s.id: s.holder.holder_id
+        for s in reader.select_by_status(ProviderSession, LIVE_SESSION)
+        if s.holder is not None
+    }
+    for pt in reader.select(ProviderThread):
+        holder = sessions.get(pt.provider_session_id) if pt.provider_session_id else None
+        if holder is not None and pt.app_thread_id is not None:
+            threads.setdefault(holder, []).append(pt.app_thread_id)
+    return [{**h, "threads": sorted(threads.get(str(h["holderId"]), []))} for h in held]
+
+
 def _free_tag(mux: CodexMultiplexer, tag: str | None) -> str | None:
     """``tag``, unless a member of ``mux`` has it already (then one of its own)."""
     return None if tag is None or mux.member(tag) is not None else tag
@@ -381,5 +398,6 @@ __all__ = [
     "SharedLauncher",
     "compatibility_key",
     "feed_member_offsets",
+    "held_with_threads",
     "shared_key",
 ]

@@ -33,7 +33,7 @@ from supervisor.holder.wire import Kind, iter_file
 from supervisor.manager import ReaperPolicy, RestartPolicy, SessionManager
 from supervisor.providers import STANDIN_TRANSCRIPT, ProviderSettings
 from supervisor.reattach import find_held, held_of
-from supervisor.shared_codex import HolderSettings
+from supervisor.shared_codex import HolderSettings, held_with_threads
 from supervisor.startup import settle_previous_run
 from supervisor.systemd import Notifier
 from t3orch.api.auth import load_or_create_token
@@ -48,9 +48,9 @@ from t3orch.fleet.routing import RoutedOperations
 from t3orch.process_tuning import raise_descriptor_limit
 from t3orch.provider_versions import probe_all, t3orch_version
 from t3orch.state import prepare_state_dir, state_dir_identity
-from t3orch.store.errors import StateDirInvalid
+from t3orch.store.errors import StateDirInvalid, StoreError
 from t3orch.store.interface import Decision
-from t3orch.store.open import is_postgres_url, open_registry
+from t3orch.store.open import is_postgres_url, open_reader, open_registry
 
 log = logging.getLogger("t3orch.daemon")
 
@@ -409,8 +409,22 @@ def stop_agents(state_dir: Path, within: float = 20.0) -> tuple[list[int], list[
 
 
 def held_runtimes(state_dir: Path) -> list[dict[str, object]]:
-    """``t3orch held``: what holders keep for ``state_dir`` (no daemon needed)."""
-    return describe_held(state_dir)
+    """``t3orch held``: what holders keep for ``state_dir`` (no daemon needed), with the
+    threads of each (a shared process's holder keeps several), as the log has them."""
+    held = describe_held(state_dir)
+    db = state_dir / "events.sqlite3"
+    if not held or not db.exists():
+        return held
+    try:
+        store = open_reader(db)
+    except StoreError as exc:
+        log.warning("the threads of held runtimes are not shown: %s", exc)
+        return held
+    try:
+        with store.snapshot():
+            return held_with_threads(held, store)
+    finally:
+        store.close()
 
 
 def journal_coverage(state_dir: Path, committed: dict[str, int]) -> tuple[int, int]:

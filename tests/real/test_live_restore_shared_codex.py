@@ -100,6 +100,7 @@ def test_two_threads_on_one_held_process_across_a_restart_each_word_once(
                 assert _run(state, ra).status == "running"
                 (held,) = json.loads(cli(state, "held", "--json"))
                 assert held["providerPid"] == sessions[0].pid
+                assert held["threads"] == sorted((a, b))
             with serve(state, cfg, keep_holders=True) as d2:
                 d2.wait_notify("READY=1")
                 wait(lambda: _run(state, ra).status == "completed", 60)

@@ -15,8 +15,9 @@ from supervisor.holder.client import holder_launchers, stop_all_holders
 from supervisor.holder.layout import describe_held, held_root
 from supervisor.providers import standin_settings
 from supervisor.reattach import find_held
-from supervisor.shared_codex import HolderSettings
+from supervisor.shared_codex import HolderSettings, held_with_threads
 from t3orch.cli.drill import long_reply
+from t3orch.store.open import open_reader
 from t3orch.store.sqlite.backend import SQLiteStore
 from tests.supervisor.support import Rig, rig
 
@@ -66,8 +67,15 @@ async def test_two_threads_on_a_held_shared_standin_process_survive_a_restart(
             # The daemon goes away mid-stream: the process stays with its holder.
             assert r.manager.leave_held() == 2
             await r.wait_for(lambda: not r.manager.runners)
-        (held,) = describe_held(state)
+        # `t3orch held` (no daemon) shows the one holder with both its threads.
+        store = open_reader(tmp_path / "e.db")
+        try:
+            with store.snapshot():
+                (held,) = held_with_threads(describe_held(state), store)
+        finally:
+            store.close()
         assert held["holderId"] == shared["holder"]
+        assert held["threads"] == sorted((a, b))
         async with _rig(tmp_path) as r2:
             found = find_held(r2.core.reader, state)
             assert {h.thread_id for h in found} == {a, b}
