@@ -253,6 +253,19 @@ class VirtualProcess:
     def stderr_tail(self) -> str:
         return self._mux.process.stderr_tail()
 
+    def tee_stderr(self, sink: Callable[[bytes], None]) -> None:
+        """The process's stderr (what it wrote so far, then each chunk) goes to ``sink``
+        while this member is on it: it is every thread's, said once per thread's log."""
+        tee = getattr(self._mux.process, "tee_stderr", None)
+        if not callable(tee):
+            return
+
+        def while_on(chunk: bytes) -> None:
+            if not self._ended.is_set():
+                sink(chunk)
+
+        tee(while_on)
+
     async def kill(self) -> None:
         """Ends this thread's use of the process at once; the process itself is killed
         only when no other thread is on it (one thread's teardown never ends another's)."""
