@@ -7,8 +7,10 @@ each :class:`CodexRuntime` keeps its one-thread view and talks to a
 :class:`VirtualProcess`, which :class:`CodexMultiplexer` maps onto the real
 process:
 
-* **our requests** get a process-wide id on the way out (each runtime numbers
-  its own from 1); the response is routed back by it, with the runtime's id;
+* **our requests** get a process-wide id on the way out, ``<member tag>|<its own id>``
+  (each runtime numbers its own from 1; the tag is its provider session's id), so the
+  frame says whose it is, in a held process's journal too; the response is routed back
+  by it, with the runtime's id;
 * **notifications and server requests** are routed by the thread they name
   (``params.threadId``, ``params.conversationId`` of the legacy approvals,
   ``params.thread.id`` of ``thread/started``); a subagent's thread
