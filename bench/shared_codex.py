@@ -4,7 +4,9 @@ Prints figures; it is not a timed test. The real daemon (``run_daemon``) runs th
 real pinned ``codex app-server`` against the loopback fake model
 (``fixtures/fakes/responses_api.py``), once with
 ``providers.codex.max_threads_per_process = 16`` (shared) and once with ``1`` (a
-process per thread, the behaviour before issue 21), in the same run:
+process per thread, the behaviour before issue 21), in the same run, with the default
+daemon config (``daemon.reattach_grace_s`` = 600: every process under a holder; the
+holders' own RSS is summed apart):
 
 1. **RSS**: for each count in ``--threads`` (default 10 and 50), that many Codex
    threads each run one plain turn (all sent at once); once every run has
@@ -22,6 +24,7 @@ Run: ``python bench/shared_codex.py [--threads 10,50] [--latency-threads 10] [--
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -38,6 +41,7 @@ import trio
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != _HERE]
 
+from supervisor.holder.layout import describe_held  # noqa: E402
 from t3orch.cli.environment import provider_environment  # noqa: E402
 from t3orch.commands.specs import CreateThread  # noqa: E402
 from t3orch.config import Config, DaemonConfig, discover_codex  # noqa: E402
@@ -46,18 +50,43 @@ from t3orch.daemon import Daemon, run_daemon  # noqa: E402
 TERMINAL = ("completed", "failed", "interrupted", "cancelled")
 
 
-def _codex_rss() -> tuple[int, int]:
-    """(processes, total RSS bytes) of the ``codex app-server`` processes under us."""
+def _tree_rss(p: psutil.Process) -> int:
+    total = p.memory_info().rss
+    for c in p.children(recursive=True):
+        total += c.memory_info().rss
+    return total
+
+
+def _codex_rss(state: Path) -> tuple[int, int]:
+    """(processes, total RSS bytes) of the ``codex app-server`` processes of the daemon:
+    its children, and the providers its holders (their own sessions) run."""
     me = psutil.Process(os.getpid())
+    candidates = list(me.children(recursive=True))
+    for held in describe_held(state):
+        with contextlib.suppress(psutil.Error):
+            candidates.append(psutil.Process(int(str(held["providerPid"]))))
     count = total = 0
-    for p in me.children(recursive=True):
+    seen: set[int] = set()
+    for p in candidates:
         try:
-            if p.cmdline()[-1:] != ["app-server"]:
+            if p.pid in seen or p.cmdline()[-1:] != ["app-server"]:
                 continue
+            seen.add(p.pid)
             count += 1
-            total += p.memory_info().rss
-            for c in p.children(recursive=True):
-                total += c.memory_info().rss
+            total += _tree_rss(p)
+        except psutil.Error:
+            continue
+    return count, total
+
+
+def _holder_rss(state: Path) -> tuple[int, int]:
+    """(holders, their own RSS bytes): the live-restore holders of the daemon, without
+    the provider each holds (that is :func:`_codex_rss`'s)."""
+    count = total = 0
+    for held in describe_held(state):
+        try:
+            total += psutil.Process(int(str(held["holderPid"]))).memory_info().rss
+            count += 1
         except psutil.Error:
             continue
     return count, total
@@ -117,8 +146,14 @@ async def _measure(
             tids = await _threads(daemon, tmp / "work", n)
             await _turns(daemon, tids, "hello")
             await trio.sleep(settle)
-            processes, rss = _codex_rss()
-            out["rss"][n] = {"processes": processes, "rss_mb": round(rss / 2**20, 1)}
+            processes, rss = _codex_rss(state)
+            holders, holder_rss = _holder_rss(state)
+            out["rss"][n] = {
+                "processes": processes,
+                "rss_mb": round(rss / 2**20, 1),
+                "holders": holders,
+                "holders_mb": round(holder_rss / 2**20, 1),
+            }
             await daemon.shutdown()
             nursery.cancel_scope.cancel()
     state = tmp / f"state-{per_process}-latency"
@@ -128,7 +163,7 @@ async def _measure(
         await _turns(daemon, tids, "warm up")
         took = await _turns(daemon, tids, "hello again")
         out["latency"] = {
-            "processes": _codex_rss()[0],
+            "processes": _codex_rss(state)[0],
             "median_s": round(statistics.median(took), 3),
             "max_s": round(max(took), 3),
         }
@@ -144,7 +179,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         work = tmp / "work"
         work.mkdir()
         await trio.run_process(["git", "init", "-q", str(work)])
-        daemon_cfg = DaemonConfig(reattach_grace_s=0)
+        # The default daemon config: live restore on, so every process is held.
+        daemon_cfg = DaemonConfig()
         with provider_environment(work, tmp, ["codex"], daemon=daemon_cfg) as (config, kinds):
             if kinds != ["codex"]:
                 raise SystemExit("the codex binary is not installed (scripts/install-codex)")
@@ -164,6 +200,10 @@ def _print(result: dict[str, Any], per_process: int) -> None:
         print(
             f"{n:>8} {s['rss_mb']:>14.1f} MB ({s['processes']:>2}) "
             f"{o['rss_mb']:>18.1f} MB ({o['processes']:>2})"
+        )
+        print(
+            f"{'holders':>8} {s['holders_mb']:>14.1f} MB ({s['holders']:>2}) "
+            f"{o['holders_mb']:>18.1f} MB ({o['holders']:>2})"
         )
     s, o = result["shared"]["latency"], result["one_per_thread"]["latency"]
     print("turn latency, threads streaming at once (send -> committed completed run)")

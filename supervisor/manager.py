@@ -28,7 +28,13 @@ from supervisor.launcher import LauncherFactory
 from supervisor.providers import ProviderSettings, adapter_for, runtime_config
 from supervisor.reattach import Reattach
 from supervisor.session import RawSinkFactory, SessionFailed, SessionRunner
-from supervisor.shared_codex import SharedCodexPool
+from supervisor.shared_codex import (
+    HolderSettings,
+    SharedChild,
+    SharedCodexPool,
+    held_with_threads,
+    shared_key,
+)
 from t3orch.domain.run import Run
 from t3orch.domain.thread import AppThread
 from t3orch.domain.turn_items import UserMessage
@@ -92,8 +98,13 @@ class ReaperPolicy:
 
 @attrs.define
 class _Crashes:
+    """The restarts of one runtime lineage: a thread's own processes, or the shared
+    processes of one compatibility key (a crash of one with 5 threads is one restart)."""
+
     times: deque[float] = attrs.field(factory=deque)
     held: bool = False
+    #: The shared processes whose crash is counted already (each once, not per thread).
+    seen: set[str] = attrs.field(factory=set)
 
 
 @attrs.define(eq=False)
@@ -120,6 +131,8 @@ class SessionManager:
     #: The provider kinds whose runtimes share processes: Codex's, and the stand-in's in
     #: tests that launch it with ``--threads`` (it then hosts many threads the same way).
     shared_kinds: frozenset[str] = frozenset({"codex"})
+    #: Where shared processes are held (live restore on), else they are the daemon's.
+    codex_holders: HolderSettings | None = None
     #: The shared Codex processes (while the manager runs, when sharing is on).
     codex_pool: SharedCodexPool | None = None
     #: The state dir whose holders ``status`` lists (None: no holders).
@@ -128,7 +141,10 @@ class SessionManager:
     delta_handoff_limit: int | None = None
     started_at: float = 0.0
     runners: dict[str, SessionRunner] = attrs.field(factory=dict)
+    #: Restart ledgers by lineage (a thread id, or ``shared:<key>``): see ``_Crashes``.
     crashes: dict[str, _Crashes] = attrs.field(factory=dict)
+    #: The lineage each thread's last runtime belonged to (a thread's own by default).
+    _lineage: dict[str, str] = attrs.field(factory=dict)
     released: int = 0
     _nursery: trio.Nursery | None = None
     _wake: dict[str, trio.Event] = attrs.field(factory=dict)
@@ -152,7 +168,7 @@ class SessionManager:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 if self.codex_threads_per_process > 1:
-                    pool = SharedCodexPool(self.codex_threads_per_process)
+                    pool = SharedCodexPool(self.codex_threads_per_process, self.codex_holders)
                     self.codex_pool = await nursery.start(pool.run)
                 nursery.start_soon(self._reap_loop)
                 task_status.started(self)
@@ -195,7 +211,7 @@ class SessionManager:
         the thread is queued, working or being dispatched."""
         thread_id = runner.thread_id
         binding = runner.binding
-        crashes = self.crashes.get(thread_id)
+        crashes = self.crashes.get(self._lineage.get(thread_id, thread_id))
         return (
             thread_id not in self._dispatching
             and not runner.stopping
@@ -399,13 +415,21 @@ class SessionManager:
             "uptimeS": round(trio.current_time() - self.started_at, 3),
             "runners": [r.describe() for r in self.runners.values()],
             "released": self.released,
-            "heldThreads": sorted(t for t, c in self.crashes.items() if c.held),
+            "heldThreads": sorted(t for t in self._threads_known() if self.crashes_of(t).held),
+            # Recent restarts per lineage (a shared process's crash counts once).
+            "restarts": {
+                lineage: len(self._recent(c)) for lineage, c in self.crashes.items() if c.times
+            },
             # Which threads share which codex process (issue 21).
             "sharedProcesses": [] if self.codex_pool is None else self.codex_pool.describe(),
             # What ``--version`` said of each binary (the daemon probes them once at start).
             "providers": [describe(kind, s.command) for kind, s in self.providers.items()],
             # Runtimes whose providers outlive the daemon (issue 20), and their grace.
-            "held": describe_held(self.state_dir) if self.state_dir is not None else [],
+            "held": (
+                held_with_threads(describe_held(self.state_dir), self.reader)
+                if self.state_dir is not None
+                else []
+            ),
         }
 
     # -- dispatch ------------------------------------------------------------------
@@ -474,7 +498,7 @@ class SessionManager:
                 released = self._release_done.get(runner)
                 if released is not None:
                     await released.wait()
-        crashes = self.crashes.setdefault(thread_id, _Crashes())
+        crashes = self.crashes_of(thread_id)
         if crashes.held:
             log.warning("thread %s: too many provider crashes; waiting for the user", thread_id)
             await self.core.note(
@@ -614,7 +638,7 @@ class SessionManager:
         released = self._release_done.get(crashed)
         if released is not None:
             await released.wait()  # the crash is counted before the intensity check
-        crashes = self.crashes.setdefault(thread_id, _Crashes())
+        crashes = self.crashes_of(thread_id)
         if crashes.held:
             await self._fail_run(thread_id, run, "provider restart intensity exceeded")
             return
@@ -677,16 +701,40 @@ class SessionManager:
             except Exception as exc:
                 await failing(h, exc)
 
+        held, failed = await self._reattach_shared(held)
         try:
             async with trio.open_nursery() as nursery:
                 for h in held:
                     nursery.start_soon(attach, h)
         finally:
             gate.set()
+        if self.codex_pool is not None:
+            self.codex_pool.drop_unclaimed()
         async with trio.open_nursery() as nursery:
             for h, runner in opened:
                 nursery.start_soon(resume, h, runner)
         return failed
+
+    async def _reattach_shared(self, held: list[Reattach]) -> tuple[list[Reattach], list[Reattach]]:
+        """Attach once to each held shared process (its threads' members made ready);
+        returns what is left to reattach and what failed (their holders told to stop)."""
+        shared = [h for h in held if shared_key(h.paths) is not None]
+        if not shared:
+            return held, []
+        if self.codex_pool is None:
+            failed = shared
+        else:
+            failed = await self.codex_pool.reattach_holders(shared)
+        for h in failed:
+            await self.core.note(
+                h.session.id,
+                "warning",
+                "reattach_failed",
+                "its shared codex process could not be reattached to "
+                "(providers.codex.max_threads_per_process is 1, or its holder is gone)",
+            )
+            stop_holder(h.paths, h.state.holder_pid, h.state.holder_started_at)
+        return [h for h in held if h not in failed], failed
 
     async def reattach(self, held: Reattach) -> SessionRunner:
         """Pick up a runtime a holder kept across a daemon restart (before the API serves).
@@ -755,9 +803,14 @@ class SessionManager:
             runner.launcher_factory = self.codex_pool.launcher
         if held is not None:
             runner.reattach = held
-            runner.launcher_factory = lambda kind, nursery: ReattachLauncher(
-                nursery, held.paths, held.committed, gate
-            )
+            pool = self.codex_pool
+            if pool is not None and shared_key(held.paths) is not None:
+                shared = pool.reattach_launcher(held)
+                runner.launcher_factory = lambda kind, nursery: shared
+            else:
+                runner.launcher_factory = lambda kind, nursery: ReattachLauncher(
+                    nursery, held.paths, held.committed, gate
+                )
         runner.on_turn_ending = self._checkpoint_at_barrier
         runner.on_subagent_ended = self.checkpointer.after_subagent
         runner.stall_after_s = self.stall_after_s
@@ -817,7 +870,7 @@ class SessionManager:
                 and (exit_event.signal is not None or exit_event.code not in (0, None))
             )
             if crashed:
-                self._record_crash(runner.thread_id)
+                self._record_crash(runner.thread_id, *_crashed_process(runner))
             if started:
                 log.info(
                     "runtime of thread %s released (%s), session %s",
@@ -841,15 +894,32 @@ class SessionManager:
             crashes.times.popleft()
         return crashes.times
 
-    def _record_crash(self, thread_id: str) -> None:
-        crashes = self.crashes.setdefault(thread_id, _Crashes())
+    def crashes_of(self, thread_id: str) -> _Crashes:
+        """The restart ledger the thread's runtimes count in."""
+        return self.crashes.setdefault(self._lineage.get(thread_id, thread_id), _Crashes())
+
+    def _threads_known(self) -> set[str]:
+        return {t for t in self.crashes if t not in self._lineage.values()} | set(self._lineage)
+
+    def _record_crash(
+        self, thread_id: str, lineage: str | None = None, process: str | None = None
+    ) -> None:
+        """A crash of the thread's runtime; on a shared process (``lineage``, ``process``)
+        counted once for every thread on it, in the lineage's ledger."""
+        if lineage is not None:
+            self._lineage[thread_id] = lineage
+        crashes = self.crashes_of(thread_id)
+        if process is not None:
+            if process in crashes.seen:
+                return
+            crashes.seen.add(process)
         crashes.times.append(trio.current_time())
         if len(self._recent(crashes)) >= self.restart.intensity:
             crashes.held = True
 
     def _release_hold(self, thread_id: str) -> None:
         """A user sending again is the user acting: the intensity count starts over."""
-        crashes = self.crashes.get(thread_id)
+        crashes = self.crashes.get(self._lineage.get(thread_id, thread_id))
         if crashes is not None and crashes.held:
             crashes.held = False
             crashes.times.clear()
@@ -911,11 +981,23 @@ class SessionManager:
     def leave_held(self) -> int:
         """A daemon exit: held runtimes are left to their holders (the next daemon
         reattaches); returns how many. The others are stopped by :meth:`stop_all`."""
-        return sum(1 for runner in list(self.runners.values()) if runner.leave_held())
+        left = sum(1 for runner in list(self.runners.values()) if runner.leave_held())
+        if self.codex_pool is not None:
+            self.codex_pool.leave_held()
+        return left
 
     def binding_for(self, thread_id: str) -> SessionBinding | None:
         runner = self.runners.get(thread_id)
         return None if runner is None else runner.binding
+
+
+def _crashed_process(runner: SessionRunner) -> tuple[str | None, str | None]:
+    """The lineage and identity of a shared process a runner was on (else Nones)."""
+    child = runner.launcher.current if runner.launcher is not None else None
+    if not isinstance(child, SharedChild):
+        return None, None
+    mux = child.member.mux
+    return f"shared:{mux.key}", f"{mux.name}:{child.pid}"
 
 
 __all__ = ["ReaperPolicy", "RestartPolicy", "SessionManager"]

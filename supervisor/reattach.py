@@ -31,7 +31,11 @@ from t3orch.store.interface import ReadModel
 
 log = logging.getLogger(__name__)
 
-_LIVE_SESSION = ("starting", "ready", "running", "waiting")
+LIVE_SESSION = ("starting", "ready", "running", "waiting")
+
+#: The file in a holder's directory that says its process is shared by many threads
+#: (its content: their compatibility key; ``supervisor/shared_codex.py``, issue 21).
+SHARED_MARK = "shared-codex"
 
 #: Each held provider's reading of its journal: whether the active turn's input was sent.
 _TURN_SENT: Mapping[ProviderKind, Callable[[Iterable[JournalLine], int], bool]] = {
@@ -89,7 +93,7 @@ def find_held(reader: ReadModel, state_dir: Path, daemon_id: str | None = None) 
         if best is None or (candidate.last_run_ordinal or 0) > (best.last_run_ordinal or 0):
             threads[sid] = candidate
     turns: dict[str, tuple[TurnBinding, str | None]] | None = None
-    for s in reader.select_by_status(ProviderSession, _LIVE_SESSION):
+    for s in reader.select_by_status(ProviderSession, LIVE_SESSION):
         theirs = daemon_id is not None and s.owner_daemon_id not in (None, daemon_id)
         if s.holder is None or theirs:
             continue
@@ -112,7 +116,7 @@ def find_held(reader: ReadModel, state_dir: Path, daemon_id: str | None = None) 
         unsent = (
             turn is not None
             and native_turn is None
-            and not _TURN_SENT[s.provider](_journal_lines(paths), committed)
+            and not _TURN_SENT[s.provider](_journal_lines(paths, pt.native_thread_ref), committed)
         )
         out.append(
             Reattach(
@@ -136,8 +140,15 @@ def find_held(reader: ReadModel, state_dir: Path, daemon_id: str | None = None) 
     return out
 
 
-def _journal_lines(paths: HeldPaths) -> Iterator[JournalLine]:
+def _journal_lines(paths: HeldPaths, thread_ref: str | None) -> Iterator[JournalLine]:
+    """The journal's lines both ways; of a shared process's journal (which has every
+    thread's frames, issue 21), only those naming ``thread_ref``."""
+    named = None
+    if thread_ref is not None and (paths.dir / SHARED_MARK).exists():
+        named = f'"threadId":"{thread_ref}"'.encode()
     for _, record in iter_file(os.fspath(paths.journal)):
+        if named is not None and named not in record.payload.replace(b'": "', b'":"'):
+            continue
         if record.kind is Kind.IN:
             yield "in", record.offset, record.payload
         elif record.kind is Kind.OUT:

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import attrs
 import trio
 
+from adapters.codex.multiplex import VirtualProcess
 from adapters.diagnostics import RotatingRawLog, redact_text
 from adapters.errors import AdapterError, ProviderGone, ProviderTimeout, ResumeError
 from adapters.protocol import (
@@ -45,8 +46,9 @@ from supervisor.launcher import (
 )
 from supervisor.leftovers import process_clock, stop_turn_leftovers
 from supervisor.reattach import Reattach
-from supervisor.shared_codex import SharedChild, SharedLauncher
+from supervisor.shared_codex import SharedChild, SharedLauncher, feed_member_offsets
 from t3orch import timeline
+from t3orch.domain.provider import HolderRef
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.queue import EventQueue
@@ -281,9 +283,12 @@ class SessionRunner:
                     if self.launcher_factory is not None
                     else RecordingLauncher(nursery)
                 )
-                if isinstance(inner, SharedLauncher) and isinstance(plan, ResumeThread):
-                    # A shared process that has the thread loaded must take it back.
-                    inner.affinity = plan.native_thread_ref
+                if isinstance(inner, SharedLauncher):
+                    # Its ids on the process carry its session: a held journal says whose.
+                    inner.tag = binding.provider_session_id
+                    if isinstance(plan, ResumeThread):
+                        # A shared process that has the thread loaded must take it back.
+                        inner.affinity = plan.native_thread_ref
                 self.launcher = _Announced(inner, self, raw)
                 await nursery.start(stream.run, events)
                 if hasattr(raw, "on_failure"):
@@ -374,7 +379,7 @@ class SessionRunner:
             binding.provider_session_id,
             rt.pid,
             process_start_time(rt.pid),
-            holder_ref(current) if isinstance(current, HeldProcess) else None,
+            _holder_of(current),
         )
         return current
 
@@ -405,12 +410,16 @@ class SessionRunner:
         sink = getattr(raw, "stderr", None)
         if callable(tee) and callable(sink):
             tee(sink)
-        if isinstance(process, HeldProcess) and self._events is not None:
+        if self._events is None or not isinstance(process, HeldProcess | VirtualProcess):
+            return
+        if isinstance(process, HeldProcess):
             feed_offsets(process, self._events)
-            if isinstance(raw, RotatingRawLog):
-                # The muted replay's frames are in the raw log already (recorded by the
-                # daemon that read them first): not a second time.
-                raw.replaying = lambda events=self._events: events.muted
+        else:
+            feed_member_offsets(process, self._events)
+        if isinstance(raw, RotatingRawLog):
+            # The muted replay's frames are in the raw log already (recorded by the
+            # daemon that read them first): not a second time.
+            raw.replaying = lambda events=self._events: events.muted
 
     async def _unless_unusable(self, binding: SessionBinding) -> SessionBinding:
         """Before resuming: a fresh provider thread when the stored one is not to be resumed.
@@ -742,15 +751,22 @@ class SessionRunner:
         nothing more is committed (the next daemon replays the rest from the journal), the
         provider is sent nothing that would stop it. False when it is not held (or gone)."""
         child = self.launcher.current if self.launcher else None
-        if not isinstance(child, HeldProcess) or self.exited.is_set() or self._events is None:
+        # A thread on a held shared process leaves through its member; the process stays
+        # with its holder (the pool leaves it).
+        held: HeldProcess | VirtualProcess | None = None
+        if isinstance(child, HeldProcess):
+            held = child
+        elif isinstance(child, SharedChild) and child.holder is not None:
+            held = None if child.member.left else child.member
+        if held is None or self.exited.is_set() or self._events is None:
             return False
         self._left_held = True
         # Events queued so far are committed, with the offset of the last line they came
         # from (the reader maps a read whole before it yields); later ones are not.
-        child.report_delivered()
+        held.report_delivered()
         self._events.muted = True
-        child.on_mute = None
-        child.leave_running()
+        held.on_mute = None
+        held.leave_running()
         self.stop("daemon_exit")
         return True
 
@@ -902,3 +918,12 @@ class SessionRunner:
             # The shared codex process it is on (issue 21), else its own.
             "process": child.process_name if isinstance(child, SharedChild) else None,
         }
+
+
+def _holder_of(current: object) -> HolderRef | None:
+    """The holder a runtime's provider runs under (recorded on its ProviderSession)."""
+    if isinstance(current, HeldProcess):
+        return holder_ref(current)
+    if isinstance(current, SharedChild):
+        return current.holder
+    return None

@@ -33,6 +33,7 @@ from supervisor.holder.wire import Kind, iter_file
 from supervisor.manager import ReaperPolicy, RestartPolicy, SessionManager
 from supervisor.providers import STANDIN_TRANSCRIPT, ProviderSettings
 from supervisor.reattach import find_held, held_of
+from supervisor.shared_codex import HolderSettings, held_with_threads
 from supervisor.startup import settle_previous_run
 from supervisor.systemd import Notifier
 from t3orch import timeline
@@ -48,9 +49,9 @@ from t3orch.fleet.routing import RoutedOperations
 from t3orch.process_tuning import raise_descriptor_limit
 from t3orch.provider_versions import probe_all, t3orch_version
 from t3orch.state import prepare_state_dir, state_dir_identity
-from t3orch.store.errors import StateDirInvalid
+from t3orch.store.errors import StateDirInvalid, StoreError
 from t3orch.store.interface import Decision
-from t3orch.store.open import is_postgres_url, open_registry
+from t3orch.store.open import is_postgres_url, open_reader, open_registry
 
 log = logging.getLogger("t3orch.daemon")
 
@@ -244,11 +245,6 @@ async def run_daemon(
                 core.service, core.reader, me=owner, state_dir=state_dir, held=held
             )
             log.info("settled what the previous daemon left: %s", _counts(reconciled))
-            if config.providers.codex.max_threads_per_process > 1 and d.reattach_grace_s > 0:
-                log.info(
-                    "codex threads keep a process each: live restore holds every runtime "
-                    "(daemon.reattach_grace_s > 0) and a shared process is not held yet"
-                )
             manager = SessionManager(
                 core=core.service,
                 reader=core.reader,
@@ -265,10 +261,12 @@ async def run_daemon(
                 delta_handoff_limit=d.max_delta_handoff_chars,
                 stall_after_s=d.stall_warning_s,
                 stall_timeout_s=d.stall_timeout_s or None,
-                # A shared process is not held yet (docs/decisions.md, issue 21): while
-                # live restore holds each runtime, Codex threads keep a process each.
-                codex_threads_per_process=(
-                    config.providers.codex.max_threads_per_process if d.reattach_grace_s == 0 else 1
+                codex_threads_per_process=config.providers.codex.max_threads_per_process,
+                # Live restore holds a shared process under one holder (issue 21).
+                codex_holders=(
+                    HolderSettings(held_root(state_dir), d.reattach_grace_s, owner_token())
+                    if d.reattach_grace_s > 0
+                    else None
                 ),
                 state_dir=state_dir,
                 launcher_factory=(
@@ -413,8 +411,22 @@ def stop_agents(state_dir: Path, within: float = 20.0) -> tuple[list[int], list[
 
 
 def held_runtimes(state_dir: Path) -> list[dict[str, object]]:
-    """``t3orch held``: what holders keep for ``state_dir`` (no daemon needed)."""
-    return describe_held(state_dir)
+    """``t3orch held``: what holders keep for ``state_dir`` (no daemon needed), with the
+    threads of each (a shared process's holder keeps several), as the log has them."""
+    held = describe_held(state_dir)
+    db = state_dir / "events.sqlite3"
+    if not held or not db.exists():
+        return held
+    try:
+        store = open_reader(db)
+    except StoreError as exc:
+        log.warning("the threads of held runtimes are not shown: %s", exc)
+        return held
+    try:
+        with store.snapshot():
+            return held_with_threads(held, store)
+    finally:
+        store.close()
 
 
 def journal_coverage(state_dir: Path, committed: dict[str, int]) -> tuple[int, int]:

@@ -7,8 +7,10 @@ each :class:`CodexRuntime` keeps its one-thread view and talks to a
 :class:`VirtualProcess`, which :class:`CodexMultiplexer` maps onto the real
 process:
 
-* **our requests** get a process-wide id on the way out (each runtime numbers
-  its own from 1); the response is routed back by it, with the runtime's id;
+* **our requests** get a process-wide id on the way out, ``<member tag>|<its own id>``
+  (each runtime numbers its own from 1; the tag is its provider session's id), so the
+  frame says whose it is, in a held process's journal too; the response is routed back
+  by it, with the runtime's id;
 * **notifications and server requests** are routed by the thread they name
   (``params.threadId``, ``params.conversationId`` of the legacy approvals,
   ``params.thread.id`` of ``thread/started``); a subagent's thread
@@ -34,7 +36,7 @@ import contextlib
 import itertools
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -71,27 +73,81 @@ class _Route(msgspec.Struct):
 _route_decoder = msgspec.json.Decoder(_Route)
 
 
+#: Separates a member's tag from its own request id in a process-wide id.
+_TAG_SEP = "|"
+#: The tag of the multiplexer's own requests (``thread/unsubscribe``).
+_OWN_TAG = "mux"
+#: The "offset" of a line that is not in a journal (a child's, or one the multiplexer
+#: answers itself): never muted, never reported.
+UNJOURNALED = -1
+#: A held process's end as a member sees it after :meth:`VirtualProcess.leave_running`.
+LEFT_RUNNING = ExitStatus(code=None, signal=None)
+
+
+def global_id(tag: str, local_id: int | str) -> str:
+    """A request's id on the shared process: the member's tag and its own id, so that
+    who sent it (and what id it had) is in the frame itself, in the journal too."""
+    return f"{tag}{_TAG_SEP}{msgspec.json.encode(local_id).decode()}"
+
+
+def split_id(value: object) -> tuple[str, int | str] | None:
+    """The tag and local id of a process-wide id (None: not one of ours)."""
+    if not isinstance(value, str) or _TAG_SEP not in value:
+        return None
+    tag, _, local = value.rpartition(_TAG_SEP)
+    try:
+        local_id = msgspec.json.decode(local)
+    except msgspec.DecodeError:
+        return None
+    return (tag, local_id) if isinstance(local_id, (int, str)) else None
+
+
 @attrs.define(eq=False)
 class _Call:
-    member: VirtualProcess
+    tag: str
     local_id: int | str
     method: str
 
 
+@attrs.frozen
+class _Input:
+    """A line an earlier daemon wrote for this member (a held process's journal)."""
+
+    line: bytes
+
+
 class VirtualProcess:
     """One app thread's view of a shared process: a :class:`ProviderProcess` (and
-    :class:`~adapters.transport.LineBatches`) whose lines are that thread's."""
+    :class:`~adapters.transport.LineBatches`) whose lines are that thread's.
 
-    def __init__(self, mux: CodexMultiplexer, number: int) -> None:
+    On a held process it also has a held process's reading side, per member: each
+    line keeps its journal offset (``on_delivered``), a reattach mutes this
+    member's lines up to its own committed offset (``mute_through``, ``on_mute``)
+    and hands it the requests it had sent (``on_input``) in journal order."""
+
+    def __init__(self, mux: CodexMultiplexer, number: int, tag: str) -> None:
         self._mux = mux
         #: Which member of the process this is (1 = the first to join), for status.
         self.number = number
-        self._lines: list[bytes | OversizedLine] = []
+        #: What its request ids carry on the process (its provider session's id).
+        self.tag = tag
+        self._lines: list[bytes | OversizedLine | _Input] = []
+        self._offsets: list[int] = []
         self._arrived = trio.Event()
         self._ended = trio.Event()
         self._status: ExitStatus | None = None
+        self._left_running = False
         #: Native threads this member opened (or whose subagents it runs).
         self.threads: set[str] = set()
+        #: Claimed by a runtime (a reattach pre-creates its members).
+        self.claimed = False
+        self.on_input: Callable[[int, bytes], None] | None = None
+        self.mute_through = 0
+        self.on_mute: Callable[[bool], None] | None = None
+        self.on_delivered: Callable[[int], None] | None = None
+        #: The journal offset of the last line handed out.
+        self.delivered = 0
+        self._reported = 0
 
     @property
     def pid(self) -> int | None:
@@ -100,6 +156,10 @@ class VirtualProcess:
     @property
     def mux(self) -> CodexMultiplexer:
         return self._mux
+
+    @property
+    def holder_id(self) -> str | None:
+        return self._mux.holder_id
 
     @property
     def status(self) -> ExitStatus | None:
@@ -115,19 +175,60 @@ class VirtualProcess:
         await self._mux.send_from(self, line)
 
     async def receive_line(self) -> bytes | OversizedLine | None:
-        while not self._lines:
-            if self._ended.is_set():
-                return None
-            await self._wait()
-        return self._lines.pop(0)
+        lines = await self._receive(1)
+        return lines[0] if lines else None
 
     async def receive_lines(self) -> list[bytes | OversizedLine]:
-        while not self._lines:
-            if self._ended.is_set():
-                return []
-            await self._wait()
-        lines, self._lines = self._lines, []
-        return lines
+        return await self._receive(None)
+
+    async def _receive(self, limit: int | None) -> list[bytes | OversizedLine]:
+        self.report_delivered()
+        while True:
+            while not self._lines:
+                if self._ended.is_set():
+                    if self.on_mute is not None:
+                        self.on_mute(False)  # a replay that ends muted: the exit is news
+                    return []
+                await self._wait()
+            if batch := self._next_batch(limit):
+                return batch
+
+    def _next_batch(self, limit: int | None) -> list[bytes | OversizedLine]:
+        """The next lines, never across a replayed input or the end of the muted replay
+        (as :class:`~supervisor.holder.client.HeldProcess` reads)."""
+        items, offsets = self._lines, self._offsets
+        out: list[bytes | OversizedLine] = []
+        muted: bool | None = None
+        i, n = 0, len(items)
+        while i < n and (limit is None or len(out) < limit):
+            item = items[i]
+            if isinstance(item, _Input):
+                if out:
+                    break
+                if self.on_input is not None:
+                    self.on_input(offsets[i], item.line)
+                i += 1
+                continue
+            here = 0 <= offsets[i] <= self.mute_through
+            if muted is None:
+                muted = here
+            elif here != muted:
+                break
+            out.append(item)
+            i += 1
+        if out:
+            self.delivered = max(self.delivered, offsets[i - 1])
+        del items[:i]
+        del offsets[:i]
+        if muted is not None and self.on_mute is not None:
+            self.on_mute(muted)
+        return out
+
+    def report_delivered(self) -> None:
+        """Report the offset of the lines handed out so far (their events are queued)."""
+        if self.delivered > max(self._reported, self.mute_through) and self.on_delivered:
+            self._reported = self.delivered
+            self.on_delivered(self.delivered)
 
     async def _wait(self) -> None:
         """Until a line arrives or the stream ends (:meth:`_end` sets it too)."""
@@ -136,6 +237,8 @@ class VirtualProcess:
 
     async def close_stdin(self) -> None:
         """The thread leaves the process (the process goes with its last thread)."""
+        if self._left_running:
+            return
         await self._mux.leave(self, ExitStatus(code=0, signal=None))
 
     async def wait(self) -> ExitStatus:
@@ -143,20 +246,42 @@ class VirtualProcess:
         assert self._status is not None
         return self._status
 
+    def leave_running(self) -> None:
+        """The daemon goes away and leaves the process to its holder: this member ends
+        (``LEFT_RUNNING``) without a word to the process; its thread runs on."""
+        self._left_running = True
+        self._end(LEFT_RUNNING)
+
     def stderr_tail(self) -> str:
         return self._mux.process.stderr_tail()
+
+    def tee_stderr(self, sink: Callable[[bytes], None]) -> None:
+        """The process's stderr (what it wrote so far, then each chunk) goes to ``sink``
+        while this member is on it: it is every thread's, said once per thread's log."""
+        tee = getattr(self._mux.process, "tee_stderr", None)
+        if not callable(tee):
+            return
+
+        def while_on(chunk: bytes) -> None:
+            if not self._ended.is_set():
+                sink(chunk)
+
+        tee(while_on)
 
     async def kill(self) -> None:
         """Ends this thread's use of the process at once; the process itself is killed
         only when no other thread is on it (one thread's teardown never ends another's)."""
+        if self._left_running:
+            return
         await self._mux.leave(self, ExitStatus(code=None, signal=int(signal.SIGKILL)), kill=True)
 
     # -- the multiplexer's side --------------------------------------------------
 
-    def _deliver(self, line: bytes | OversizedLine) -> None:
+    def _deliver(self, line: bytes | OversizedLine | _Input, offset: int) -> None:
         if self._ended.is_set():
             return
         self._lines.append(line)
+        self._offsets.append(offset)
         self._arrived.set()
 
     def _end(self, status: ExitStatus) -> None:
@@ -168,26 +293,45 @@ class VirtualProcess:
 
 
 class CodexMultiplexer:
-    """Routes one real ``codex app-server`` process's frames among its members."""
+    """Routes one real ``codex app-server`` process's frames among its members.
 
-    def __init__(self, process: ProviderProcess, *, key: str = "", number: int = 1) -> None:
+    Everything it knows is learnt from the frames both ways (the requests' ids name
+    their member), so a reattach rebuilds it by reading a held process's journal
+    from its start: the earlier daemon's requests through :meth:`replayed`, the
+    process's lines through :meth:`run`, in journal order."""
+
+    def __init__(
+        self,
+        process: ProviderProcess,
+        *,
+        key: str = "",
+        number: int = 1,
+        holder_id: str | None = None,
+        offset: Callable[[], int] | None = None,
+    ) -> None:
         self.process = process
         #: What processes are shared by (binary, home, overrides, environment).
         self.key = key
         #: This process's number among the pool's (``codex-<n>`` in status).
         self.number = number
+        #: The holder of the process (None: a child of the daemon's).
+        self.holder_id = holder_id
+        #: The journal offset of the line just read (a held process), else None.
+        self._offset = offset
         self.members: list[VirtualProcess] = []
+        self._by_tag: dict[str, VirtualProcess] = {}
         #: Every thread opened here: 0.169.0 keeps a thread loaded (its writer) after
         #: ``thread/unsubscribe`` for as long as the process lives, so another process
         #: resuming it is refused ("already has an active writer") — it comes back here.
         self.loaded: set[str] = set()
         self._ever = itertools.count(1)
-        self._owners: dict[str, VirtualProcess] = {}
-        self._calls: dict[int, _Call] = {}
+        #: Which member's tag each native thread belongs to.
+        self._owners: dict[str, str] = {}
+        self._calls: dict[str, _Call] = {}
         self._ids = itertools.count(1)
         self._send_lock = trio.Lock()
-        #: The member whose thread/start, resume or fork is waiting for its reply.
-        self._opener: VirtualProcess | None = None
+        #: The tag whose thread/start, resume or fork is waiting for its reply.
+        self._opener: str | None = None
         self._opener_free = trio.Event()
         self._opener_free.set()
         #: ``initialize``'s first reply (its result), once there is one.
@@ -199,6 +343,8 @@ class CodexMultiplexer:
         self.ended = trio.Event()
         #: Set once no member is left and the process was asked to close.
         self.closing = False
+        #: The daemon went away and left the process to its holder.
+        self.left_running = False
         #: Called when the process is done (ended, or closing with no member).
         self.on_done: Callable[[CodexMultiplexer], None] | None = None
 
@@ -213,12 +359,27 @@ class CodexMultiplexer:
     @property
     def open(self) -> bool:
         """Takes new members: running, not closing."""
-        return not self.closing and not self.ended.is_set()
+        return not self.closing and not self.ended.is_set() and not self.left_running
 
-    def join(self) -> VirtualProcess:
-        member = VirtualProcess(self, next(self._ever))
+    def join(self, tag: str | None = None, *, committed: int = 0) -> VirtualProcess:
+        """A new member (``tag``: what its ids carry, unique on the process; a reattach
+        names the member's tag and the offset its log has everything up to)."""
+        number = next(self._ever)
+        member = VirtualProcess(self, number, tag or f"m{number}")
+        member.mute_through = committed
+        member.delivered = member._reported = committed
         self.members.append(member)
+        self._by_tag[member.tag] = member
         return member
+
+    def member(self, tag: str) -> VirtualProcess | None:
+        return self._by_tag.get(tag)
+
+    def leave_running(self) -> None:
+        """The daemon goes; the process stays with its holder for the next one."""
+        self.left_running = True
+        for member in list(self.members):
+            member.leave_running()
 
     # -- outgoing ----------------------------------------------------------------
 
@@ -241,29 +402,70 @@ class CodexMultiplexer:
                 self._initialized_sent = True
             await self._write(line)
             return
+        if not isinstance(local_id, (int, str)):
+            await self._write(line)
+            return
         if method == "initialize":
             while self._init_state == "pending":
                 await self._init_done.wait()
             if self._init_state == "done":
                 reply = msgspec.json.encode({"id": local_id, "result": self._init_result})
-                member._deliver(reply)
+                member._deliver(reply, UNJOURNALED)
                 return
-            self._init_state = "pending"
         if method in THREAD_OPENERS:
             while self._opener is not None:
                 await self._opener_free.wait()
-            self._opener = member
-            self._opener_free = trio.Event()
-        global_id = next(self._ids)
-        self._calls[global_id] = _Call(member, local_id, method)
-        frame["id"] = global_id
+        gid = global_id(member.tag, local_id)
+        self._requested(gid, _Call(member.tag, local_id, method))
+        frame["id"] = gid
         try:
             await self._write(msgspec.json.encode(frame))
         except BaseException:
-            self._calls.pop(global_id, None)
-            if self._opener is member and method in THREAD_OPENERS:
+            self._calls.pop(gid, None)
+            if self._opener == member.tag and method in THREAD_OPENERS:
                 self._free_opener()
             raise
+
+    def _requested(self, gid: str, call: _Call) -> None:
+        """The bookkeeping of a request going out (live, or read back from a journal)."""
+        self._calls[gid] = call
+        if call.method == "initialize" and self._init_state == "none":
+            self._init_state = "pending"
+        if call.method in THREAD_OPENERS:
+            self._opener = call.tag
+            self._opener_free = trio.Event()
+
+    def replayed(self, offset: int, line: bytes) -> None:
+        """A line an earlier daemon wrote to this (held) process, from its journal:
+        the state it left is rebuilt, and its member gets it back with its own id."""
+        try:
+            frame = msgspec.json.decode(line)
+        except msgspec.DecodeError:
+            return
+        if not isinstance(frame, dict):
+            return
+        method = frame.get("method")
+        if not isinstance(method, str):
+            return
+        if method == "initialized":
+            self._initialized_sent = True
+            return
+        ids = split_id(frame.get("id"))
+        if ids is None:
+            return
+        tag, local_id = ids
+        if tag == _OWN_TAG:
+            if method == "thread/unsubscribe":
+                params = frame.get("params")
+                thread = params.get("threadId") if isinstance(params, dict) else None
+                if isinstance(thread, str):
+                    self._owners.pop(thread, None)
+            return
+        self._requested(frame["id"], _Call(tag, local_id, method))
+        member = self._by_tag.get(tag)
+        if member is not None:
+            frame["id"] = local_id
+            member._deliver(_Input(msgspec.json.encode(frame)), offset)
 
     async def _write(self, line: bytes) -> None:
         async with self._send_lock:
@@ -308,28 +510,29 @@ class CodexMultiplexer:
                 self.on_done(self)
             return threads, True
         for thread in threads:
-            if self._owners.get(thread) is member:
+            if self._owners.get(thread) == member.tag:
                 del self._owners[thread]
-        for global_id, call in list(self._calls.items()):
-            if call.member is member:
-                del self._calls[global_id]
+        for gid, call in list(self._calls.items()):
+            if call.tag == member.tag:
+                del self._calls[gid]
                 if call.method == "initialize":
                     self._initialize_failed()  # the next member sends its own
-        if self._opener is member:
+        if self._opener == member.tag:
             self._free_opener()
         if member in self.members:
             self.members.remove(member)
+        self._by_tag.pop(member.tag, None)
         member._end(status)
         return threads, False
 
     async def unsubscribe(self, threads: list[str]) -> None:
         """Unload threads a member had: a later resume of one (here or elsewhere) works."""
         for thread in threads:
-            if self.ended.is_set():
+            if self.ended.is_set() or self.left_running:
                 return
-            global_id = next(self._ids)
+            gid = global_id(_OWN_TAG, next(self._ids))
             params = {"threadId": thread}
-            frame = {"id": global_id, "method": "thread/unsubscribe", "params": params}
+            frame = {"id": gid, "method": "thread/unsubscribe", "params": params}
             try:
                 await self._write(msgspec.json.encode(frame))
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -338,46 +541,73 @@ class CodexMultiplexer:
     # -- incoming ----------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Read the real process and route its lines until it ends; then end every member."""
+        """Read the real process and route its lines until it ends; then end every member.
+
+        Cancelled (the pool goes), the process is killed, unless the daemon left it to
+        its holder (:meth:`leave_running`)."""
         task_status.started()
-        read = line_reads(self.process)
+        read = self._reads()
         eof = False
         try:
             while lines := await read():
-                for line in lines:
-                    self._route(line)
+                for offset, line in lines:
+                    self._route(line, offset)
             eof = True
         finally:
             with trio.CancelScope(shield=True):
-                if not eof:
-                    await self.process.kill()  # the pool is going: so is the process
-                status: ExitStatus | None = None
-                with trio.move_on_after(5):
-                    status = await self.process.wait()
-                if status is None:
-                    await self.process.kill()
-                    with trio.move_on_after(5):
-                        status = await self.process.wait()
-                self.exit_status = status or ExitStatus(code=None, signal=int(signal.SIGKILL))
-                for member in list(self.members):
-                    member._end(self.exit_status)
-                self.members.clear()
-                self._free_opener()
-                self.ended.set()
-                if self.on_done is not None:
-                    self.on_done(self)
+                if self.left_running:
+                    self.ended.set()
+                else:
+                    await self._reap(eof)
 
-    def _route(self, line: bytes | OversizedLine) -> None:
+    async def _reap(self, eof: bool) -> None:
+        if not eof:
+            await self.process.kill()  # the pool is going: so is the process
+        status: ExitStatus | None = None
+        with trio.move_on_after(5):
+            status = await self.process.wait()
+        if status is None:
+            await self.process.kill()
+            with trio.move_on_after(5):
+                status = await self.process.wait()
+        self.exit_status = status or ExitStatus(code=None, signal=int(signal.SIGKILL))
+        for member in list(self.members):
+            member._end(self.exit_status)
+        self.members.clear()
+        self._free_opener()
+        self.ended.set()
+        if self.on_done is not None:
+            self.on_done(self)
+
+    def _reads(self) -> Callable[[], Awaitable[list[tuple[int, bytes | OversizedLine]]]]:
+        """Lines with their journal offsets: one at a time off a held process (each
+        keeps its own), a pipe read's lines at once off a child (no offsets)."""
+        offset = self._offset
+        if offset is None:
+            read = line_reads(self.process)
+
+            async def batch() -> list[tuple[int, bytes | OversizedLine]]:
+                return [(UNJOURNALED, line) for line in await read()]
+
+            return batch
+
+        async def one() -> list[tuple[int, bytes | OversizedLine]]:
+            line = await self.process.receive_line()
+            return [] if line is None else [(offset(), line)]
+
+        return one
+
+    def _route(self, line: bytes | OversizedLine, offset: int = UNJOURNALED) -> None:
         if isinstance(line, OversizedLine):
-            self._broadcast(line)
+            self._broadcast(line, offset)
             return
         try:
             route = _route_decoder.decode(line)
         except (msgspec.DecodeError, msgspec.ValidationError):
-            self._broadcast(line)
+            self._broadcast(line, offset)
             return
         if route.method is None and route.id is not None:
-            self._response(route, line)
+            self._response(route, line, offset)
             return
         params = route.params
         thread = None
@@ -392,9 +622,9 @@ class CodexMultiplexer:
                 # A server request about no thread: one member answers it.
                 live = [m for m in self.members if not m.left]
                 if live:
-                    live[0]._deliver(line)
+                    live[0]._deliver(line, offset)
                 return
-            self._broadcast(line)
+            self._broadcast(line, offset)
             return
         owner = self._owners.get(thread)
         if owner is None:
@@ -405,10 +635,12 @@ class CodexMultiplexer:
                 log.debug("codex %s: a frame of thread %s, which no member has", self.name, thread)
                 return
             self._adopt(owner, thread)
-        owner._deliver(line)
+        member = self._by_tag.get(owner)
+        if member is not None:
+            member._deliver(line, offset)
 
-    def _response(self, route: _Route, line: bytes) -> None:
-        call = self._calls.pop(route.id, None) if isinstance(route.id, int) else None
+    def _response(self, route: _Route, line: bytes, offset: int) -> None:
+        call = self._calls.pop(route.id, None) if isinstance(route.id, str) else None
         if call is None:
             return  # our own thread/unsubscribe, or a member's that has left
         try:
@@ -428,11 +660,13 @@ class CodexMultiplexer:
         if call.method in THREAD_OPENERS:
             thread = result.get("thread") if isinstance(result, dict) else None
             ref = thread.get("id") if isinstance(thread, dict) else None
-            if isinstance(ref, str) and not call.member.left:
-                self._adopt(call.member, ref)
-            if self._opener is call.member:
+            if isinstance(ref, str):
+                self._adopt(call.tag, ref)
+            if self._opener == call.tag:
                 self._free_opener()
-        call.member._deliver(msgspec.json.encode(frame))
+        member = self._by_tag.get(call.tag)
+        if member is not None:
+            member._deliver(msgspec.json.encode(frame), offset)
 
     def _initialize_failed(self) -> None:
         """No answer to share: whoever waits sends its own ``initialize``."""
@@ -440,14 +674,23 @@ class CodexMultiplexer:
         self._init_done.set()
         self._init_done = trio.Event()
 
-    def _adopt(self, member: VirtualProcess, thread: str) -> None:
-        self._owners[thread] = member
-        member.threads.add(thread)
+    def _adopt(self, tag: str, thread: str) -> None:
+        self._owners[thread] = tag
         self.loaded.add(thread)
+        member = self._by_tag.get(tag)
+        if member is not None and not member.left:
+            member.threads.add(thread)
 
-    def _broadcast(self, line: bytes | OversizedLine) -> None:
+    def _broadcast(self, line: bytes | OversizedLine, offset: int) -> None:
         for member in self.members:
-            member._deliver(line)
+            member._deliver(line, offset)
 
 
-__all__ = ["THREAD_OPENERS", "CodexMultiplexer", "VirtualProcess"]
+__all__ = [
+    "LEFT_RUNNING",
+    "THREAD_OPENERS",
+    "CodexMultiplexer",
+    "VirtualProcess",
+    "global_id",
+    "split_id",
+]

@@ -45,8 +45,17 @@ class _TaggedSink:
     """Player ``k``'s output: its thread id (as the client knows it) and server-request ids
     tagged."""
 
-    def __init__(self, sink: PlayerSink, k: int, thread: str | None, aliases: list[str]) -> None:
+    def __init__(
+        self,
+        sink: PlayerSink,
+        k: int,
+        thread: str | None,
+        aliases: list[str],
+        lock: trio.Lock,
+    ) -> None:
         self._sink = sink
+        #: One writer at a time on the one stdout (a slow reader, a holder, blocks a send).
+        self._lock = lock
         self._k = k
         self._thread = thread
         self._aliases = aliases
@@ -63,7 +72,8 @@ class _TaggedSink:
                 if "method" in frame and "id" in frame:
                     frame["id"] = f"{self._k}:{msgspec.json.encode(frame['id']).decode()}"
                     line = msgspec.json.encode(frame)
-        await self._sink.stdout_line(line)
+        async with self._lock:
+            await self._sink.stdout_line(line)
 
     async def stderr_text(self, text: str) -> None:
         if self._k == 0:
@@ -87,12 +97,13 @@ async def serve_threads(
     first_init: dict[str, Any] | None = None
     initialized: bytes | None = None
     status: list[ExitStatus] = []
+    stdout_lock = trio.Lock()
 
     async with trio.open_nursery() as nursery:
 
         async def play(k: int, receive: trio.MemoryReceiveChannel[bytes]) -> None:
             player: TranscriptPlayer = make_player()
-            ended = await player.play(receive, _TaggedSink(sink, k, thread, aliases))
+            ended = await player.play(receive, _TaggedSink(sink, k, thread, aliases, stdout_lock))
             if k == 0:
                 status.append(ended)
 

@@ -229,6 +229,7 @@ def held_lines(held: list[dict[str, Any]]) -> list[str]:
     return [
         f"holder {h['holderId']} (pid {h['holderPid']}), provider pid {h['providerPid']}: "
         + ("attached" if h["attached"] else f"no daemon, {h['graceLeftS']:.0f} s of grace left")
+        + (f"; threads: {', '.join(h['threads'])}" if h.get("threads") else "")
         for h in held
     ]
 

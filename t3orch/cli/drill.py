@@ -444,7 +444,10 @@ def _journal_coverage(state: Path) -> tuple[int, int]:
     """(frames the holders journaled, frames of them the log has committed)."""
     from t3orch.daemon import journal_coverage
 
-    committed = {j.holder_id: j.offset for j in _store_rows(state, "journal")}
+    # A shared process's holder has an offset per thread on it: the furthest covers it.
+    committed: dict[str, int] = {}
+    for j in _store_rows(state, "journal"):
+        committed[j.holder_id] = max(committed.get(j.holder_id, 0), j.offset)
     return journal_coverage(state, committed)
 
 
@@ -500,7 +503,8 @@ def _live_restore(
             60,
         )
         sessions = [s for s in _store_rows(state, "provider_session") if s.holder is not None]
-        held_pids = [p for s in sessions for p in (s.pid, s.holder.pid) if p]
+        # Threads on one shared process name the same pids (issue 21).
+        held_pids = sorted({p for s in sessions for p in (s.pid, s.holder.pid) if p})
         proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
         proc.wait(timeout=60)
         v.checks["the providers outlived the daemon under their holders"] = bool(sessions) and (

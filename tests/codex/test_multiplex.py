@@ -228,3 +228,49 @@ async def _b_initializes_after_a_leaves(
         await trio.testing.wait_all_tasks_blocked()
         assert len(proc.sent) == 1  # b waits for a's answer
         await a.kill()
+
+
+async def test_a_multiplexer_rebuilt_from_a_journal_routes_as_the_first_did() -> None:
+    """A reattach (issue 21): the earlier daemon's requests (journal ``IN`` records) and the
+    process's lines, in journal order, rebuild the routing; each member gets its own
+    requests back with its own ids and mutes its lines up to its own committed offset."""
+    proc = FakeProcess()
+    counter = iter(range(1, 100))
+    mux = CodexMultiplexer(proc, holder_id="h", offset=lambda: next(counter))
+    a = mux.join("pa", committed=3)
+    b = mux.join("pb", committed=0)
+    got_a: list[tuple[int, bytes]] = []
+    a.on_input = lambda offset, line: got_a.append((offset, line))
+    mutes: list[bool] = []
+    a.on_mute = mutes.append
+    # What the earlier daemon sent, as the journal has it (ids carry the member's tag).
+    mux.replayed(0, json.dumps({"id": "pa|1", "method": "thread/start", "params": {}}).encode())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(mux.run)
+        proc.emit({"id": "pa|1", "result": {"thread": {"id": "TA"}}})  # offset 1
+        mux.replayed(1, json.dumps({"id": "pb|1", "method": "thread/start"}).encode())
+        proc.emit({"id": "pb|1", "result": {"thread": {"id": "TB"}}})  # 2
+        proc.emit({"method": "item/agentMessage/delta", "params": {"threadId": "TA"}})  # 3
+        proc.emit(
+            {
+                "id": 0,
+                "method": "item/commandExecution/requestApproval",
+                "params": {"threadId": "TA"},
+            }
+        )  # 4: pending across the restart
+        proc.emit({"method": "turn/completed", "params": {"threadId": "TB"}})  # 5
+        (opened_a, delta, approval) = await _frames(a, 3)
+        assert opened_a == {"id": 1, "result": {"thread": {"id": "TA"}}}
+        assert delta["params"]["threadId"] == "TA"
+        assert approval["id"] == 0
+        assert [json.loads(line)["id"] for _, line in got_a] == [1]
+        # Up to its committed offset 3 muted, the approval (4) is news.
+        assert mutes[0] is True and mutes[-1] is False
+        assert a.delivered == 4
+        opened_b, ended_b = await _frames(b, 2)
+        assert opened_b["id"] == 1 and ended_b["method"] == "turn/completed"
+        # The answer goes to the process as it is; a new request gets a's tag.
+        await _send(a, {"id": 0, "result": {"decision": "accept"}})
+        await _send(a, {"id": 2, "method": "turn/start", "params": {"threadId": "TA"}})
+        assert [f["id"] for f in proc.sent] == [0, "pa|2"]
+        nursery.cancel_scope.cancel()

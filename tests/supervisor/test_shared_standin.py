@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 
+from supervisor.manager import RestartPolicy
 from supervisor.providers import STANDIN_TRANSCRIPT, standin_settings
 from t3orch.cli.clientcmds import shared_lines
 from tests.supervisor.support import Rig, rig
@@ -17,12 +18,13 @@ from tests.supervisor.support import Rig, rig
 ENDED = ("completed", "failed", "interrupted", "cancelled")
 
 
-def _shared(tmp_path: Path) -> Any:
+def _shared(tmp_path: Path, threads_per_process: int = 4, **options: Any) -> Any:
     return rig(
         tmp_path / "e.db",
         providers={"standin": standin_settings(STANDIN_TRANSCRIPT, "--threads")},
-        codex_threads_per_process=4,
+        codex_threads_per_process=threads_per_process,
         shared_kinds=frozenset({"standin"}),
+        **options,
     )
 
 
@@ -77,8 +79,43 @@ async def test_a_killed_shared_process_settles_both_and_each_resumes_its_own(
         assert _refs(r) == refs
         (new_pid,) = _pids(r, a, b)
         assert new_pid != pid
-        # One crash of the process counts once for each thread on it.
-        assert [len(r.manager.crashes[t].times) for t in (a, b)] == [1, 1]
+        # One crash of the process is one restart, in the ledger both threads count in.
+        assert r.manager.crashes_of(a) is r.manager.crashes_of(b)
+        assert len(r.manager.crashes_of(a).times) == 1
+
+
+async def test_a_crash_of_a_process_with_five_threads_is_one_restart(tmp_path: Path) -> None:
+    async with _shared(tmp_path, threads_per_process=5) as r:
+        tids = [await r.thread() for _ in range(5)]
+        async with trio.open_nursery() as nursery:
+            for tid in tids:
+                nursery.start_soon(_turn, r, tid, "hello")
+        (pid,) = _pids(r, *tids)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        await r.wait_for(lambda: not any(t in r.manager.runners for t in tids))
+        assert list(r.manager.status()["restarts"].values()) == [1]
+        assert r.manager.status()["heldThreads"] == []
+
+
+async def test_restart_intensity_counts_processes_not_threads(tmp_path: Path) -> None:
+    """Intensity 2, two processes (two threads on one, one on the other): two process
+    crashes hold the lineage back, though no thread was in more than one."""
+    async with _shared(tmp_path, threads_per_process=2, restart=RestartPolicy(intensity=2)) as r:
+        a, b, c = await r.thread(), await r.thread(), await r.thread()
+        for tid in (a, b, c):
+            await _turn(r, tid, "hello")
+        (first,) = _pids(r, a, b)
+        (second,) = _pids(r, c)
+        assert first != second
+        for pid, gone in ((first, (a, b)), (second, (c,))):
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            await r.wait_for(lambda gone=gone: not any(t in r.manager.runners for t in gone))
+        assert list(r.manager.status()["restarts"].values()) == [2]
+        assert r.manager.status()["heldThreads"] == sorted((a, b, c))
+        # A user sending again is the user acting: the count starts over.
+        assert (await _turn(r, a, "again")).status == "completed"
 
 
 async def test_reaping_one_thread_keeps_the_shared_process_for_the_other(tmp_path: Path) -> None:
