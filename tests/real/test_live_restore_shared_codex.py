@@ -15,10 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
-from t3orch.cli.environment import config_toml, provider_environment
-from tests.daemon.support import rpc, serve
-from tests.daemon.test_live_restore import alive, cli, events, rows, wait
-from tests.real.test_live_restore_codex import _config, _setup, _stop_agents
+from tests.daemon.support import alive, cli_ok, events, rows, rpc, serve, wait_for
+from tests.real.live_restore import held
 
 pytestmark = pytest.mark.real_codex
 
@@ -80,113 +78,101 @@ def _codex_processes() -> list[psutil.Process]:
 def test_two_threads_on_one_held_process_across_a_restart_each_word_once(
     tmp_path: Path, stop: signal.Signals
 ) -> None:
-    work, state = _setup(tmp_path)
-    with provider_environment(work, tmp_path, ["codex"]) as (config, _):
-        cfg = _config(tmp_path, config_toml(config))
-        try:
-            with serve(state, cfg, keep_holders=True) as d:
-                d.wait_notify("READY=1")
-                a, b = _threads(state, work, 2)
-                ra, rb = _send(state, a, STREAM), _send(state, b, "DAWDLE")
-                wait(lambda: _deltas(state, a) and _deltas(state, b), 60)
-                sessions = _live_sessions(state)
-                # One process, one holder, both threads on it.
-                assert len(sessions) == 2
-                assert len({s.pid for s in sessions}) == 1
-                assert len({s.holder.holder_id for s in sessions}) == 1
-                d.proc.send_signal(stop)
-                d.proc.wait(timeout=30)
-                assert alive(sessions[0].pid)
-                assert _run(state, ra).status == "running"
-                (held,) = json.loads(cli(state, "held", "--json"))
-                assert held["providerPid"] == sessions[0].pid
-                assert held["threads"] == sorted((a, b))
-            with serve(state, cfg, keep_holders=True) as d2:
-                d2.wait_notify("READY=1")
-                wait(lambda: _run(state, ra).status == "completed", 60)
-                wait(lambda: _run(state, rb).status == "completed", 60)
-                assert _deltas(state, a) == STREAMED
-                assert _deltas(state, b) == "dawdled: done"
-                assert [t.strip() for t in _texts(state, a)] == [STREAMED.strip()]
-                assert _texts(state, b) == ["dawdled: done"]
-                # The next turns go on the same process, to their own threads.
-                ra2 = _send(state, a, "RECALL")
-                wait(lambda: _run(state, ra2).status == "completed", 60)
-                assert _texts(state, a)[-1] == f'recall: ["{STREAM}"]'
-                d2.proc.send_signal(signal.SIGTERM)
-                assert d2.proc.wait(timeout=30) == 0
-        finally:
-            _stop_agents(state)
-    wait(lambda: not alive(sessions[0].pid), 30)
+    with held(tmp_path, "codex") as h:
+        work, state, cfg = h.work, h.state, h.config
+        with serve(state, cfg, keep_holders=True) as d:
+            d.wait_notify("READY=1")
+            a, b = _threads(state, work, 2)
+            ra, rb = _send(state, a, STREAM), _send(state, b, "DAWDLE")
+            wait_for(lambda: _deltas(state, a) and _deltas(state, b), 60)
+            sessions = _live_sessions(state)
+            # One process, one holder, both threads on it.
+            assert len(sessions) == 2
+            assert len({s.pid for s in sessions}) == 1
+            assert len({s.holder.holder_id for s in sessions}) == 1
+            d.proc.send_signal(stop)
+            d.proc.wait(timeout=30)
+            assert alive(sessions[0].pid)
+            assert _run(state, ra).status == "running"
+            (listed,) = json.loads(cli_ok(state, "held", "--json"))
+            assert listed["providerPid"] == sessions[0].pid
+            assert listed["threads"] == sorted((a, b))
+        with serve(state, cfg, keep_holders=True) as d2:
+            d2.wait_notify("READY=1")
+            wait_for(lambda: _run(state, ra).status == "completed", 60)
+            wait_for(lambda: _run(state, rb).status == "completed", 60)
+            assert _deltas(state, a) == STREAMED
+            assert _deltas(state, b) == "dawdled: done"
+            assert [t.strip() for t in _texts(state, a)] == [STREAMED.strip()]
+            assert _texts(state, b) == ["dawdled: done"]
+            # The next turns go on the same process, to their own threads.
+            ra2 = _send(state, a, "RECALL")
+            wait_for(lambda: _run(state, ra2).status == "completed", 60)
+            assert _texts(state, a)[-1] == f'recall: ["{STREAM}"]'
+            d2.proc.send_signal(signal.SIGTERM)
+            assert d2.proc.wait(timeout=30) == 0
+    wait_for(lambda: not alive(sessions[0].pid), 30)
 
 
 def test_an_approval_on_one_shared_thread_survives_a_restart_and_runs(tmp_path: Path) -> None:
-    work, state = _setup(tmp_path)
-    made = work / "approved.txt"
-    with provider_environment(work, tmp_path, ["codex"]) as (config, _):
-        cfg = _config(tmp_path, config_toml(config))
-        try:
-            with serve(state, cfg, keep_holders=True) as d:
-                d.wait_notify("READY=1")
-                a, b = _threads(state, work, 2)
-                ra = _send(state, a, f"RUN_SHELL: ESCALATE touch {made}")
-                rb = _send(state, b, STREAM)
-                (request,) = wait(
-                    lambda: [r for r in rows(state, "runtime_request") if r.status == "pending"],
-                    60,
-                )
-                wait(lambda: _deltas(state, b), 60)
-                assert len({s.pid for s in _live_sessions(state)}) == 1
-                d.proc.send_signal(signal.SIGKILL)
-                d.proc.wait(timeout=30)
-            assert not made.exists()
-            with serve(state, cfg, keep_holders=True) as d2:
-                d2.wait_notify("READY=1")
-                (still,) = [r for r in rows(state, "runtime_request") if r.id == request.id]
-                assert still.status == "pending"
-                rpc(
-                    state,
-                    "request.respond",
-                    {"commandId": "answer", "requestId": request.id, "decision": "accept"},
-                )
-                wait(lambda: _run(state, ra).status == "completed", 60)
-                assert made.exists()
-                wait(lambda: _run(state, rb).status == "completed", 60)
-                assert _deltas(state, b) == STREAMED
-                d2.proc.send_signal(signal.SIGTERM)
-                assert d2.proc.wait(timeout=30) == 0
-        finally:
-            _stop_agents(state)
+    with held(tmp_path, "codex") as h:
+        work, state, cfg = h.work, h.state, h.config
+        made = work / "approved.txt"
+        with serve(state, cfg, keep_holders=True) as d:
+            d.wait_notify("READY=1")
+            a, b = _threads(state, work, 2)
+            ra = _send(state, a, f"RUN_SHELL: ESCALATE touch {made}")
+            rb = _send(state, b, STREAM)
+            (request,) = wait_for(
+                lambda: [r for r in rows(state, "runtime_request") if r.status == "pending"],
+                60,
+            )
+            wait_for(lambda: _deltas(state, b), 60)
+            assert len({s.pid for s in _live_sessions(state)}) == 1
+            d.proc.send_signal(signal.SIGKILL)
+            d.proc.wait(timeout=30)
+        assert not made.exists()
+        with serve(state, cfg, keep_holders=True) as d2:
+            d2.wait_notify("READY=1")
+            (still,) = [r for r in rows(state, "runtime_request") if r.id == request.id]
+            assert still.status == "pending"
+            rpc(
+                state,
+                "request.respond",
+                {"commandId": "answer", "requestId": request.id, "decision": "accept"},
+            )
+            wait_for(lambda: _run(state, ra).status == "completed", 60)
+            assert made.exists()
+            wait_for(lambda: _run(state, rb).status == "completed", 60)
+            assert _deltas(state, b) == STREAMED
+            d2.proc.send_signal(signal.SIGTERM)
+            assert d2.proc.wait(timeout=30) == 0
 
 
 def test_a_shared_holder_killed_while_the_daemon_is_down_settles_both(tmp_path: Path) -> None:
-    work, state = _setup(tmp_path)
-    with provider_environment(work, tmp_path, ["codex"]) as (config, _):
-        cfg = _config(tmp_path, config_toml(config))
-        try:
-            with serve(state, cfg, keep_holders=True) as d:
-                d.wait_notify("READY=1")
-                a, b = _threads(state, work, 2)
-                ra, rb = _send(state, a, STREAM), _send(state, b, "DAWDLE")
-                wait(lambda: _deltas(state, a) and _deltas(state, b), 60)
-                sessions = _live_sessions(state)
-                assert len({s.holder.holder_id for s in sessions}) == 1
-                d.proc.send_signal(signal.SIGKILL)
-                d.proc.wait(timeout=30)
-            os.kill(sessions[0].holder.pid, signal.SIGKILL)
-            wait(lambda: not alive(sessions[0].pid), 30)
-            with serve(state, cfg, keep_holders=True) as d2:
-                d2.wait_notify("READY=1")
-                for run_id in (ra, rb):
-                    assert _run(state, run_id).status in ("failed", "interrupted")
-                assert all(s.status == "stopped" for s in rows(state, "provider_session"))
-                # Each thread's next send works, on a new process.
-                ra2, rb2 = _send(state, a, "RECALL"), _send(state, b, "RECALL")
-                for run_id in (ra2, rb2):
-                    wait(lambda run_id=run_id: _run(state, run_id).status == "completed", 60)
-                assert {s.pid for s in _live_sessions(state)}.isdisjoint({sessions[0].pid})
-                d2.proc.send_signal(signal.SIGTERM)
-                assert d2.proc.wait(timeout=30) == 0
-        finally:
-            _stop_agents(state)
-    wait(lambda: not [p for p in _codex_processes() if str(state) in " ".join(p.cmdline())], 30)
+    with held(tmp_path, "codex") as h:
+        work, state, cfg = h.work, h.state, h.config
+        with serve(state, cfg, keep_holders=True) as d:
+            d.wait_notify("READY=1")
+            a, b = _threads(state, work, 2)
+            ra, rb = _send(state, a, STREAM), _send(state, b, "DAWDLE")
+            wait_for(lambda: _deltas(state, a) and _deltas(state, b), 60)
+            sessions = _live_sessions(state)
+            assert len({s.holder.holder_id for s in sessions}) == 1
+            d.proc.send_signal(signal.SIGKILL)
+            d.proc.wait(timeout=30)
+        os.kill(sessions[0].holder.pid, signal.SIGKILL)
+        wait_for(lambda: not alive(sessions[0].pid), 30)
+        with serve(state, cfg, keep_holders=True) as d2:
+            d2.wait_notify("READY=1")
+            for run_id in (ra, rb):
+                assert _run(state, run_id).status in ("failed", "interrupted")
+            assert all(s.status == "stopped" for s in rows(state, "provider_session"))
+            # Each thread's next send works, on a new process.
+            ra2, rb2 = _send(state, a, "RECALL"), _send(state, b, "RECALL")
+            for run_id in (ra2, rb2):
+                wait_for(lambda run_id=run_id: _run(state, run_id).status == "completed", 60)
+            assert {s.pid for s in _live_sessions(state)}.isdisjoint({sessions[0].pid})
+            d2.proc.send_signal(signal.SIGTERM)
+            assert d2.proc.wait(timeout=30) == 0
+    wait_for(lambda: not [p for p in _codex_processes() if str(state) in " ".join(p.cmdline())], 30)
