@@ -274,3 +274,30 @@ async def test_a_multiplexer_rebuilt_from_a_journal_routes_as_the_first_did() ->
         await _send(a, {"id": 2, "method": "turn/start", "params": {"threadId": "TA"}})
         assert [f["id"] for f in proc.sent] == [0, "pa|2"]
         nursery.cancel_scope.cancel()
+
+
+async def test_a_subagent_named_only_by_its_spawn_item_goes_to_its_parents_member(
+    shared: tuple[CodexMultiplexer, FakeProcess],
+) -> None:
+    """0.169.0 sends no ``thread/started`` for a spawned agent's thread, and the thread
+    speaks before the spawn item names it: its lines wait for the item, then go to the
+    member of the thread that spawned it, in the process's order."""
+    mux, proc = shared
+    a, b = await _two_threads(mux, proc)
+    spawn = {"type": "collabAgentToolCall", "id": "call_1", "tool": "spawnAgent"}
+    proc.emit({"method": "item/started", "params": {"threadId": "thr-b",
+               "item": {**spawn, "receiverThreadIds": []}}})  # fmt: skip
+    proc.emit({"method": "thread/status/changed", "params": {"threadId": "thr-c"}})
+    proc.emit({"method": "item/completed", "params": {"threadId": "thr-b",
+               "item": {**spawn, "receiverThreadIds": ["thr-c"]}}})  # fmt: skip
+    proc.emit({"method": "turn/started", "params": {"threadId": "thr-c"}})
+    proc.emit({"method": "turn/started", "params": {"threadId": "thr-a"}})
+    got_b = await _frames(b, 4)
+    assert [(f["method"], f["params"]["threadId"]) for f in got_b] == [
+        ("item/started", "thr-b"),
+        ("thread/status/changed", "thr-c"),
+        ("item/completed", "thr-b"),
+        ("turn/started", "thr-c"),
+    ]
+    assert [f["params"]["threadId"] for f in await _frames(a, 1)] == ["thr-a"]
+    assert "thr-c" in b.threads and "thr-c" in mux.loaded
