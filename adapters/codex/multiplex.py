@@ -341,7 +341,7 @@ class CodexMultiplexer:
         #: thread speaks (``thread/status/changed``, its turn) before the spawn item
         #: naming it (``receiverThreadIds``) says whose it is, and 0.169.0 sends no
         #: ``thread/started`` for it.
-        self._unclaimed: dict[str, list[tuple[bytes, int]]] = {}
+        self._unclaimed: dict[str, list[bytes]] = {}
         self._unclaimed_lines = 0
         self._calls: dict[str, _Call] = {}
         self._ids = itertools.count(1)
@@ -648,14 +648,14 @@ class CodexMultiplexer:
             if owner is None:
                 owner = self._opener
             if owner is None:
-                self._keep_unclaimed(thread, line, offset)
+                self._keep_unclaimed(thread, line)
                 return
-            self._adopt(owner, thread)
+            self._adopt(owner, thread, offset)
         if params is not None and params.item is not None and params.item.receiverThreadIds:
             # A collab call (``spawnAgent``) names its agents' threads: its thread's.
             for receiver in params.item.receiverThreadIds:
                 if receiver not in self._owners:
-                    self._adopt(owner, receiver)
+                    self._adopt(owner, receiver, offset)
         member = self._by_tag.get(owner)
         if member is not None:
             member._deliver(line, offset)
@@ -682,7 +682,7 @@ class CodexMultiplexer:
             thread = result.get("thread") if isinstance(result, dict) else None
             ref = thread.get("id") if isinstance(thread, dict) else None
             if isinstance(ref, str):
-                self._adopt(call.tag, ref)
+                self._adopt(call.tag, ref, offset)
             if self._opener == call.tag:
                 self._free_opener()
         member = self._by_tag.get(call.tag)
@@ -695,8 +695,12 @@ class CodexMultiplexer:
         self._init_done.set()
         self._init_done = trio.Event()
 
-    def _adopt(self, tag: str, thread: str) -> None:
-        """``thread`` is the member ``tag``'s: its lines kept so far go to it first."""
+    def _adopt(self, tag: str, thread: str, offset: int) -> None:
+        """``thread`` is the member ``tag``'s: its lines kept so far go to it first.
+
+        They go at ``offset``, the line's that made the thread the member's: they are
+        news to it from there (a reattach's replay mutes them only if the earlier daemon
+        had that line, and them with it), and its offsets never go back."""
         self._owners[thread] = tag
         self.loaded.add(thread)
         member = self._by_tag.get(tag)
@@ -705,15 +709,15 @@ class CodexMultiplexer:
         kept = self._unclaimed.pop(thread, [])
         self._unclaimed_lines -= len(kept)
         if member is not None:
-            for line, offset in kept:
+            for line in kept:
                 member._deliver(line, offset)
 
-    def _keep_unclaimed(self, thread: str, line: bytes, offset: int) -> None:
+    def _keep_unclaimed(self, thread: str, line: bytes) -> None:
         """A line of a thread no member has: kept until a spawn item names the thread."""
         if self._unclaimed_lines >= UNCLAIMED_MAX:
             log.warning("codex %s: a frame of thread %s, which no member has", self.name, thread)
             return
-        self._unclaimed.setdefault(thread, []).append((line, offset))
+        self._unclaimed.setdefault(thread, []).append(line)
         self._unclaimed_lines += 1
 
     def _broadcast(self, line: bytes | OversizedLine, offset: int) -> None:
