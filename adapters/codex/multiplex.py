@@ -14,7 +14,9 @@ process:
 * **notifications and server requests** are routed by the thread they name
   (``params.threadId``, ``params.conversationId`` of the legacy approvals,
   ``params.thread.id`` of ``thread/started``); a subagent's thread
-  (``thread.parentThreadId``) goes where its parent does; a thread opens
+  (``thread.parentThreadId``, or a ``receiverThreadIds`` of a collab item on its
+  parent's thread) goes where its parent does, its lines from before that kept for
+  it; a thread opens
   (``thread/start``, ``resume``, ``fork``) one at a time per process, so a frame of
   a thread not known yet belongs to the one opening. Frames naming no thread
   (``configWarning``, rate limits) go to every member; a server request naming
@@ -56,10 +58,15 @@ class _RouteThread(msgspec.Struct):
     parentThreadId: str | None = None
 
 
+class _RouteItem(msgspec.Struct):
+    receiverThreadIds: list[str] | None = None
+
+
 class _RouteParams(msgspec.Struct):
     threadId: str | None = None
     conversationId: str | None = None
     thread: _RouteThread | None = None
+    item: _RouteItem | None = None
 
 
 class _Route(msgspec.Struct):
@@ -77,6 +84,9 @@ _route_decoder = msgspec.json.Decoder(_Route)
 _TAG_SEP = "|"
 #: The tag of the multiplexer's own requests (``thread/unsubscribe``).
 _OWN_TAG = "mux"
+#: How many lines of threads no member has (yet) are kept for the member whose
+#: subagent the thread turns out to be; past it they are dropped (with a warning).
+UNCLAIMED_MAX = 1000
 #: The "offset" of a line that is not in a journal (a child's, or one the multiplexer
 #: answers itself): never muted, never reported.
 UNJOURNALED = -1
@@ -327,6 +337,12 @@ class CodexMultiplexer:
         self._ever = itertools.count(1)
         #: Which member's tag each native thread belongs to.
         self._owners: dict[str, str] = {}
+        #: Lines of threads no member has yet, in process order, by thread: a subagent's
+        #: thread speaks (``thread/status/changed``, its turn) before the spawn item
+        #: naming it (``receiverThreadIds``) says whose it is, and 0.169.0 sends no
+        #: ``thread/started`` for it.
+        self._unclaimed: dict[str, list[bytes]] = {}
+        self._unclaimed_lines = 0
         self._calls: dict[str, _Call] = {}
         self._ids = itertools.count(1)
         self._send_lock = trio.Lock()
@@ -632,9 +648,14 @@ class CodexMultiplexer:
             if owner is None:
                 owner = self._opener
             if owner is None:
-                log.debug("codex %s: a frame of thread %s, which no member has", self.name, thread)
+                self._keep_unclaimed(thread, line)
                 return
-            self._adopt(owner, thread)
+            self._adopt(owner, thread, offset)
+        if params is not None and params.item is not None and params.item.receiverThreadIds:
+            # A collab call (``spawnAgent``) names its agents' threads: its thread's.
+            for receiver in params.item.receiverThreadIds:
+                if receiver not in self._owners:
+                    self._adopt(owner, receiver, offset)
         member = self._by_tag.get(owner)
         if member is not None:
             member._deliver(line, offset)
@@ -661,7 +682,7 @@ class CodexMultiplexer:
             thread = result.get("thread") if isinstance(result, dict) else None
             ref = thread.get("id") if isinstance(thread, dict) else None
             if isinstance(ref, str):
-                self._adopt(call.tag, ref)
+                self._adopt(call.tag, ref, offset)
             if self._opener == call.tag:
                 self._free_opener()
         member = self._by_tag.get(call.tag)
@@ -674,12 +695,30 @@ class CodexMultiplexer:
         self._init_done.set()
         self._init_done = trio.Event()
 
-    def _adopt(self, tag: str, thread: str) -> None:
+    def _adopt(self, tag: str, thread: str, offset: int) -> None:
+        """``thread`` is the member ``tag``'s: its lines kept so far go to it first.
+
+        They go at ``offset``, the line's that made the thread the member's: they are
+        news to it from there (a reattach's replay mutes them only if the earlier daemon
+        had that line, and them with it), and its offsets never go back."""
         self._owners[thread] = tag
         self.loaded.add(thread)
         member = self._by_tag.get(tag)
         if member is not None and not member.left:
             member.threads.add(thread)
+        kept = self._unclaimed.pop(thread, [])
+        self._unclaimed_lines -= len(kept)
+        if member is not None:
+            for line in kept:
+                member._deliver(line, offset)
+
+    def _keep_unclaimed(self, thread: str, line: bytes) -> None:
+        """A line of a thread no member has: kept until a spawn item names the thread."""
+        if self._unclaimed_lines >= UNCLAIMED_MAX:
+            log.warning("codex %s: a frame of thread %s, which no member has", self.name, thread)
+            return
+        self._unclaimed.setdefault(thread, []).append(line)
+        self._unclaimed_lines += 1
 
     def _broadcast(self, line: bytes | OversizedLine, offset: int) -> None:
         for member in self.members:

@@ -274,3 +274,66 @@ async def test_a_multiplexer_rebuilt_from_a_journal_routes_as_the_first_did() ->
         await _send(a, {"id": 2, "method": "turn/start", "params": {"threadId": "TA"}})
         assert [f["id"] for f in proc.sent] == [0, "pa|2"]
         nursery.cancel_scope.cancel()
+
+
+async def test_a_subagent_named_only_by_its_spawn_item_goes_to_its_parents_member(
+    shared: tuple[CodexMultiplexer, FakeProcess],
+) -> None:
+    """0.169.0 sends no ``thread/started`` for a spawned agent's thread, and the thread
+    speaks before the spawn item names it: its lines wait for the item, then go to the
+    member of the thread that spawned it, in the process's order."""
+    mux, proc = shared
+    a, b = await _two_threads(mux, proc)
+    spawn = {"type": "collabAgentToolCall", "id": "call_1", "tool": "spawnAgent"}
+    proc.emit({"method": "item/started", "params": {"threadId": "thr-b",
+               "item": {**spawn, "receiverThreadIds": []}}})  # fmt: skip
+    proc.emit({"method": "thread/status/changed", "params": {"threadId": "thr-c"}})
+    proc.emit({"method": "item/completed", "params": {"threadId": "thr-b",
+               "item": {**spawn, "receiverThreadIds": ["thr-c"]}}})  # fmt: skip
+    proc.emit({"method": "turn/started", "params": {"threadId": "thr-c"}})
+    proc.emit({"method": "turn/started", "params": {"threadId": "thr-a"}})
+    got_b = await _frames(b, 4)
+    assert [(f["method"], f["params"]["threadId"]) for f in got_b] == [
+        ("item/started", "thr-b"),
+        ("thread/status/changed", "thr-c"),
+        ("item/completed", "thr-b"),
+        ("turn/started", "thr-c"),
+    ]
+    assert [f["params"]["threadId"] for f in await _frames(a, 1)] == ["thr-a"]
+    assert "thr-c" in b.threads and "thr-c" in mux.loaded
+
+
+async def test_a_subagents_kept_lines_are_news_after_a_reattach_that_had_not_claimed_them() -> None:
+    """The earlier daemon committed a line of the parent's (4) after the child's first
+    line (3), which it was still keeping: a replay from the journal mutes the parent's
+    lines up to 4 but hands the child's line over unmuted, with the spawn item (5)."""
+    proc = FakeProcess()
+    counter = iter(range(1, 100))
+    mux = CodexMultiplexer(proc, holder_id="h", offset=lambda: next(counter))
+    a = mux.join("pa", committed=4)
+    mux.replayed(0, json.dumps({"id": "pa|1", "method": "thread/start", "params": {}}).encode())
+    spawn = {"type": "collabAgentToolCall", "id": "call_1", "tool": "spawnAgent"}
+    batches: list[tuple[bool, list[str]]] = []
+    mutes: list[bool] = []
+    a.on_mute = mutes.append
+    async with trio.open_nursery() as nursery:
+        await nursery.start(mux.run)
+        proc.emit({"id": "pa|1", "result": {"thread": {"id": "TA"}}})  # 1
+        proc.emit({"method": "item/started", "params": {"threadId": "TA", "item": spawn}})  # 2
+        proc.emit({"method": "thread/status/changed", "params": {"threadId": "TC"}})  # 3
+        proc.emit({"method": "item/agentMessage/delta", "params": {"threadId": "TA"}})  # 4
+        proc.emit({"method": "item/completed", "params": {"threadId": "TA",
+                   "item": {**spawn, "receiverThreadIds": ["TC"]}}})  # fmt: skip
+        with trio.fail_after(2):
+            while sum(len(names) for _, names in batches) < 5:
+                lines = await a.receive_lines()
+                names = [json.loads(line).get("method", "reply") for line in lines]
+                batches.append((mutes[-1], names))
+        nursery.cancel_scope.cancel()
+    assert batches[-1] == (False, ["thread/status/changed", "item/completed"])
+    assert [name for muted, names in batches if muted for name in names] == [
+        "reply",
+        "item/started",
+        "item/agentMessage/delta",
+    ]
+    assert a.delivered == 5

@@ -235,3 +235,39 @@ async def test_a_thread_that_left_a_full_process_comes_back_to_it(tmp_path: Path
         assert s.pids(a, b, c) == {first}
         (shared,) = manager.status()["sharedProcesses"]
         assert shared["threads"] == 3
+
+
+async def test_a_subagent_on_a_shared_process_is_its_parents(tmp_path: Path) -> None:
+    """The spawned agent's thread (named only by its spawn item) works for its parent's
+    thread, while another thread streams on the same process."""
+    async with shared_daemon(tmp_path) as s:
+        a, b = await s.thread(), await s.thread()
+        ra = await s.send(a, "SPAWN_AGENT: say hi from the child")
+        rb = await s.send(b, "STREAM: beta")
+        assert (await _ended(s.daemon, ra)).status == "completed"
+        assert (await _ended(s.daemon, rb)).status == "completed"
+        assert len(s.pids(a, b)) == 1
+        with s.daemon.core.reader.snapshot():
+            nodes = {
+                n.id: n
+                for n in (r.decode() for r in s.daemon.core.reader.rows("node", thread_id=a))
+            }
+        (sub,) = [n for n in nodes.values() if n.kind == "subagent"]
+        child = await _until(
+            lambda: (
+                (p := _row(s.daemon, "provider_thread", sub.provider_thread_id))
+                and p.native_thread_ref
+                and p
+            )
+        )
+        # The child's own reply is on a, under the child's provider thread; none on b.
+        replies = [
+            i for i in _items(s.daemon, a) if type(i).__name__ == "AssistantMessage" and i.hidden
+        ]
+        assert [nodes[i.node_id].provider_thread_id for i in replies] == [child.id]
+        assert _texts(s.daemon, a)[-1] == "subagent finished"
+        on_b = [type(i).__name__ for i in _items(s.daemon, b) if i.hidden]
+        assert "AssistantMessage" not in on_b and "Subagent" not in on_b
+        with s.daemon.core.reader.snapshot():
+            kinds_b = {r.decode().kind for r in s.daemon.core.reader.rows("node", thread_id=b)}
+        assert "subagent" not in kinds_b
