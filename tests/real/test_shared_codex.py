@@ -253,9 +253,9 @@ async def test_a_subagent_on_a_shared_process_is_its_parents(tmp_path: Path) -> 
                 for n in (r.decode() for r in s.daemon.core.reader.rows("node", thread_id=a))
             }
         (sub,) = [n for n in nodes.values() if n.kind == "subagent"]
-        child = await _until(
+        child = await until(
             lambda: (
-                (p := _row(s.daemon, "provider_thread", sub.provider_thread_id))
+                (p := stored_row(s.daemon, "provider_thread", sub.provider_thread_id))
                 and p.native_thread_ref
                 and p
             )
