@@ -384,6 +384,12 @@ class CodexMultiplexer:
         member = VirtualProcess(self, number, tag or f"m{number}")
         member.mute_through = committed
         member.delivered = member._reported = committed
+        if self.ended.is_set():
+            # The process ended before this thread joined it (one that fails at once may
+            # be read to its exit before its first thread is there): the member ends
+            # with that exit, as every member on it did, or nothing would ever end it.
+            member._end(self.exit_status or LEFT_RUNNING)
+            return member
         self.members.append(member)
         self._by_tag[member.tag] = member
         return member

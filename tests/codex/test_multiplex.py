@@ -172,6 +172,23 @@ async def test_the_process_ending_ends_every_member_with_its_status(
     assert mux.ended.is_set()
 
 
+async def test_a_thread_joining_a_process_that_already_ended_gets_its_exit(
+    shared: tuple[CodexMultiplexer, FakeProcess],
+) -> None:
+    # A provider that fails at once can be read to its exit before its first thread
+    # joins (the pool starts the multiplexer, then joins): that thread must still end,
+    # with the process's own exit, not wait for an end nothing will send.
+    mux, proc = shared
+    proc.end(ExitStatus(code=1, signal=None))
+    with trio.fail_after(2):
+        await mux.ended.wait()
+    member = mux.join()
+    with trio.fail_after(2):
+        assert await member.receive_lines() == []
+        assert await member.wait() == ExitStatus(code=1, signal=None)
+    assert mux.members == []
+
+
 async def test_threadless_frames_and_subagents(
     shared: tuple[CodexMultiplexer, FakeProcess],
 ) -> None:
