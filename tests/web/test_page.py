@@ -16,6 +16,7 @@ import json
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -112,7 +113,23 @@ def texts(driver: Any, kind: str) -> list[str]:
 
 
 def assert_screen_matches_store(driver: Any, state_dir: Path, thread_id: str) -> None:
-    """Every item the store holds is on screen exactly once, with the stored text."""
+    """Every item the store holds is on screen exactly once, with the stored text.
+
+    Compared until they agree (within 10 s): an item committed between the store read and
+    the screen read is on screen a notification later, and a screen that never catches up
+    fails with the difference."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            _screen_matches_store(driver, state_dir, thread_id)
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def _screen_matches_store(driver: Any, state_dir: Path, thread_id: str) -> None:
     detail = rpc(state_dir, "view.read", {"topic": "threadDetail", "threadId": thread_id})["data"]
     stored = {i["id"]: i for i in detail["visibleTurnItems"]}
     every = {i["id"]: i for i in detail["turnItems"]} | stored
