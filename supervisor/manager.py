@@ -39,6 +39,7 @@ from t3orch.domain.run import Run
 from t3orch.domain.thread import AppThread
 from t3orch.domain.turn_items import UserMessage
 from t3orch.domain.vocab import ProviderKind, RuntimeMode
+from t3orch.ids import TurnItemId, derived_id
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.provider_versions import describe
 from t3orch.service import CommandResult, CoreService
@@ -661,9 +662,11 @@ class SessionManager:
             await self._recover(thread_id, run, runner)
 
     def _user_text(self, run: Run) -> str:
-        for item in self.reader.select(UserMessage, thread_id=run.thread_id):
-            if item.run_id == run.id and item.message_id == run.user_message_id:
-                return item.text
+        # The run's message is the item ``send_message`` made with it: read by its id,
+        # not among every message of the thread (a read that grew with each turn).
+        item = self.reader.get(UserMessage, derived_id(TurnItemId, run.id, "user"))
+        if item is not None and item.message_id == run.user_message_id:
+            return item.text
         raise CommandRejected("no_user_message", f"run {run.id} has no user message")
 
     async def reattach_all(self, held: list[Reattach]) -> list[Reattach]:

@@ -44,6 +44,8 @@ def earlier_runs(view: StateView, run: Run) -> list[Run]:
 def missed_runs(view: StateView, run: Run, pt: ProviderThread) -> list[Run]:
     """The earlier runs of the app thread that ran on other provider threads since ``pt``'s last."""
     seen = pt.last_run_ordinal
+    if run.ordinal <= 1 or (seen is not None and seen >= run.ordinal - 1):
+        return []  # no earlier run, or ``pt`` ran the one before: none to read
     return [
         r
         for r in earlier_runs(view, run)

@@ -61,6 +61,10 @@ class StateView(Protocol):
         """Entities whose status is one of ``statuses`` (of one thread, if given): an
         indexed read, unlike ``select`` of a whole thread's rows."""
 
+    def count(self, entity: type, *, thread_id: str) -> int:
+        """``len(select(entity, thread_id=...))`` without decoding the rows: a
+        thread's history grows, and a turn that only counts it must not pay for it."""
+
     def now(self) -> str:
         """The batch's timestamp (ISO 8601, UTC): one clock read per transaction."""
 

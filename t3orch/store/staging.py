@@ -19,7 +19,7 @@ from typing import Any
 from t3orch.projections.projector import fold_item
 from t3orch.store.encoding import streaming
 from t3orch.store.interface import CommandReceipt, E, Outcome
-from t3orch.store.kinds import Chunk, Row, kind_of
+from t3orch.store.kinds import Chunk, Row, entity_of, kind_of
 
 Key = tuple[str, str]
 #: A position cached for a row that was read and is not stored (positions are >= 0).
@@ -237,6 +237,12 @@ class OverlayView(ABC):
     ) -> list[E]:
         rows = self._merged(kind_of(entity), thread_id, statuses)
         return [v for r in rows if isinstance(v := self._decoded(r), entity)]
+
+    def count(self, entity: type, *, thread_id: str) -> int:
+        kind = kind_of(entity)
+        if entity is not entity_of(kind):
+            return len(self.select(entity, thread_id=thread_id))  # a turn item variant
+        return len(self._merged(kind, thread_id, None))
 
     def _merged(
         self, kind: str, thread_id: str | None, statuses: Sequence[str] | None
