@@ -231,9 +231,22 @@ def settle_subagent(
 
 
 def adopt_child_scopes(ch: Changes, thread_id: str, run_id: str, root_scope: str) -> None:
-    """Nest the run's top-level subagent scopes under its root scope, now that it exists."""
-    for scope in ch.select("checkpoint_scope", thread_id=thread_id):
-        if scope.run_id == run_id and scope.kind == "subagent" and scope.parent_scope_id is None:
+    """Nest the run's top-level subagent scopes under its root scope, now that it exists.
+
+    Each subagent scope is found from its node's provider thread (``child_ids``): a
+    thread has a provider thread per provider and per subagent, but a checkpoint scope
+    per run too, and every turn's end reading all of those cost more with each turn.
+    """
+    for pt in ch.select("provider_thread", thread_id=thread_id):
+        if pt.owner_node_id is None:
+            continue
+        scope = ch.get("checkpoint_scope", child_ids(pt.owner_node_id)[1])
+        if (
+            scope is not None
+            and scope.run_id == run_id
+            and scope.kind == "subagent"
+            and scope.parent_scope_id is None
+        ):
             ch.put(
                 "checkpoint_scope",
                 msgspec.structs.replace(scope, parent_scope_id=CheckpointScopeId(root_scope)),
