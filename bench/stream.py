@@ -56,6 +56,7 @@ from t3orch.cli.client import ApiClient, ThreadView, connect  # noqa: E402
 from t3orch.cli.environment import config_toml, provider_environment  # noqa: E402
 from t3orch.cli.served import serve_daemon  # noqa: E402
 from t3orch.config import Config  # noqa: E402
+from t3orch.daemon import stop_agents  # noqa: E402
 
 STREAM_PROMPT = "STREAM: 200 50"
 WORDS = 200
@@ -530,6 +531,9 @@ def main(argv: list[str] | None = None) -> int:
                 except subprocess.TimeoutExpired:
                     daemon.kill()
                     daemon.wait()
+                # The daemon's exit leaves its held providers to their grace (live
+                # restore); a bench leaves nothing running.
+                stop_agents(state)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     load = {"before": load_before, "after": os.getloadavg()}
