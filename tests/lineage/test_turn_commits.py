@@ -9,6 +9,8 @@ broadcast's listener: it is called once per committed batch.
 
 from __future__ import annotations
 
+import io
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
@@ -18,9 +20,11 @@ import pytest
 from adapters.transcript import load_transcript
 from fixtures.fakes.codex_home import make_work_dir
 from fixtures.record.supervised import TranscriptLaunchers
+from t3orch import timeline
 from t3orch.domain.run import Run
 from t3orch.domain.turn_items import CheckpointItem
 from tests.lineage.test_barrier_burst import PROVIDERS, _one_turn
+from tests.store.fsync import FsyncGate
 from tests.supervisor.support import rig
 
 
@@ -125,3 +129,41 @@ async def test_a_turn_reads_the_threads_open_runs_not_its_history(
         run = await r.wait_run(sent.result["runId"])
         assert run.status == "completed"
     assert whole == []
+
+
+async def test_a_sends_turn_start_is_written_during_its_fsync_and_answered_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``synchronous = FULL``: the send's commit is visible (a daemon crash keeps it)
+    when COMMIT returns; its ``turn/start`` goes to the provider then, while the
+    store fsyncs the ``-wal``. Nobody is told before the fsync: no subscriber has the
+    run, and the send's caller is answered after it."""
+    stamps = io.StringIO()
+    monkeypatch.setattr(timeline, "_out", stamps)
+    gate = FsyncGate()
+    async with rig(tmp_path / "e.db", synchronous="FULL", fsync=gate) as r:
+        tid = await r.thread()
+        first = await r.manager.send_message(tid, "hello")
+        await r.wait_run(first.result["runId"])
+        published: list[Any] = []
+        r.core.service.writer.broadcast.listen(published.extend)
+        answered = threading.Event()
+        at_fsync: list[tuple[list[Any], bool]] = []
+
+        def turn_started() -> bool:
+            # The provider answered this turn's turn/start (stamped after it did).
+            if "provider.started" not in stamps.getvalue():
+                return False
+            at_fsync.append(([e.type for e in published], answered.is_set()))
+            return True
+
+        stamps.seek(0)
+        stamps.truncate()
+        gate.hold_until(turn_started)
+        sent = await r.manager.send_message(tid, "again")
+        answered.set()
+        run = await r.wait_run(sent.result["runId"])
+        assert run.status == "completed"
+    assert gate.held is True, "turn/start was not written while the send's fsync ran"
+    ((told, acked),) = at_fsync
+    assert told == [] and not acked
