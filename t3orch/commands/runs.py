@@ -35,7 +35,7 @@ def send_message(thread_id: str, text: str, run_id: RunId) -> Decide:
         if thread.archived_at is not None:
             raise CommandRejected("thread_archived", f"thread {thread_id} is archived")
         ch = Changes(view)
-        ordinal = len(view.select(Run, thread_id=thread_id)) + 1
+        ordinal = view.count(Run, thread_id=thread_id) + 1
         root = derived_id(NodeId, run_id, "root")
         message_id = derived_id(MessageId, run_id, "user")
         now = view.now()

@@ -275,7 +275,9 @@ class EventWriter:
         self._queue.append(pending)
         self._tail = pending
         self._outstanding += 1
-        if self._idle:
+        if self._idle and not with_next:
+            # Idle, the writer holds at most a chain waiting for its end: one more link
+            # is no batch either (waking it would only cost the event loop the GIL).
             self._work.notify()
         return pending
 

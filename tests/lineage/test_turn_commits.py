@@ -174,9 +174,9 @@ async def test_a_sends_attempt_and_handoff_read_no_history_of_the_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Deciding a send to an idle runtime (the send, its handoff, its attempt: the
-    commit before ``turn/start``) reads the run's attempts by key and no earlier run
-    when the provider thread ran the one before: only the send's own ordinal still
-    counts the thread's runs."""
+    commit before ``turn/start``) decodes none of the thread's earlier runs or
+    attempts: the attempts are read by key, no earlier run is read when the provider
+    thread ran the one before, and the send's ordinal counts the runs' rows."""
     async with rig(tmp_path / "e.db") as r:
         tid = await r.thread()
         for text in ("one", "two"):
@@ -195,4 +195,4 @@ async def test_a_sends_attempt_and_handoff_read_no_history_of_the_thread(
         monkeypatch.undo()
         run = await r.wait_run(sent.result["runId"])
         assert run.status == "completed"
-    assert scans == ["Run"]
+    assert scans == []
