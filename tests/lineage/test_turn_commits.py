@@ -15,7 +15,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
+import trio
 
 from adapters.transcript import load_transcript
 from fixtures.fakes.codex_home import make_work_dir
@@ -23,6 +25,7 @@ from fixtures.record.supervised import TranscriptLaunchers
 from t3orch import timeline
 from t3orch.domain.run import Run, RunAttempt
 from t3orch.domain.turn_items import CheckpointItem
+from t3orch.store.errors import StoreClosed, StoreNotDurable
 from t3orch.store.staging import OverlayView
 from tests.lineage.test_barrier_burst import PROVIDERS, _one_turn
 from tests.store.fsync import FsyncGate
@@ -196,3 +199,47 @@ async def test_a_sends_attempt_and_handoff_read_no_history_of_the_thread(
         run = await r.wait_run(sent.result["runId"])
         assert run.status == "completed"
     assert scans == []
+
+
+async def test_a_failed_fsync_of_a_send_fails_the_core_and_answers_no_one(
+    tmp_path: Path,
+) -> None:
+    """EIO from the send's fsync: its caller gets StoreNotDurable, not the run, and the
+    writer's failure ends the core and the manager (the daemon exits; its restart
+    reads what the disk kept), within a bound and with the runtime reaped."""
+    gate = FsyncGate()
+    failures: list[BaseException] = []
+    pids: list[int] = []
+    leaves: list[BaseException] = []
+    try:
+        with trio.fail_after(30):
+            async with rig(tmp_path / "e.db", synchronous="FULL", fsync=gate) as r:
+                tid = await r.thread()
+                first = await r.manager.send_message(tid, "hello")
+                await r.wait_run(first.result["runId"])
+                runtime = r.manager.runners[tid].runtime
+                assert runtime is not None and runtime.pid is not None
+                pids.append(runtime.pid)
+                gate.fail_next()
+                try:
+                    await r.manager.send_message(tid, "again")
+                except StoreNotDurable as exc:
+                    failures.append(exc)
+                await trio.sleep_forever()  # the writer's failure ends the core
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+    assert len(failures) == 1
+    # The writer's own failure, and what could not be recorded after it (the
+    # runtime's exit: StoreClosed); nothing else.
+    assert any(isinstance(e, StoreNotDurable) for e in leaves), leaves
+    assert all(isinstance(e, StoreNotDurable | StoreClosed) for e in leaves), leaves
+    (pid,) = pids
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    return [
+        leaf
+        for e in group.exceptions
+        for leaf in (_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
+    ]
