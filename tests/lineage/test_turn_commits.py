@@ -161,9 +161,15 @@ async def test_a_sends_turn_start_is_written_during_its_fsync_and_answered_after
             at_fsync.append(([e.type for e in published], answered.is_set()))
             return True
 
+        # Whatever the first turn's end still commits is committed first: the fsync
+        # held is the send's (its batch is the first taken after it is queued).
+        batches = -1
+        while batches != r.core.writer.stats.batches:
+            batches = r.core.writer.stats.batches
+            await trio.sleep(0.3)
         stamps.seek(0)
         stamps.truncate()
-        gate.hold_until(turn_started)
+        gate.hold_until(turn_started, only_if=lambda: "send.queue" in stamps.getvalue())
         sent = await r.manager.send_message(tid, "again")
         answered.set()
         run = await r.wait_run(sent.result["runId"])

@@ -22,16 +22,20 @@ class FsyncGate:
         #: The inode of each descriptor synced, in call order.
         self.synced: list[int] = []
         self._hold: Callable[[], bool] | None = None
+        self._only_if: Callable[[], bool] | None = None
         self._fail = False
         #: Whether the held call's condition came true before it went on.
         self.held: bool | None = None
         #: Set while an armed call waits; ``entered`` once it started waiting.
         self.entered = threading.Event()
 
-    def hold_until(self, condition: Callable[[], bool]) -> None:
-        """The next fsync waits (at most WAIT_S) until ``condition()`` (polled)."""
+    def hold_until(
+        self, condition: Callable[[], bool], *, only_if: Callable[[], bool] | None = None
+    ) -> None:
+        """The next fsync (the next one when ``only_if()`` says so) waits, at most
+        WAIT_S, until ``condition()`` (polled)."""
         with self._lock:
-            self._hold, self.held = condition, None
+            self._hold, self._only_if, self.held = condition, only_if, None
 
     def fail_next(self) -> None:
         """The next fsync fails with EIO (and syncs nothing)."""
@@ -40,7 +44,11 @@ class FsyncGate:
 
     def __call__(self, fd: int) -> None:
         with self._lock:
-            hold, self._hold = self._hold, None
+            hold = self._hold
+            if hold is not None and (self._only_if is None or self._only_if()):
+                self._hold = None
+            else:
+                hold = None
             fail, self._fail = self._fail, False
         if fail:
             raise OSError(errno.EIO, os.strerror(errno.EIO))
