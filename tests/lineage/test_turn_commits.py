@@ -29,7 +29,16 @@ from t3orch.store.errors import StoreClosed, StoreNotDurable
 from t3orch.store.staging import OverlayView
 from tests.lineage.test_barrier_burst import PROVIDERS, _one_turn
 from tests.store.fsync import FsyncGate
-from tests.supervisor.support import rig
+from tests.supervisor.support import Rig, rig
+
+
+async def _after_runs(r: Rig, *texts: str) -> str:
+    """A new thread that ran a turn per text: its runtime live and idle."""
+    tid = await r.thread()
+    for text in texts:
+        sent = await r.manager.send_message(tid, text)
+        await r.wait_run(sent.result["runId"])
+    return tid
 
 
 def _where(batches: list[list[Any]], match: Any) -> list[tuple[int, int]]:
@@ -78,9 +87,7 @@ async def test_the_checkpoint_record_and_the_turn_end_commit_together(tmp_path: 
 async def test_a_send_to_an_idle_runtime_commits_with_its_attempt(tmp_path: Path) -> None:
     """Before ``turn/start``: the run's send and its attempt in one transaction."""
     async with rig(tmp_path / "e.db") as r:
-        tid = await r.thread()
-        first = await r.manager.send_message(tid, "hello")
-        await r.wait_run(first.result["runId"])
+        tid = await _after_runs(r, "hello")
         batches: list[list[Any]] = []
         r.core.service.writer.broadcast.listen(lambda events: batches.append(list(events)))
         # The runtime that served the first run is live and idle.
@@ -113,10 +120,7 @@ async def test_a_turn_reads_the_threads_open_runs_not_its_history(
     runs (an indexed read), never all its runs: a turn must not cost more as the
     thread's history grows."""
     async with rig(tmp_path / "e.db") as r:
-        tid = await r.thread()
-        for text in ("one", "two"):
-            sent = await r.manager.send_message(tid, text)
-            await r.wait_run(sent.result["runId"])
+        tid = await _after_runs(r, "one", "two")
         whole: list[str] = []
         for reader in {
             id(x): x for x in (r.manager.reader, r.manager.checkpointer.reader)
@@ -146,9 +150,7 @@ async def test_a_sends_turn_start_is_written_during_its_fsync_and_answered_after
     monkeypatch.setattr(timeline, "_out", stamps)
     gate = FsyncGate()
     async with rig(tmp_path / "e.db", synchronous="FULL", fsync=gate) as r:
-        tid = await r.thread()
-        first = await r.manager.send_message(tid, "hello")
-        await r.wait_run(first.result["runId"])
+        tid = await _after_runs(r, "hello")
         published: list[Any] = []
         r.core.service.writer.broadcast.listen(published.extend)
         answered = threading.Event()
@@ -187,10 +189,7 @@ async def test_a_sends_attempt_and_handoff_read_no_history_of_the_thread(
     attempts: the attempts are read by key, no earlier run is read when the provider
     thread ran the one before, and the send's ordinal counts the runs' rows."""
     async with rig(tmp_path / "e.db") as r:
-        tid = await r.thread()
-        for text in ("one", "two"):
-            sent = await r.manager.send_message(tid, text)
-            await r.wait_run(sent.result["runId"])
+        tid = await _after_runs(r, "one", "two")
         scans: list[str] = []
         real = OverlayView.select
 
@@ -220,9 +219,7 @@ async def test_a_failed_fsync_of_a_send_fails_the_core_and_answers_no_one(
     try:
         with trio.fail_after(30):
             async with rig(tmp_path / "e.db", synchronous="FULL", fsync=gate) as r:
-                tid = await r.thread()
-                first = await r.manager.send_message(tid, "hello")
-                await r.wait_run(first.result["runId"])
+                tid = await _after_runs(r, "hello")
                 runtime = r.manager.runners[tid].runtime
                 assert runtime is not None and runtime.pid is not None
                 pids.append(runtime.pid)

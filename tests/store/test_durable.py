@@ -82,11 +82,7 @@ async def test_the_writer_fsyncs_the_wal_sqlite_writes_through_resets_and_trunca
         assert gate.synced[2:] == [wal, wal] and os.stat(f"{db}-wal").st_ino == wal
     finally:
         store.close()
-    again = SQLiteStore(db)
-    try:
-        assert again.last_sequence() == 3
-    finally:
-        again.close()
+    assert _reopened_head(db) == 3
 
 
 def test_normal_and_memory_stores_make_no_fsync_of_their_own(tmp_path: Path) -> None:
@@ -140,8 +136,13 @@ async def test_a_failed_fsync_stops_the_writer_and_nothing_is_acknowledged(
         store.commit_batch([diag(1)])  # nothing is written after it
     store.close()
     # The restart: here the disk (the page cache) kept the batch nobody was told of.
+    assert _reopened_head(db) == 3
+
+
+def _reopened_head(db: Path) -> int:
+    """The last sequence of the store at ``db``, opened again (a restart)."""
     again = SQLiteStore(db)
     try:
-        assert again.last_sequence() == 3
+        return again.last_sequence()
     finally:
         again.close()
