@@ -44,10 +44,6 @@ def earlier_runs(view: StateView, run: Run) -> list[Run]:
 def missed_runs(view: StateView, run: Run, pt: ProviderThread) -> list[Run]:
     """The earlier runs of the app thread that ran on other provider threads since ``pt``'s last."""
     seen = pt.last_run_ordinal
-    if seen is not None and seen >= run.ordinal - 1:
-        # ``pt`` ran the run before this one: nothing between (and no read of the
-        # thread's runs, whose cost grows with its history, before a turn/start).
-        return []
     return [
         r
         for r in earlier_runs(view, run)

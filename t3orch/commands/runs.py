@@ -35,7 +35,7 @@ def send_message(thread_id: str, text: str, run_id: RunId) -> Decide:
         if thread.archived_at is not None:
             raise CommandRejected("thread_archived", f"thread {thread_id} is archived")
         ch = Changes(view)
-        ordinal = view.count(Run, thread_id=thread_id) + 1
+        ordinal = len(view.select(Run, thread_id=thread_id)) + 1
         root = derived_id(NodeId, run_id, "root")
         message_id = derived_id(MessageId, run_id, "user")
         now = view.now()
@@ -86,17 +86,6 @@ def send_message(thread_id: str, text: str, run_id: RunId) -> Decide:
     return decide
 
 
-def _attempts(view: StateView, run_id: str) -> list[RunAttempt]:
-    """The run's attempts, by their derived ids (1, 2, …: only ``begin_attempt``
-    makes them): read by key, not by a scan of the thread's attempts."""
-    attempts: list[RunAttempt] = []
-    while (
-        a := view.get(RunAttempt, derived_id(RunAttemptId, run_id, str(len(attempts) + 1)))
-    ) is not None:
-        attempts.append(a)
-    return attempts
-
-
 def begin_attempt(
     run_id: str,
     provider_thread_id: ProviderThreadId,
@@ -120,7 +109,9 @@ def begin_attempt(
                 "unknown_provider_thread", f"no provider thread {provider_thread_id}"
             )
         ch = Changes(view)
-        attempts = _attempts(view, run.id)
+        attempts = [
+            a for a in view.select(RunAttempt, thread_id=run.thread_id) if a.run_id == run.id
+        ]
         ordinal = len(attempts) + 1
         now = view.now()
         for a in attempts:

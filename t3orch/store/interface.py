@@ -61,9 +61,6 @@ class StateView(Protocol):
         """Entities whose status is one of ``statuses`` (of one thread, if given): an
         indexed read, unlike ``select`` of a whole thread's rows."""
 
-    def count(self, entity: type, *, thread_id: str) -> int:
-        """How many of a kind the thread has: ``len(select(...))`` without decoding."""
-
     def now(self) -> str:
         """The batch's timestamp (ISO 8601, UTC): one clock read per transaction."""
 

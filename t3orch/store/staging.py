@@ -232,10 +232,6 @@ class OverlayView(ABC):
         rows = self._merged(kind_of(entity), thread_id, None)
         return [v for r in rows if isinstance(v := self._decoded(r), entity)]
 
-    def count(self, entity: type, *, thread_id: str) -> int:
-        # The rows as stored, not decoded: a send's ordinal, with each send.
-        return len(self._merged(kind_of(entity), thread_id, None))
-
     def select_by_status(
         self, entity: type[E], statuses: Sequence[str], *, thread_id: str | None = None
     ) -> list[E]:

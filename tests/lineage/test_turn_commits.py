@@ -23,10 +23,9 @@ from adapters.transcript import load_transcript
 from fixtures.fakes.codex_home import make_work_dir
 from fixtures.record.supervised import TranscriptLaunchers
 from t3orch import timeline
-from t3orch.domain.run import Run, RunAttempt
+from t3orch.domain.run import Run
 from t3orch.domain.turn_items import CheckpointItem
 from t3orch.store.errors import StoreClosed, StoreNotDurable
-from t3orch.store.staging import OverlayView
 from tests.lineage.test_barrier_burst import PROVIDERS, _one_turn
 from tests.store.fsync import FsyncGate
 from tests.supervisor.support import Rig, rig
@@ -179,31 +178,6 @@ async def test_a_sends_turn_start_is_written_during_its_fsync_and_answered_after
     assert gate.held is True, "turn/start was not written while the send's fsync ran"
     ((told, acked),) = at_fsync
     assert told == [] and not acked
-
-
-async def test_a_sends_attempt_and_handoff_read_no_history_of_the_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Deciding a send to an idle runtime (the send, its handoff, its attempt: the
-    commit before ``turn/start``) decodes none of the thread's earlier runs or
-    attempts: the attempts are read by key, no earlier run is read when the provider
-    thread ran the one before, and the send's ordinal counts the runs' rows."""
-    async with rig(tmp_path / "e.db") as r:
-        tid = await _after_runs(r, "one", "two")
-        scans: list[str] = []
-        real = OverlayView.select
-
-        def spy(self: OverlayView, entity: Any, *, thread_id: str | None = None) -> Any:
-            if entity in (Run, RunAttempt):
-                scans.append(entity.__name__)
-            return real(self, entity, thread_id=thread_id)
-
-        monkeypatch.setattr(OverlayView, "select", spy)
-        sent = await r.manager.send_message(tid, "three")
-        monkeypatch.undo()
-        run = await r.wait_run(sent.result["runId"])
-        assert run.status == "completed"
-    assert scans == []
 
 
 async def test_a_failed_fsync_of_a_send_fails_the_core_and_answers_no_one(

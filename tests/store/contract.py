@@ -275,32 +275,6 @@ class StoreContract:
         assert out.error is None, out.error
         assert out.result == "read"
 
-    def test_a_decide_counts_a_threads_rows_stored_and_staged(self, open_store: OpenStore) -> None:
-        store = open_store()
-        store.commit_batch([upsert(1), put_item("hel")])
-
-        def counted(view: StateView) -> Decision:
-            return Decision([], view.count(TurnItemBase, thread_id="thr_0001"))
-
-        other = msgspec.structs.replace(item("lo"), id=TurnItemId("itm_other"))
-        out = store.commit_batch(
-            [
-                Submission(counted),
-                Submission(
-                    lambda view: Decision([EventDraft(payload=TurnItemUpserted(item=other))])
-                ),
-                put_item("hello"),  # staged over the stored row: still one
-                Submission(counted),
-            ]
-        )
-        assert [o.result for o in out] == [1, None, None, 2]
-
-        def elsewhere(view: StateView) -> Decision:
-            return Decision([], view.count(TurnItemBase, thread_id="thr_0009"))
-
-        (none,) = store.commit_batch([Submission(elsewhere)])
-        assert none.result == 0
-
     def test_duplicate_command_id_returns_first_result_and_writes_nothing(
         self, open_store: OpenStore
     ) -> None:
