@@ -61,6 +61,8 @@ class _Begun:
     runner: SessionRunner
     turn: TurnBinding
     handoff: str | None
+    #: The user's message, as sent (not read back).
+    text: str
 
 
 def _unwrapped(exc: BaseException) -> BaseException:
@@ -237,26 +239,34 @@ class SessionManager:
         What dispatch would do for the run (``_dispatch``), without the send's own
         commit before the attempt's: one fsync before ``turn/start``, not two. The
         thread is claimed first (as dispatching), so a send meanwhile queues behind.
+        The turn starts once the commit is visible, during its fsync (a daemon crash
+        after it keeps the run; see ``CoreService.send_and_begin``); the caller is
+        answered once it is durable.
         """
         thread_id = runner.thread_id
         assert runner.binding is not None and runner.binding.provider_thread_id is not None
+        assert self._nursery is not None, "the session manager is not running"
         self._dispatching.add(thread_id)
+        started = False
         try:
             # Shielded: a caller gone meanwhile (its connection closed) must not leave a
             # begun attempt that nobody starts (its run would hold the thread's queue).
             with trio.CancelScope(shield=True):
-                result, handoff, turn = await self.core.send_and_begin(
+                sent = await self.core.send_and_begin(
                     thread_id, text, runner.binding.provider_thread_id, command_id=command_id
                 )
+                begun = None
+                if sent.turn is not None:
+                    begun = _Begun(runner, sent.turn, sent.handoff, text)
+                # Its first pass writes ``turn/start`` while this waits for the fsync.
+                self._nursery.start_soon(self._dispatch_loop, thread_id, begun)
+                started = True
+                await sent.durable()
         except BaseException:
-            self._dispatching.discard(thread_id)
+            if not started:
+                self._dispatching.discard(thread_id)
             raise
-        begun = None
-        if turn is not None:
-            begun = _Begun(runner, turn, handoff)
-        assert self._nursery is not None, "the session manager is not running"
-        self._nursery.start_soon(self._dispatch_loop, thread_id, begun)
-        return result
+        return sent.result
 
     async def _steer(
         self, runner: SessionRunner, active: TurnBinding, text: str, command_id: str | None
@@ -448,9 +458,7 @@ class SessionManager:
         try:
             if begun is not None:
                 # Its attempt is committed: it starts even if a drain began meanwhile.
-                run = self.reader.get(Run, begun.turn.run_id)
-                if run is not None:
-                    await self._dispatch_guarded(thread_id, run, begun)
+                await self._dispatch_guarded(thread_id, begun.turn.run_id, begun)
             while not self.draining:  # a stop's drain starts nothing new
                 self._wake[thread_id] = trio.Event()
                 run = self._next_queued(thread_id)
@@ -460,15 +468,21 @@ class SessionManager:
         finally:
             self._dispatching.discard(thread_id)
 
-    async def _dispatch_guarded(self, thread_id: str, run: Run, begun: _Begun | None) -> None:
+    async def _dispatch_guarded(self, thread_id: str, run: Run | str, begun: _Begun | None) -> None:
+        """Dispatch ``run`` (a queued one, or the id of ``begun``'s)."""
+        run_id = run if isinstance(run, str) else run.id
         try:
-            await self._dispatch(thread_id, run, begun)
+            if begun is not None:
+                await self._start_begun(thread_id, begun)
+            else:
+                assert not isinstance(run, str)
+                await self._dispatch(thread_id, run)
         except Exception as exc:
             # One thread's failure is that thread's run's error: it must never
             # escape into the manager's nursery (which would end the daemon).
-            log.exception("dispatching run %s of %s failed", run.id, thread_id)
+            log.exception("dispatching run %s of %s failed", run_id, thread_id)
             cause = _unwrapped(exc)
-            await self._fail_run(thread_id, run, f"{type(cause).__name__}: {cause}")
+            await self._fail_run(thread_id, run_id, f"{type(cause).__name__}: {cause}")
 
     def _next_queued(self, thread_id: str) -> Run | None:
         runs = self.reader.select_by_status(Run, _OPEN_RUNS, thread_id=thread_id)
@@ -477,18 +491,22 @@ class SessionManager:
                 return None  # one run at a time per thread: queue behind it
         return next((r for r in runs if r.status == "queued"), None)
 
-    async def _dispatch(self, thread_id: str, run: Any, begun: _Begun | None = None) -> None:
-        if begun is not None:
-            # Sent to an idle runtime: the attempt was begun with the send.
-            try:
-                await begun.runner.start_turn(
-                    run.id, self._user_text(run), turn=begun.turn, handoff=begun.handoff
-                )
-            except SessionFailed as exc:
-                await self._fail_run(thread_id, run, str(exc))
-                return
-            await self._run_turn(thread_id, run, begun.runner)
+    async def _start_begun(self, thread_id: str, begun: _Begun) -> None:
+        """A run sent to an idle runtime: its attempt was begun with the send, and its
+        ``turn/start`` goes first (nothing is read before it)."""
+        run_id = begun.turn.run_id
+        try:
+            await begun.runner.start_turn(
+                run_id, begun.text, turn=begun.turn, handoff=begun.handoff
+            )
+        except SessionFailed as exc:
+            await self._fail_run(thread_id, run_id, str(exc))
             return
+        run = self.reader.get(Run, run_id)
+        if run is not None:
+            await self._run_turn(thread_id, run, begun.runner)
+
+    async def _dispatch(self, thread_id: str, run: Run) -> None:
         runner = self.runners.get(thread_id)
         if runner is not None and runner.stopping:
             # Its exit (or the end its supervisor gave a hung turn) ends the turn before
@@ -509,7 +527,7 @@ class SessionManager:
                 f"thread {thread_id}: too many provider crashes; waiting for the user",
             )
             await self._fail_run(
-                thread_id, run, "provider restart intensity exceeded; send again to retry"
+                thread_id, run.id, "provider restart intensity exceeded; send again to retry"
             )
             return
         runner = self.runners.get(thread_id)
@@ -536,14 +554,14 @@ class SessionManager:
                 runner = await self._open_runner(thread_id, run.id)
             except SessionFailed as exc:
                 self._record_crash(thread_id)
-                await self._fail_run(thread_id, run, str(exc))
+                await self._fail_run(thread_id, run.id, str(exc))
                 return
         text = self._user_text(run)
         try:
             await runner.start_turn(run.id, text)
         except SessionFailed as exc:
             # It died between opening and this turn; its exit is recorded already.
-            await self._fail_run(thread_id, run, str(exc))
+            await self._fail_run(thread_id, run.id, str(exc))
             return
         await self._run_turn(thread_id, run, runner)
 
@@ -641,7 +659,7 @@ class SessionManager:
             await released.wait()  # the crash is counted before the intensity check
         crashes = self.crashes_of(thread_id)
         if crashes.held:
-            await self._fail_run(thread_id, run, "provider restart intensity exceeded")
+            await self._fail_run(thread_id, run.id, "provider restart intensity exceeded")
             return
         delay = self.restart.backoff(len(self._recent(crashes)))
         log.info(
@@ -655,7 +673,7 @@ class SessionManager:
             runner = await self._open_runner(thread_id, run.id)
             await runner.start_turn(run.id, self._user_text(run), turn=turn)
         except SessionFailed as exc:
-            await self._fail_run(thread_id, run, str(exc))
+            await self._fail_run(thread_id, run.id, str(exc))
             return
         await runner.wait_turn()
         if runner.recovery is not None:
@@ -927,8 +945,8 @@ class SessionManager:
             crashes.held = False
             crashes.times.clear()
 
-    async def _fail_run(self, thread_id: str, run: Any, reason: str) -> None:
-        await self.core.fail_queued_run(run.id, reason)
+    async def _fail_run(self, thread_id: str, run_id: str, reason: str) -> None:
+        await self.core.fail_queued_run(run_id, reason)
 
     # -- the idle reaper --------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -37,10 +38,11 @@ async def open_core(
     clock: WallClock = system_clock,
     ids: IdFactory | None = None,
     max_batch: int = 256,
+    fsync: Callable[[int], None] = os.fsync,
 ) -> AsyncIterator[Core]:
     ids = ids or IdFactory()
     async with open_log(
-        db_path, synchronous=synchronous, clock=clock, ids=ids, max_batch=max_batch
+        db_path, synchronous=synchronous, clock=clock, ids=ids, max_batch=max_batch, fsync=fsync
     ) as log:
         service = CoreService(log.writer, ids)
         yield Core(log.store, log.reader, log.writer, service, log.broadcast, log.location)

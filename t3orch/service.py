@@ -62,6 +62,28 @@ class CommandResult:
     duplicate: bool = False
 
 
+@attrs.frozen
+class BegunSend:
+    """A send committed with its run's first attempt (``send_and_begin``), visible."""
+
+    result: CommandResult
+    #: The handoff's text for the turn's input, and the turn to start; None for the
+    #: turn when no attempt was begun (then it is durable already).
+    handoff: str | None
+    turn: TurnBinding | None
+    _tickets: tuple[Ticket, ...]
+
+    async def durable(self) -> None:
+        """Until the commit is durable; raises the store's error when it is not."""
+        await _durable(self._tickets)
+        timeline.stamp("send.committed")
+
+
+async def _durable(tickets: Sequence[Ticket]) -> None:
+    for ticket in tickets:
+        await ticket.outcome()
+
+
 @attrs.define
 class CoreService:
     writer: EventWriter
@@ -136,15 +158,18 @@ class CoreService:
         provider_thread_id: ProviderThreadId,
         *,
         command_id: str | None = None,
-    ) -> tuple[CommandResult, str | None, TurnBinding | None]:
+    ) -> BegunSend:
         """:meth:`send_message`, then the run's handoff and first attempt on
         ``provider_thread_id`` (a live idle runtime's), in one transaction.
 
         One commit (one fsync) before ``turn/start`` where the send and then the
         dispatcher's attempt took two; a crash leaves both or neither. Each stays its
-        own submission, decided in order. Returns the send's result, the handoff's
-        text, and the turn; None for the turn when the attempt was not begun (a
-        repeated command id, or a refusal): the run is then queued as any other.
+        own submission, decided in order. Returns once the commit is *visible*
+        (``Ticket.visible``): with a turn to start, the caller writes its
+        ``turn/start`` then, during the commit's fsync, and awaits
+        ``BegunSend.durable()`` before telling anyone. Without one (a repeated
+        command id, a refusal: the run is then queued as any other) it returns
+        once durable; a rejected send raises then.
         """
         run_id = self.ids.new(RunId)
         timeline.stamp("send.queue")
@@ -153,33 +178,40 @@ class CoreService:
             command_id=CommandId(command_id) if command_id else None,
             command_type="run.send",
             with_next=True,
+            early=True,
         )
         handoff = await self.writer.enqueue(
             delivery.prepare_handoff(run_id, provider_thread_id),
             command_type="handoff.prepare",
             with_next=True,
+            early=True,
         )
         attempt = await self.writer.enqueue(
-            runs.begin_attempt(run_id, provider_thread_id), command_type="run.begin_attempt"
+            runs.begin_attempt(run_id, provider_thread_id),
+            command_type="run.begin_attempt",
+            early=True,
         )
+        # One batch (a with_next chain): visible, and later durable, together.
         queued, prepared, begun = (
-            await sent.outcome(),
-            await handoff.outcome(),
-            await attempt.outcome(),
+            await sent.visible(),
+            await handoff.visible(),
+            await attempt.visible(),
         )
-        timeline.stamp("send.committed")
-        if queued.error is not None:
-            raise queued.error
+        timeline.stamp("send.visible")
+        tickets = (sent, handoff, attempt)
         result = CommandResult(queued.result, queued.result_sequence, queued.duplicate)
-        if queued.duplicate or begun.error is not None:
-            return result, None, None
+        if queued.error is not None or queued.duplicate or begun.error is not None:
+            await _durable(tickets)
+            if queued.error is not None:
+                raise queued.error
+            return BegunSend(result, None, None, tickets)
         assert isinstance(begun.result, TurnBinding)
         if prepared.error is not None:
             # It rejects nothing; were it to fail, the begun attempt still starts (a
             # run left ``starting`` with nobody to start it would be lost).
             log.error("the handoff of run %s failed: %s", run_id, prepared.error)
         text_handoff = prepared.result if isinstance(prepared.result, str) else None
-        return result, text_handoff, begun.result
+        return BegunSend(result, text_handoff, begun.result, tickets)
 
     async def add_run_input(
         self, run_id: str, text: str, *, command_id: str | None = None

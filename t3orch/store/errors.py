@@ -27,6 +27,16 @@ class StoreClosed(StoreError):
     """The writer has stopped; nothing more can be appended."""
 
 
+class StoreNotDurable(StoreError):
+    """Making a commit durable failed (an ``fsync`` error): it may not be on disk.
+
+    The writer stops at once (the daemon with it): after a failed ``fsync`` the
+    kernel may have dropped the dirty pages, so a later ``fsync`` that succeeds
+    proves nothing (PostgreSQL's "fsync gate"). Nobody is told the batch committed;
+    a restart reads back what the disk kept.
+    """
+
+
 class CommandRejected(Exception):
     """A command was refused by its handler; nothing was written.
 

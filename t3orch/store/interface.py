@@ -165,12 +165,29 @@ class LogReads(Protocol):
 
 
 class EventStore(LogReads, Protocol):
-    """The write side: one call commits a batch, atomically, and says what it did."""
+    """The write side: one call commits a batch, atomically, and says what it did.
+
+    A commit is *visible* once it survives a crash of this process (the OS has it)
+    and every reader sees it, and *durable* once it survives a power loss. Where
+    the two differ (``visible_first``), the writer lets the one caller that may act
+    on a visible commit (a turn's ``turn/start``) go before the ``fsync``; everyone
+    else is told only once it is durable.
+    """
+
+    #: ``commit_visible`` returns before the commit is durable (``make_durable`` then).
+    visible_first: bool
 
     def commit_batch(self, submissions: Sequence[Submission]) -> list[Outcome]:
-        """Decide and append every submission in one transaction; blocking. A
-        rejected submission leaves the others of its batch; a StoreError leaves
+        """Decide and append every submission in one transaction, durably; blocking.
+        A rejected submission leaves the others of its batch; a StoreError leaves
         nothing of the batch."""
+
+    def commit_visible(self, submissions: Sequence[Submission]) -> list[Outcome]:
+        """``commit_batch`` up to visible: durable only after ``make_durable``."""
+
+    def make_durable(self) -> None:
+        """Everything committed so far durable; blocking. Raises StoreNotDurable
+        when it cannot say so (and every later commit is then refused)."""
 
     def close(self) -> None: ...
 

@@ -12,7 +12,8 @@ shared by several daemons: ``store/postgres/``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -94,8 +95,12 @@ async def open_log(
     clock: WallClock = system_clock,
     ids: IdFactory | None = None,
     max_batch: int = 256,
+    fsync: Callable[[int], None] = os.fsync,
 ) -> AsyncIterator[OpenLog]:
-    """The daemon's log at ``db_path`` (a SQLite path or a PostgreSQL URL)."""
+    """The daemon's log at ``db_path`` (a SQLite path or a PostgreSQL URL).
+
+    ``fsync``: how the SQLite writer syncs its ``-wal`` (tests fake the filesystem).
+    """
     if is_postgres_url(str(db_path)):
         async with _open_postgres_log(
             str(db_path), clock=clock, ids=ids, max_batch=max_batch
@@ -103,7 +108,12 @@ async def open_log(
             yield log
         return
     store = SQLiteStore(
-        db_path, synchronous=synchronous, clock=clock, ids=ids, wal_autocheckpoint=SAFETY_PAGES
+        db_path,
+        synchronous=synchronous,
+        clock=clock,
+        ids=ids,
+        wal_autocheckpoint=SAFETY_PAGES,
+        fsync=fsync,
     )
     try:
         reader = SQLiteStore(db_path, readonly=True)

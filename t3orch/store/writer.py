@@ -5,6 +5,10 @@ up (at most ``max_batch`` submissions or ~``max_batch_events`` events) and
 has the store decide, write and commit it in one transaction
 (``EventStore.commit_batch``), one batch after another, and hands the outcomes to
 the event loop, which publishes the committed envelopes and wakes each caller.
+Where the store's commit is visible before it is durable (SQLite under ``FULL``:
+the writer fsyncs the ``-wal`` itself), a submission queued ``early`` also gets its
+outcome once visible (``Ticket.visible``), during the fsync; publishing and every
+caller's ``outcome()`` still wait for durable. A failed fsync stops the writer.
 Under load batches grow by themselves, and the event loop is never a step
 between two batches. When idle a lone submission commits at once, so
 latency stays at one commit, well under the 50 ms bound.
@@ -25,7 +29,7 @@ from t3orch import timeline
 from t3orch.events import EventEnvelope
 from t3orch.ids import CommandId
 from t3orch.store.broadcast import Broadcast
-from t3orch.store.errors import StoreClosed, StoreError
+from t3orch.store.errors import StoreClosed, StoreError, StoreNotDurable
 from t3orch.store.interface import Decide, EventStore, Outcome, Submission
 
 T = TypeVar("T")
@@ -57,6 +61,7 @@ class _Pending:
         "failure",
         "outcome",
         "pile",
+        "seen",
         "size",
         "submission",
         "taken",
@@ -65,7 +70,12 @@ class _Pending:
     )
 
     def __init__(
-        self, submission: Submission, size: int, pile: Pile[Any] | None, with_next: bool = False
+        self,
+        submission: Submission,
+        size: int,
+        pile: Pile[Any] | None,
+        with_next: bool = False,
+        early: bool = False,
     ) -> None:
         self.submission = submission
         #: Never the last of a batch: the submission queued next commits with it.
@@ -75,6 +85,8 @@ class _Pending:
         self.pile = pile
         self.ticket = Ticket(self)
         self.done = trio.Event()
+        #: Set once its commit is visible (queued ``early``), and at ``done``.
+        self.seen = trio.Event() if early else None
         self.outcome: Outcome | None = None
         self.failure: BaseException | None = None
         #: The writer has taken it into a batch: its pile grows no more.
@@ -102,6 +114,21 @@ class Ticket:
             raise self._pending.failure
         assert self._pending.outcome is not None
         return self._pending.outcome
+
+    async def visible(self) -> Outcome:
+        """Its outcome once committed and visible, perhaps before it is durable.
+
+        Visible survives a crash of the daemon, not a power loss: act on it only
+        where a power loss loses the act too (a turn's ``turn/start``); tell nobody
+        before ``outcome()``. Only for a submission queued ``early``.
+        """
+        p = self._pending
+        assert p.seen is not None, "visible() of a submission not queued early"
+        await p.seen.wait()
+        if p.outcome is None:
+            assert p.failure is not None
+            raise p.failure
+        return p.outcome
 
 
 @attrs.define
@@ -174,6 +201,7 @@ class EventWriter:
         size: int = 1,
         pile: Pile[T] | None = None,
         with_next: bool = False,
+        early: bool = False,
     ) -> Ticket:
         """Queue a submission without waiting for its commit (waits only for queue room).
 
@@ -194,13 +222,22 @@ class EventWriter:
         next one queued (the caller queues that next, without waiting between):
         e.g. a checkpoint's record and the turn's end, one fsync and no commit in
         which the one is without the other.
+
+        ``early``: the ticket's ``visible()`` answers once the commit is visible,
+        before its fsync where the store has one (``EventStore.visible_first``).
         """
         if self._closed:
             raise StoreClosed("the event writer has stopped")
         submission = Submission(decide, command_id, command_type)
         with self._lock:
             tail = self._tail
-            if pile is not None and command_id is None and tail is not None and not with_next:
+            if (
+                pile is not None
+                and command_id is None
+                and tail is not None
+                and not with_next
+                and not early
+            ):
                 into = tail.pile
                 if (
                     into is not None
@@ -216,24 +253,31 @@ class EventWriter:
             # Only a full queue is a reason to wait (that is the backpressure); a
             # scheduler pass per queued batch showed up in the store bench.
             if self._outstanding < self._queue_size:
-                return self._put(submission, size, pile, with_next).ticket
+                return self._put(submission, size, pile, with_next, early).ticket
             self._tail = None
         while self._outstanding >= self._queue_size:
             await self._room.park()
             if self._closed:
                 raise StoreClosed("the event writer has stopped")
         with self._lock:
-            return self._put(submission, size, pile, with_next).ticket
+            return self._put(submission, size, pile, with_next, early).ticket
 
     def _put(
-        self, submission: Submission, size: int, pile: Pile[Any] | None, with_next: bool
+        self,
+        submission: Submission,
+        size: int,
+        pile: Pile[Any] | None,
+        with_next: bool,
+        early: bool,
     ) -> _Pending:
         """Queue ``submission`` (the lock held, room checked)."""
-        pending = _Pending(submission, size, pile, with_next)
+        pending = _Pending(submission, size, pile, with_next, early)
         self._queue.append(pending)
         self._tail = pending
         self._outstanding += 1
-        if self._idle:
+        if self._idle and not with_next:
+            # Idle, the writer holds at most a chain waiting for its end: one more link
+            # is no batch either (waking it would only cost the event loop the GIL).
             self._work.notify()
         return pending
 
@@ -287,6 +331,8 @@ class EventWriter:
                 if not p.done.is_set():
                     p.failure = StoreClosed("the event writer stopped before committing")
                     p.done.set()
+                    if p.seen is not None:
+                        p.seen.set()
         if self._crash is not None:
             raise self._crash
 
@@ -295,17 +341,30 @@ class EventWriter:
     def _serve(self) -> None:
         """Commit what is queued, a batch at a time in queue order, until stopped."""
         try:
+            visible_first = self.store.visible_first
             while (batch := self._take_batch()) is not None:
                 timeline.stamp("writer.take")
                 try:
-                    outcomes: list[Outcome] | StoreError = self.store.commit_batch(
+                    outcomes: list[Outcome] | StoreError = self.store.commit_visible(
                         [p.submission for p in batch]
                     )
                 except StoreError as exc:
                     outcomes = exc
                 timeline.stamp("writer.committed")
+                if visible_first and not isinstance(outcomes, StoreError):
+                    if any(p.seen is not None for p in batch):
+                        assert self._token is not None
+                        self._token.run_sync_soon(self._visible, batch, outcomes)
+                    try:
+                        self.store.make_durable()
+                    except StoreNotDurable as exc:
+                        # Nobody is told it committed, and the writer stops: the
+                        # daemon fails, and its restart reads what the disk kept.
+                        self._hand_back(batch, exc)
+                        raise
+                    timeline.stamp("writer.durable")
                 self._hand_back(batch, outcomes)
-        except BaseException as exc:  # a bug: stop, and let ``run`` raise it
+        except BaseException as exc:  # a bug, or a failed fsync: stop; ``run`` raises it
             self._crash = exc
 
     def _take_batch(self) -> list[_Pending] | None:
@@ -356,6 +415,14 @@ class EventWriter:
 
     # -- back on the event loop ----------------------------------------------------
 
+    @staticmethod
+    def _visible(batch: list[_Pending], outcomes: list[Outcome]) -> None:
+        """A batch is visible, not yet durable: wake those queued ``early``."""
+        for p, outcome in zip(batch, outcomes, strict=True):
+            if p.seen is not None:
+                p.outcome = outcome
+                p.seen.set()
+
     def _deliver(self, batch: list[_Pending], outcomes: list[Outcome] | StoreError) -> None:
         timeline.stamp("writer.delivered")
         if isinstance(outcomes, StoreError):
@@ -367,6 +434,8 @@ class EventWriter:
         for p in batch:
             p.failure = exc
             p.done.set()
+            if p.seen is not None:
+                p.seen.set()
         self._release(len(batch))
 
     def _committed(self, batch: Sequence[_Pending], outcomes: Sequence[Outcome]) -> None:
@@ -382,6 +451,8 @@ class EventWriter:
             self.broadcast.publish(committed)
         for p in batch:
             p.done.set()
+            if p.seen is not None:
+                p.seen.set()
         self._release(len(batch))
 
     def _release(self, count: int) -> None:

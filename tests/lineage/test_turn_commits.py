@@ -9,19 +9,35 @@ broadcast's listener: it is called once per committed batch.
 
 from __future__ import annotations
 
+import io
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
+import trio
 
 from adapters.transcript import load_transcript
 from fixtures.fakes.codex_home import make_work_dir
 from fixtures.record.supervised import TranscriptLaunchers
+from t3orch import timeline
 from t3orch.domain.run import Run
 from t3orch.domain.turn_items import CheckpointItem
+from t3orch.store.errors import StoreClosed, StoreNotDurable
 from tests.lineage.test_barrier_burst import PROVIDERS, _one_turn
-from tests.supervisor.support import rig
+from tests.store.fsync import FsyncGate
+from tests.supervisor.support import Rig, rig
+
+
+async def _after_runs(r: Rig, *texts: str) -> str:
+    """A new thread that ran a turn per text: its runtime live and idle."""
+    tid = await r.thread()
+    for text in texts:
+        sent = await r.manager.send_message(tid, text)
+        await r.wait_run(sent.result["runId"])
+    return tid
 
 
 def _where(batches: list[list[Any]], match: Any) -> list[tuple[int, int]]:
@@ -70,9 +86,7 @@ async def test_the_checkpoint_record_and_the_turn_end_commit_together(tmp_path: 
 async def test_a_send_to_an_idle_runtime_commits_with_its_attempt(tmp_path: Path) -> None:
     """Before ``turn/start``: the run's send and its attempt in one transaction."""
     async with rig(tmp_path / "e.db") as r:
-        tid = await r.thread()
-        first = await r.manager.send_message(tid, "hello")
-        await r.wait_run(first.result["runId"])
+        tid = await _after_runs(r, "hello")
         batches: list[list[Any]] = []
         r.core.service.writer.broadcast.listen(lambda events: batches.append(list(events)))
         # The runtime that served the first run is live and idle.
@@ -105,10 +119,7 @@ async def test_a_turn_reads_the_threads_open_runs_not_its_history(
     runs (an indexed read), never all its runs: a turn must not cost more as the
     thread's history grows."""
     async with rig(tmp_path / "e.db") as r:
-        tid = await r.thread()
-        for text in ("one", "two"):
-            sent = await r.manager.send_message(tid, text)
-            await r.wait_run(sent.result["runId"])
+        tid = await _after_runs(r, "one", "two")
         whole: list[str] = []
         for reader in {
             id(x): x for x in (r.manager.reader, r.manager.checkpointer.reader)
@@ -125,3 +136,88 @@ async def test_a_turn_reads_the_threads_open_runs_not_its_history(
         run = await r.wait_run(sent.result["runId"])
         assert run.status == "completed"
     assert whole == []
+
+
+async def test_a_sends_turn_start_is_written_during_its_fsync_and_answered_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``synchronous = FULL``: the send's commit is visible (a daemon crash keeps it)
+    when COMMIT returns; its ``turn/start`` goes to the provider then, while the
+    store fsyncs the ``-wal``. Nobody is told before the fsync: no subscriber has the
+    run, and the send's caller is answered after it."""
+    stamps = io.StringIO()
+    monkeypatch.setattr(timeline, "_out", stamps)
+    gate = FsyncGate()
+    async with rig(tmp_path / "e.db", synchronous="FULL", fsync=gate) as r:
+        tid = await _after_runs(r, "hello")
+        published: list[Any] = []
+        r.core.service.writer.broadcast.listen(published.extend)
+        answered = threading.Event()
+        at_fsync: list[tuple[list[Any], bool]] = []
+
+        def turn_started() -> bool:
+            # The provider answered this turn's turn/start (stamped after it did).
+            if "provider.started" not in stamps.getvalue():
+                return False
+            at_fsync.append((list(published), answered.is_set()))
+            return True
+
+        # Whatever the first turn's end still commits is committed first: the fsync
+        # held is the send's (its batch is the first taken after it is queued).
+        batches = -1
+        while batches != r.core.writer.stats.batches:
+            batches = r.core.writer.stats.batches
+            await trio.sleep(0.3)
+        stamps.seek(0)
+        stamps.truncate()
+        gate.hold_until(turn_started, only_if=lambda: "send.queue" in stamps.getvalue())
+        sent = await r.manager.send_message(tid, "again")
+        answered.set()
+        run = await r.wait_run(sent.result["runId"])
+        assert run.status == "completed"
+    assert gate.held is True, "turn/start was not written while the send's fsync ran"
+    ((told, acked),) = at_fsync
+    # Nothing of the send (another runtime's diagnostic may be published meanwhile).
+    assert [e.type for e in told if e.run_id == run.id] == [] and not acked
+
+
+async def test_a_failed_fsync_of_a_send_fails_the_core_and_answers_no_one(
+    tmp_path: Path,
+) -> None:
+    """EIO from the send's fsync: its caller gets StoreNotDurable, not the run, and the
+    writer's failure ends the core and the manager (the daemon exits; its restart
+    reads what the disk kept), within a bound and with the runtime reaped."""
+    gate = FsyncGate()
+    failures: list[BaseException] = []
+    pids: list[int] = []
+    leaves: list[BaseException] = []
+    try:
+        with trio.fail_after(30):
+            async with rig(tmp_path / "e.db", synchronous="FULL", fsync=gate) as r:
+                tid = await _after_runs(r, "hello")
+                runtime = r.manager.runners[tid].runtime
+                assert runtime is not None and runtime.pid is not None
+                pids.append(runtime.pid)
+                gate.fail_next()
+                try:
+                    await r.manager.send_message(tid, "again")
+                except StoreNotDurable as exc:
+                    failures.append(exc)
+                await trio.sleep_forever()  # the writer's failure ends the core
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+    assert len(failures) == 1
+    # The writer's own failure, and what could not be recorded after it (the
+    # runtime's exit: StoreClosed); nothing else.
+    assert any(isinstance(e, StoreNotDurable) for e in leaves), leaves
+    assert all(isinstance(e, StoreNotDurable | StoreClosed) for e in leaves), leaves
+    (pid,) = pids
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    return [
+        leaf
+        for e in group.exceptions
+        for leaf in (_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
+    ]

@@ -178,6 +178,21 @@ class StoreContract:
         assert [e.sequence for e in store.read_events()] == seqs
         assert store.last_sequence() == 6 == store.projection_sequence()
 
+    def test_a_visible_commit_is_read_back_and_then_made_durable(
+        self, open_store: OpenStore
+    ) -> None:
+        """``commit_visible`` commits as ``commit_batch`` does (every reader sees it);
+        ``make_durable`` then syncs it (the writer's two stages)."""
+        store = open_store()
+        out = store.commit_visible([diag(2), upsert(1)])
+        assert [e.sequence for o in out for e in o.events] == [1, 2, 3]
+        assert [e.sequence for e in store.read_events()] == [1, 2, 3]
+        store.make_durable()
+        store.make_durable()  # nothing new committed: nothing to do
+        assert store.last_sequence() == 3 == store.projection_sequence()
+        reopened = open_store()
+        assert reopened.last_sequence() in (0, 3)  # 3 where the backend is durable
+
     def test_envelope_names_type_and_app_ids(self, open_store: OpenStore) -> None:
         store = open_store()
         (o,) = store.commit_batch([upsert(7)])

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from supervisor.manager import ReaperPolicy, RestartPolicy, SessionManager
 from supervisor.providers import ProviderSettings, standin_settings
 from t3orch.commands.specs import CreateThread
 from t3orch.core import Core, open_core
+from t3orch.store.open import Synchronous
 
 
 @attrs.define
@@ -60,9 +62,11 @@ async def rig(
     providers: dict[str, ProviderSettings] | None = None,
     restart: RestartPolicy | None = None,
     reaper: ReaperPolicy | None = None,
+    synchronous: Synchronous = "NORMAL",
+    fsync: Callable[[int], None] = os.fsync,
     **manager_options: Any,
 ) -> AsyncIterator[Rig]:
-    async with open_core(db, synchronous="NORMAL") as core:
+    async with open_core(db, synchronous=synchronous, fsync=fsync) as core:
         manager = SessionManager(
             core=core.service,
             reader=core.reader,

@@ -230,6 +230,15 @@ class PostgresStore:
 
     # -- writing ---------------------------------------------------------------
 
+    #: Its COMMIT returns once the server made it durable (``synchronous_commit``).
+    visible_first = False
+
+    def commit_visible(self, submissions: Sequence[Submission]) -> list[Outcome]:
+        return self.commit_batch(submissions)
+
+    def make_durable(self) -> None:
+        """Its commits are durable when they return."""
+
     def commit_batch(self, submissions: Sequence[Submission]) -> list[Outcome]:
         if self.readonly:
             raise StoreError(f"{self._where}: opened read-only")

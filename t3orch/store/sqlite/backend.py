@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ from t3orch.store.errors import (
     StoreCorrupt,
     StoreError,
     StoreFull,
+    StoreNotDurable,
 )
 from t3orch.store.interface import CommandReceipt, Outcome, Submission
 from t3orch.store.kinds import Chunk, Row, kind_of
@@ -108,12 +110,27 @@ class SQLiteStore:
         clock: WallClock = system_clock,
         ids: IdFactory | None = None,
         wal_autocheckpoint: int | None = None,
+        fsync: Callable[[int], None] = os.fsync,
     ) -> None:
         self.path = str(path)
         self.readonly = readonly
         self._clock = clock
         self._ids = ids or IdFactory()
-        self._conn = self._connect(synchronous, wal_autocheckpoint)
+        #: ``FULL`` on a file: the connection runs ``NORMAL`` and ``make_durable``
+        #: fsyncs the ``-wal`` after each commit, what ``FULL`` does inside COMMIT
+        #: (the WAL header of a restarted log is synced by SQLite in both). COMMIT
+        #: then returns with the commit in the OS page cache: *visible* (it survives
+        #: a crash of the daemon), durable after the fsync (docs/decisions.md).
+        self.visible_first = not readonly and self.path != ":memory:" and synchronous == "FULL"
+        self._fsync = fsync
+        #: The ``-wal`` file fsynced (opened at the first commit), and its identity.
+        self._wal_fd: int | None = None
+        self._wal_id: tuple[int, int] = (0, 0)
+        #: A failed fsync: nothing is written after it (see StoreNotDurable).
+        self._not_durable: StoreNotDurable | None = None
+        self._conn = self._connect(
+            "NORMAL" if self.visible_first else synchronous, wal_autocheckpoint
+        )
         #: Row keys known to exist; see ``DecideView.exists``. A batch that fails to
         #: commit may have made keys known, so it clears them.
         self._known: dict[tuple[str, str], None] = {}
@@ -187,6 +204,9 @@ class SQLiteStore:
 
     def close(self) -> None:
         self._conn.close()
+        if self._wal_fd is not None:
+            os.close(self._wal_fd)
+            self._wal_fd = None
 
     # -- writing ---------------------------------------------------------------
 
@@ -195,10 +215,17 @@ class SQLiteStore:
         return self.path
 
     def commit_batch(self, submissions: Sequence[Submission]) -> list[Outcome]:
+        outcomes = self.commit_visible(submissions)
+        self.make_durable()
+        return outcomes
+
+    def commit_visible(self, submissions: Sequence[Submission]) -> list[Outcome]:
         """Decide the batch inside its write transaction (one snapshot, the single
         writer's), then write what it staged and commit."""
         if self.readonly:
             raise StoreError(f"{self.path}: opened read-only")
+        if self._not_durable is not None:
+            raise self._not_durable
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -211,6 +238,43 @@ class SQLiteStore:
             self._rollback(exc)
         self._next_sequence = batch.next_sequence
         return batch.outcomes
+
+    def make_durable(self) -> None:
+        if not self.visible_first:
+            return
+        if self._not_durable is not None:
+            raise self._not_durable
+        wal = f"{self.path}-wal"
+        try:
+            self._fsync(self._wal_file(wal))
+        except OSError as exc:
+            # Never retried: after a failed fsync the kernel may have dropped the
+            # pages it could not write, and a later fsync would succeed without them.
+            self._not_durable = StoreNotDurable(
+                f"{wal}: fsync failed ({exc}); the last commit may not be on disk, so "
+                "nothing more is written: restart the daemon (it reads back what the disk kept)"
+            )
+            raise self._not_durable from exc
+
+    def _wal_file(self, wal: str) -> int:
+        """A descriptor of the ``-wal`` SQLite writes now (the same inode across its
+        resets and truncations; reopened should it ever be another file)."""
+        st = os.stat(wal)
+        if self._wal_fd is not None and (st.st_dev, st.st_ino) == self._wal_id:
+            return self._wal_fd
+        if self._wal_fd is not None:
+            os.close(self._wal_fd)
+            self._wal_fd = None
+        fd = os.open(wal, os.O_RDONLY | os.O_CLOEXEC)
+        opened = os.fstat(fd)
+        self._wal_fd, self._wal_id = fd, (opened.st_dev, opened.st_ino)
+        # The file's directory entry, once (SQLite syncs a new journal's directory).
+        parent = os.open(os.path.dirname(os.path.abspath(wal)), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            self._fsync(parent)
+        finally:
+            os.close(parent)
+        return fd
 
     def _decided(self, submissions: Sequence[Submission]) -> StagedBatch:
         """Each submission decided on the stored state and the ones before it. Writes nothing."""
