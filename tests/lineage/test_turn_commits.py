@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trio.testing import wait_all_tasks_blocked
 
 from adapters.transcript import load_transcript
 from fixtures.fakes.codex_home import make_work_dir
 from fixtures.record.supervised import TranscriptLaunchers
 from t3orch.domain.run import Run
-from t3orch.domain.turn_items import CheckpointItem
+from t3orch.domain.turn_items import AssistantMessage, CheckpointItem
 from tests.lineage.test_barrier_burst import PROVIDERS, _one_turn
 from tests.supervisor.support import rig
 
@@ -67,12 +68,56 @@ async def test_the_checkpoint_record_and_the_turn_end_commit_together(tmp_path: 
     assert max(s for _, s in items) < checkpoint[0][1] < end[0][1]
 
 
+async def test_a_turns_last_frames_commit_with_its_end(tmp_path: Path) -> None:
+    """Played at the recorded pace: Codex's last item completes, then ``thread/tokenUsage
+    /updated``, ``account/rateLimits/updated`` and ``thread/status/changed`` come 3.5-12 ms
+    later, ``turn/completed`` 0.2 ms after the last. Queued as they came, each was a
+    transaction of its own, and the turn's end waited for the last one's fsync: what
+    follows the last item commits with the end, and nothing commits between them."""
+    transcript = load_transcript(_one_turn(tmp_path))
+    launchers = TranscriptLaunchers({"codex": transcript}, speed=1)
+    async with rig(tmp_path / "e.db", providers=PROVIDERS, launcher_factory=launchers) as r:
+        tid = await r.thread("codex", cwd=str(make_work_dir(tmp_path / "work")))
+        batches: list[list[Any]] = []
+        r.core.service.writer.broadcast.listen(lambda events: batches.append(list(events)))
+        sent = await r.manager.send_message(tid, "remember the word PAPAYA")
+        run = await r.wait_run(sent.result["runId"], ("completed", "failed", "interrupted"))
+        assert run.status == "completed"
+
+    (end,) = _where(
+        batches,
+        lambda e: (
+            e.type == "run.upserted"
+            and e.payload.run.id == run.id
+            and e.payload.run.status == "completed"
+        ),
+    )
+    last_item = max(
+        _where(
+            batches,
+            lambda e: (
+                e.type == "turn_item.upserted"
+                and e.payload.item.run_id == run.id
+                and isinstance(e.payload.item, AssistantMessage)
+                and e.payload.item.status == "completed"
+            ),
+        )
+    )
+    usage = _where(batches, lambda e: e.type == "provider.usage")
+    assert usage and {b for b, _ in usage} == {end[0]}, (usage, end)
+    between = [[e.type for e in batch] for batch in batches[last_item[0] + 1 : end[0]]]
+    assert between == [], between
+
+
 async def test_a_send_to_an_idle_runtime_commits_with_its_attempt(tmp_path: Path) -> None:
     """Before ``turn/start``: the run's send and its attempt in one transaction."""
     async with rig(tmp_path / "e.db") as r:
         tid = await r.thread()
         first = await r.manager.send_message(tid, "hello")
         await r.wait_run(first.result["runId"])
+        # Seen committed, the run's dispatcher may not have heard its end yet (the
+        # thread is still dispatching: the send would be queued behind it).
+        await wait_all_tasks_blocked()
         batches: list[list[Any]] = []
         r.core.service.writer.broadcast.listen(lambda events: batches.append(list(events)))
         # The runtime that served the first run is live and idle.
