@@ -30,9 +30,10 @@ def _where(batches: list[list[Any]], match: Any) -> list[tuple[int, int]]:
     return [(i, e.sequence) for i, batch in enumerate(batches) for e in batch if match(e)]
 
 
-async def test_the_checkpoint_record_and_the_turn_end_commit_together(tmp_path: Path) -> None:
+async def _played_turn(tmp_path: Path, speed: float) -> tuple[Any, list[list[Any]]]:
+    """The recorded Codex turn, played at ``speed``: its run, and every committed batch."""
     transcript = load_transcript(_one_turn(tmp_path))
-    launchers = TranscriptLaunchers({"codex": transcript}, speed=0)
+    launchers = TranscriptLaunchers({"codex": transcript}, speed=speed)
     async with rig(tmp_path / "e.db", providers=PROVIDERS, launcher_factory=launchers) as r:
         batches: list[list[Any]] = []
         r.core.service.writer.broadcast.listen(lambda events: batches.append(list(events)))
@@ -40,19 +41,24 @@ async def test_the_checkpoint_record_and_the_turn_end_commit_together(tmp_path: 
         sent = await r.manager.send_message(tid, "remember the word PAPAYA")
         run = await r.wait_run(sent.result["runId"], ("completed", "failed", "interrupted"))
         assert run.status == "completed" and run.checkpoint_id is not None
+    return run, batches
 
+
+def _completed(run: Any) -> Any:
+    return lambda e: (
+        e.type == "run.upserted"
+        and e.payload.run.id == run.id
+        and e.payload.run.status == "completed"
+    )
+
+
+async def test_the_checkpoint_record_and_the_turn_end_commit_together(tmp_path: Path) -> None:
+    run, batches = await _played_turn(tmp_path, speed=0)
     checkpoint = _where(
         batches,
         lambda e: e.type == "checkpoint.upserted" and e.payload.checkpoint.id == run.checkpoint_id,
     )
-    end = _where(
-        batches,
-        lambda e: (
-            e.type == "run.upserted"
-            and e.payload.run.id == run.id
-            and e.payload.run.status == "completed"
-        ),
-    )
+    end = _where(batches, _completed(run))
     items = _where(
         batches,
         lambda e: (
@@ -74,24 +80,8 @@ async def test_a_turns_last_frames_commit_with_its_end(tmp_path: Path) -> None:
     later, ``turn/completed`` 0.2 ms after the last. Queued as they came, each was a
     transaction of its own, and the turn's end waited for the last one's fsync: what
     follows the last item commits with the end, and nothing commits between them."""
-    transcript = load_transcript(_one_turn(tmp_path))
-    launchers = TranscriptLaunchers({"codex": transcript}, speed=1)
-    async with rig(tmp_path / "e.db", providers=PROVIDERS, launcher_factory=launchers) as r:
-        tid = await r.thread("codex", cwd=str(make_work_dir(tmp_path / "work")))
-        batches: list[list[Any]] = []
-        r.core.service.writer.broadcast.listen(lambda events: batches.append(list(events)))
-        sent = await r.manager.send_message(tid, "remember the word PAPAYA")
-        run = await r.wait_run(sent.result["runId"], ("completed", "failed", "interrupted"))
-        assert run.status == "completed"
-
-    (end,) = _where(
-        batches,
-        lambda e: (
-            e.type == "run.upserted"
-            and e.payload.run.id == run.id
-            and e.payload.run.status == "completed"
-        ),
-    )
+    run, batches = await _played_turn(tmp_path, speed=1)
+    (end,) = _where(batches, _completed(run))
     last_item = max(
         _where(
             batches,
