@@ -441,7 +441,11 @@ def _the_end(path: Path, spans: list[tuple[float, float, float]]) -> dict[str, f
         barrier = first("barrier.start", start)
         if barrier is None:
             continue
-        read = max((t for t, n in turn if n in ("holder.read", "stream.take") and t <= barrier))
+        reads = [t for t, n in turn if n == "holder.read" and t <= barrier]
+        # Not held (no holder): the stream's take is the first we know of it.
+        read = (
+            reads[-1] if reads else max(t for t, n in turn if n == "stream.take" and t <= barrier)
+        )
         queued = first("end.queue", barrier)
         taken = first("writer.take", queued) if queued is not None else None
         committed = first("writer.committed", taken) if taken is not None else None
