@@ -385,6 +385,7 @@ async def _compare(
     }
     if timeline_file is not None:
         out["timeline"] = _timeline(timeline_file, spans)
+        out["end"] = _the_end(timeline_file, spans)
     return out
 
 
@@ -424,6 +425,46 @@ def _timeline(path: Path, spans: list[tuple[float, float, float]]) -> dict[str, 
         for name, ts in sorted(per.items(), key=lambda kv: statistics.median(kv[1]))
         if len(ts) * 2 >= len(spans)
     }
+
+
+def _the_end(path: Path, spans: list[tuple[float, float, float]]) -> dict[str, float]:
+    """A plain turn's end, median ms after its last frame was read (the TurnCompleted's,
+    through the holder: the last ``holder.read`` before the barrier), and the number of
+    transactions committed during the turn."""
+    stamps = timeline.read(str(path))
+    per: dict[str, list[float]] = {}
+    for start, _, end in spans:
+        turn = [(t, name) for t, name in stamps if start <= t <= end]
+
+        def first(name: str, after: float, turn: list[tuple[float, str]] = turn) -> float | None:
+            return next((t for t, n in turn if n == name and t >= after), None)
+
+        barrier = first("barrier.start", start)
+        if barrier is None:
+            continue
+        reads = [t for t, n in turn if n == "holder.read" and t <= barrier]
+        # Not held (no holder): the stream's take is the first we know of it.
+        read = (
+            reads[-1] if reads else max(t for t, n in turn if n == "stream.take" and t <= barrier)
+        )
+        queued = first("end.queue", barrier)
+        taken = first("writer.take", queued) if queued is not None else None
+        committed = first("writer.committed", taken) if taken is not None else None
+        if committed is None:
+            continue
+        for name, t in (
+            ("stream takes it", first("stream.take", read) or barrier),
+            ("barrier starts", barrier),
+            ("end queued on the writer", queued),
+            ("the writer takes the end", taken),
+            ("end committed (its fsync)", committed),
+            ("client has the completed run", end),
+        ):
+            assert t is not None
+            per.setdefault(name, []).append((t - read) * 1000)
+        count = sum(1 for _, n in turn if n == "writer.committed")
+        per.setdefault("transactions in the turn (count)", []).append(count)
+    return {name: statistics.median(ts) for name, ts in per.items()}
 
 
 def _reply_text() -> str:
@@ -581,6 +622,11 @@ def _print(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None
         if "timeline" in r:
             print(f"{kind}: a plain turn's timeline, median ms after the client's send")
             for name, ms in r["timeline"].items():
+                print(f"  {ms:8.2f}  {name}")
+    for kind, r in results.items():
+        if "end" in r:
+            print(f"{kind}: a plain turn's end, median ms after its last frame was read")
+            for name, ms in r["end"].items():
                 print(f"  {ms:8.2f}  {name}")
     for kind, r in results.items():
         threads = ", ".join(

@@ -165,8 +165,8 @@ class Checkpointer:
         message = f"t3orch checkpoint: thread {thread_id} run {run.ordinal}"
         if committed is not None:
             commit, _ = await gitstore.capture(root, ref, message, base)
+            # What follows reads the run's id and ordinal only: not read again.
             await committed()
-            run = self.reader.get(Run, run_id) or run
         # Subagents whose end was not seen (closed by the turn's end) get theirs
         # (their records commit before the run's).
         await self._children(root, thread_id, run, None, at_barrier=True)

@@ -185,10 +185,16 @@ def write_commit(repo: Repo, tree: str, parent: str | None, message: str) -> str
     sha = hashlib.sha1(raw).hexdigest()
     path = repo.common_dir / "objects" / sha[:2] / sha[2:]
     if not path.exists():
-        path.parent.mkdir(exist_ok=True)
         tmp = path.parent / f"tmp_obj_t3_{os.getpid()}_{sha[2:10]}"
-        tmp.write_bytes(zlib.compress(raw))
-        tmp.chmod(0o444)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        except FileNotFoundError:  # the fan-out directory's first object
+            path.parent.mkdir(exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        try:
+            os.write(fd, zlib.compress(raw))
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     repo.trees[sha] = tree
     return sha
@@ -197,9 +203,12 @@ def write_commit(repo: Repo, tree: str, parent: str | None, message: str) -> str
 def write_ref(repo: Repo, ref: str, commit: str) -> None:
     """``git update-ref ref commit`` for a new loose ref, through git's lock file."""
     path = repo.common_dir / ref
-    path.parent.mkdir(parents=True, exist_ok=True)
     lock = path.with_name(path.name + ".lock")
-    fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileNotFoundError:  # the thread's first ref: its directory (one mkdir fewer)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         try:
             os.write(fd, f"{commit}\n".encode())

@@ -17,7 +17,15 @@ between a frame's event and its commit:
   and a child that outlives its turn stays bound to that turn until it ends;
 * **journal offsets** of a held runtime (``JournalOffset``) commit with the events
   of the frames up to them: the coalescer holds one back while an older delta is
-  buffered, and a delivery keeps only its last.
+  buffered, and a delivery keeps only its last;
+* **lingering**: a mid-turn batch is not queued the moment it is ready. Providers
+  send a turn's last frames a few ms apart (Codex: the item's ``item/completed``,
+  token usage, rate limits, ``thread/status/changed``, ``turn/completed``; Claude:
+  the assistant message, the stream's stop events, ``result``), and each batch queued
+  alone was a transaction, whose fsync the turn's end then waited for. Bookkeeping
+  (``_QUIET``: offsets, usage, diagnostics) waits for what follows it, at most
+  ``QUIET_LINGER_S``; the turn's items at most ``LINGER_S``; anything someone waits
+  for (a request, a session's refs, an end) goes at once, with what waited before it.
 
 The owner of the process (the supervisor) learns what happened through
 :class:`StreamOwner`, which it implements; the stream never reads what the
@@ -44,12 +52,16 @@ from t3orch.live import LiveHub
 from t3orch.provider_events import (
     Diagnostic,
     ItemCompleted,
+    ItemDelta,
     ItemStarted,
     JournalOffset,
+    PlanUpdated,
     ProviderEvent,
     RuntimeExited,
     SubagentEnded,
     TurnCompleted,
+    TurnStarted,
+    UsageUpdated,
 )
 from t3orch.store.inflight import MAX_INFLIGHT_EVENTS, InflightWindow
 from t3orch.store.interface import Decide
@@ -58,6 +70,19 @@ from t3orch.store.writer import Ticket
 #: The event queue's bound: the provider is not read while this many events wait, so
 #: the stream takes at most this many (plus one frame's) per submission.
 MAX_INGEST_BATCH = 1024
+
+#: A mid-turn batch of the turn's content (items, text, plan) waits this long for what
+#: follows (frames a provider writes together arrive a read or two apart): a couple of
+#: ms on what a subscriber sees committed, one transaction where there were several.
+LINGER_S = 0.002
+#: A batch of bookkeeping alone (journal offsets, usage, diagnostics: nothing anyone
+#: waits for) waits this long at most for what follows, mostly the turn's end or the
+#: next item; between turns it commits on its own after this.
+QUIET_LINGER_S = 0.1
+#: What may wait for what follows it, and how long; any other event is queued at
+#: once, with everything waiting before it.
+_QUIET = (JournalOffset, UsageUpdated, Diagnostic)
+_LINGERING = (ItemStarted, ItemDelta, ItemCompleted, PlanUpdated, TurnStarted)
 
 
 class Ingest(Protocol):
@@ -137,6 +162,32 @@ def _or_never(deadline: float | None) -> float:
     return math.inf if deadline is None else deadline
 
 
+def _linger_until(events: Sequence[ProviderEvent], now: float, deadline: float) -> float:
+    """How long ``events`` (arrived ``now``, after others due at ``deadline``) may wait
+    for what follows; ``-inf``: not at all."""
+    for event in events:
+        if isinstance(event, _QUIET):
+            deadline = min(deadline, now + QUIET_LINGER_S)
+        elif isinstance(event, _LINGERING):
+            deadline = min(deadline, now + LINGER_S)
+        else:
+            return -math.inf
+    return deadline
+
+
+@attrs.define
+class _Held:
+    """A mid-turn batch waiting for what follows (see the module docstring)."""
+
+    binding: SessionBinding
+    #: Delivered (the owner has observed them), in order; no journal offset.
+    events: list[ProviderEvent]
+    #: The last journal offset among them: it goes last.
+    offset: JournalOffset | None
+    #: When it is queued, whatever follows.
+    deadline: float
+
+
 def subagent_end(event: ProviderEvent) -> tuple[str | None] | None:
     """``(child native thread ref,)`` when ``event`` says a subagent finished, else None.
 
@@ -180,6 +231,8 @@ class IngestStream:
     _inflight: InflightWindow = attrs.field(factory=lambda: InflightWindow(MAX_INFLIGHT_EVENTS))
     #: The active turn has had a subagent item (so a checkpoint scope of its own).
     _subagents: bool = False
+    #: A mid-turn batch not queued yet, waiting for what follows.
+    _held: _Held | None = None
 
     def turn_started(self, turn: TurnBinding) -> None:
         self.active_turn = turn
@@ -196,7 +249,11 @@ class IngestStream:
         try:
             async with queue:
                 while True:
-                    deadline = min(_or_never(coalescer.next_deadline()), _or_never(lane.deadline()))
+                    deadline = min(
+                        _or_never(coalescer.next_deadline()),
+                        _or_never(lane.deadline()),
+                        self._held.deadline if self._held is not None else math.inf,
+                    )
                     batch: list[ProviderEvent] = []
                     with trio.move_on_at(deadline):
                         # Everything queued since the last take, in one call.
@@ -216,7 +273,10 @@ class IngestStream:
                         ready.extend(coalescer.push(event, now))
                     ready.extend(coalescer.flush_due(now))
                     await self._deliver(ready)
+                    if self._held is not None and self._held.deadline <= trio.current_time():
+                        await self._queue_held()
                 await self._deliver(coalescer.flush_all())
+                await self._queue_held()
                 await self._inflight.drain()
         finally:
             self.done.set()
@@ -225,11 +285,21 @@ class IngestStream:
         if not events:
             return
         owner = self.owner
-        # Split at turn ends so events after a turn are not bound to it.
-        chunk: list[ProviderEvent] = []
+        held = self._held
+        if held is not None and held.binding != self._bound():
+            await self._queue_held()  # bound otherwise (a turn began): not to be joined
+            held = None
+        self._held = None
+        # Split at turn ends so events after a turn are not bound to it. What waited
+        # comes first: it commits with these (a turn's end, its last items).
+        chunk: list[ProviderEvent] = held.events if held is not None else []
         # A held runtime's journal offset: only the last one counts, and it may move
         # later (it says the events before it are queued), never earlier.
-        offset: JournalOffset | None = None
+        offset: JournalOffset | None = held.offset if held is not None else None
+        # Of ``chunk``, the events delivered now (from ``fresh``), and when what waited
+        # before them is due.
+        fresh = len(chunk)
+        due = held.deadline if held is not None else math.inf
         skip = -1
         for i, event in enumerate(events):
             if type(event) is JournalOffset:
@@ -249,13 +319,13 @@ class IngestStream:
             if ended is not None and self.subagent_barrier and run_id is not None:
                 # Its end committed first, so the checkpoint finds the scope ended.
                 await self.commit(chunk)
-                chunk = []
+                chunk, fresh, due = [], 0, math.inf
                 await owner.subagent_ended(run_id, ended[0])
                 continue
             if isinstance(event, SubagentEnded) and event.native_item_ref in self.lingering:
                 # Committed while still bound to its ended turn, then forgotten.
                 await self.commit(chunk)
-                chunk = []
+                chunk, fresh, due = [], 0, math.inf
                 done = self.lingering.pop(event.native_item_ref)
                 if event.child_native_thread_ref is not None:
                     self._late_children[event.child_native_thread_ref] = done.run_id
@@ -278,7 +348,7 @@ class IngestStream:
                     offset = None
                     chunk.append(covering)
                 await self.commit(chunk, ends_turn=True, checkpoint=checkpoint, items=items)
-                chunk = []
+                chunk, fresh, due = [], 0, math.inf
                 if isinstance(event, TurnCompleted):
                     if ending is not None and event.status == "completed":
                         for ref in event.continuing:
@@ -293,17 +363,34 @@ class IngestStream:
                     self.active_turn = None
                     self.turn_done.set()
                     owner.runtime_exited(event, ending)
-        if offset is not None:
-            chunk.append(offset)
-        if chunk:
-            # Mid-turn events are queued, not awaited: the writer merges the queued
-            # batches of every session into few transactions (one fsync each).
-            ticket = await self.ingest.ingest_queued(self._bound(), chunk)
-            await self._inflight.add(ticket, len(chunk))
-            # Idleness counts from the end of the last turn: frames between turns
-            # (status, usage) are not work; a child outliving its parent's turn is.
-            if self.active_turn is not None or self.lingering:
-                owner.working()
+        if not chunk and offset is None:
+            return
+        now = trio.current_time()
+        due = _linger_until(chunk[fresh:], now, due)
+        if offset is not None and fresh == len(chunk):
+            due = min(due, now + QUIET_LINGER_S)  # an offset alone (frames of no event)
+        self._held = _Held(self._bound(), chunk, offset, due)
+        if due <= now or len(chunk) >= MAX_INGEST_BATCH:
+            await self._queue_held()
+        # Idleness counts from the end of the last turn: frames between turns
+        # (status, usage) are not work; a child outliving its parent's turn is.
+        if self.active_turn is not None or self.lingering:
+            owner.working()
+
+    async def _queue_held(self) -> None:
+        """Queue the batch waiting for what follows, if any.
+
+        Mid-turn events are queued, not awaited: the writer merges the queued batches
+        of every session into few transactions (one fsync each).
+        """
+        held, self._held = self._held, None
+        if held is None:
+            return
+        events = held.events
+        if held.offset is not None:
+            events.append(held.offset)
+        ticket = await self.ingest.ingest_queued(held.binding, events)
+        await self._inflight.add(ticket, len(events))
 
     async def _completion_barrier(
         self, chunk: list[ProviderEvent]
@@ -349,6 +436,7 @@ class IngestStream:
         checkpoint record, and ``items`` its last events, committed with them,
         before them (items, then the record).
         """
+        await self._queue_held()  # first: it came before these
         if ends_turn:
             ticket = await self.ingest.end_turn_queued(self._bound(), events, checkpoint, items)
         else:
@@ -363,6 +451,7 @@ class IngestStream:
     async def end_unstarted_turn(self, turn: TurnBinding, event: TurnCompleted) -> None:
         """A turn whose input never reached the provider ends here, bound to it by
         name (an exit committed meanwhile may have cleared the active turn)."""
+        await self._queue_held()
         ticket = await self.ingest.ingest_queued(
             attrs.evolve(self.binding, turn=turn, lingering=()), [event]
         )

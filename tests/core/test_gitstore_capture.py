@@ -56,18 +56,32 @@ async def test_a_checkpoint_of_an_unchanged_tree_runs_no_git(
     assert await gitstore.work_tree_root(repo) == root
     base = await gitstore.resolve(root, "refs/t3orch/checkpoints/t/1")
     assert base == first
+    objects = _loose_objects(repo)
     second, tree2 = await gitstore.capture(root, "refs/t3orch/checkpoints/t/2", "cp 2", base)
     assert await gitstore.numstat(root, base, second) == []
     monkeypatch.setenv("PATH", real_path)
-    # What git itself says of the result: a real commit on the first, same tree, the ref.
-    assert tree2 == tree and second != first
-    assert (await git(repo, "rev-parse", "refs/t3orch/checkpoints/t/2")).strip() == second
-    assert (await git(repo, "rev-parse", f"{second}^")).strip() == first
+    # Unchanged since the checkpoint it follows: no object written, its ref names that
+    # checkpoint's commit (same tree, same files), as git itself says.
+    assert _loose_objects(repo) == objects
+    assert tree2 == tree and second == first
+    assert (await git(repo, "rev-parse", "refs/t3orch/checkpoints/t/2")).strip() == first
     assert (await git(repo, "rev-parse", f"{second}^{{tree}}")).strip() == tree
-    assert (await git(repo, "cat-file", "-t", second)).strip() == "commit"
-    assert "cp 2" in await git(repo, "log", "-1", "--format=%B", second)
     await git(repo, "fsck", "--no-dangling")
     assert ".gitignore" in await _tree_files(repo, second)
+    # A change after it: a new commit, on the one both refs name.
+    (repo / "src" / "f1.txt").write_text("changed\n")
+    third, _ = await gitstore.capture(root, "refs/t3orch/checkpoints/t/3", "cp 3", second)
+    assert third != first
+    assert (await git(repo, "rev-parse", f"{third}^")).strip() == first
+    assert "cp 3" in await git(repo, "log", "-1", "--format=%B", third)
+    assert [f.path for f in await gitstore.numstat(root, second, third)] == ["src/f1.txt"]
+
+
+def _loose_objects(repo: Path) -> set[str]:
+    return {
+        str(p.relative_to(repo / ".git" / "objects"))
+        for p in (repo / ".git" / "objects").glob("??/*")
+    }
 
 
 async def test_a_small_trees_checkpoint_at_a_turns_end_takes_no_thread_hop(

@@ -140,3 +140,34 @@ async def test_the_offset_read_after_a_turn_end_commits_with_it(tmp_path: Path) 
     ends = [b for b in batches if "provider_turn.upserted" in b and "run.upserted" in b]
     assert ends, batches
     assert "provider.journal:4" in ends[-1], batches
+
+
+async def test_offsets_alone_wait_for_what_follows_them(tmp_path: Path) -> None:
+    """Frames of no event (Claude's stream stop events; a Codex answer) each put only an
+    offset on the queue. Queued alone, each was a transaction (an fsync the turn's end then
+    waited for); now they commit with what follows: here, the turn's end."""
+    async with open_core(tmp_path / "e.db") as core:
+        tid = await new_thread(core.service)
+        binding = await started_turn(core.service, tid)
+        assert binding.turn is not None
+        batches: list[list[str]] = []
+        core.service.writer.broadcast.listen(
+            lambda events: batches.append(
+                [
+                    f"{e.type}:{e.payload.offset}" if e.type == "provider.journal" else e.type
+                    for e in events
+                ]
+            )
+        )
+        async with turn_stream(core, binding) as queue:
+            await trio.sleep(0.02)  # the item started is committed
+            queue.put(JournalOffset(holder_id="h", offset=1))
+            await trio.sleep(0.005)
+            queue.put(JournalOffset(holder_id="h", offset=2))
+            await trio.sleep(0.003)
+            queue.put(TurnCompleted(native_turn_ref="t1", status="completed"))
+            queue.put(JournalOffset(holder_id="h", offset=3))
+    alone = [b for b in batches if all(t.startswith("provider.journal") for t in b)]
+    assert alone == [], batches
+    (end,) = [b for b in batches if "provider_turn.upserted" in b and "run.upserted" in b]
+    assert "provider.journal:3" in end, batches

@@ -18,13 +18,14 @@ from typing import Any
 import psutil
 import pytest
 import trio
+from trio.testing import wait_all_tasks_blocked
 
 from adapters.transcript import load_transcript
 from fixtures.fakes.codex_home import make_work_dir
 from fixtures.record.supervised import TranscriptLaunchers
 from t3orch import timeline
 from t3orch.domain.run import Run
-from t3orch.domain.turn_items import CheckpointItem
+from t3orch.domain.turn_items import AssistantMessage, CheckpointItem
 from t3orch.store.errors import StoreClosed, StoreNotDurable
 from tests.lineage.test_barrier_burst import PROVIDERS, _one_turn
 from tests.store.fsync import FsyncGate
@@ -37,6 +38,9 @@ async def _after_runs(r: Rig, *texts: str) -> str:
     for text in texts:
         sent = await r.manager.send_message(tid, text)
         await r.wait_run(sent.result["runId"])
+    # Seen committed, the run's dispatcher may not have heard its end yet (the thread
+    # is still dispatching: a send would be queued behind it).
+    await wait_all_tasks_blocked()
     return tid
 
 
@@ -45,9 +49,10 @@ def _where(batches: list[list[Any]], match: Any) -> list[tuple[int, int]]:
     return [(i, e.sequence) for i, batch in enumerate(batches) for e in batch if match(e)]
 
 
-async def test_the_checkpoint_record_and_the_turn_end_commit_together(tmp_path: Path) -> None:
+async def _played_turn(tmp_path: Path, speed: float) -> tuple[Any, list[list[Any]]]:
+    """The recorded Codex turn, played at ``speed``: its run, and every committed batch."""
     transcript = load_transcript(_one_turn(tmp_path))
-    launchers = TranscriptLaunchers({"codex": transcript}, speed=0)
+    launchers = TranscriptLaunchers({"codex": transcript}, speed=speed)
     async with rig(tmp_path / "e.db", providers=PROVIDERS, launcher_factory=launchers) as r:
         batches: list[list[Any]] = []
         r.core.service.writer.broadcast.listen(lambda events: batches.append(list(events)))
@@ -55,19 +60,24 @@ async def test_the_checkpoint_record_and_the_turn_end_commit_together(tmp_path: 
         sent = await r.manager.send_message(tid, "remember the word PAPAYA")
         run = await r.wait_run(sent.result["runId"], ("completed", "failed", "interrupted"))
         assert run.status == "completed" and run.checkpoint_id is not None
+    return run, batches
 
+
+def _completed(run: Any) -> Any:
+    return lambda e: (
+        e.type == "run.upserted"
+        and e.payload.run.id == run.id
+        and e.payload.run.status == "completed"
+    )
+
+
+async def test_the_checkpoint_record_and_the_turn_end_commit_together(tmp_path: Path) -> None:
+    run, batches = await _played_turn(tmp_path, speed=0)
     checkpoint = _where(
         batches,
         lambda e: e.type == "checkpoint.upserted" and e.payload.checkpoint.id == run.checkpoint_id,
     )
-    end = _where(
-        batches,
-        lambda e: (
-            e.type == "run.upserted"
-            and e.payload.run.id == run.id
-            and e.payload.run.status == "completed"
-        ),
-    )
+    end = _where(batches, _completed(run))
     items = _where(
         batches,
         lambda e: (
@@ -81,6 +91,31 @@ async def test_the_checkpoint_record_and_the_turn_end_commit_together(tmp_path: 
     assert [b for b, _ in checkpoint] == [b for b, _ in end], (checkpoint, end)
     assert max(b for b, _ in items) <= checkpoint[0][0]
     assert max(s for _, s in items) < checkpoint[0][1] < end[0][1]
+
+
+async def test_a_turns_last_frames_commit_with_its_end(tmp_path: Path) -> None:
+    """Played at the recorded pace: Codex's last item completes, then ``thread/tokenUsage
+    /updated``, ``account/rateLimits/updated`` and ``thread/status/changed`` come 3.5-12 ms
+    later, ``turn/completed`` 0.2 ms after the last. Queued as they came, each was a
+    transaction of its own, and the turn's end waited for the last one's fsync: what
+    follows the last item commits with the end, and nothing commits between them."""
+    run, batches = await _played_turn(tmp_path, speed=1)
+    (end,) = _where(batches, _completed(run))
+    last_item = max(
+        _where(
+            batches,
+            lambda e: (
+                e.type == "turn_item.upserted"
+                and e.payload.item.run_id == run.id
+                and isinstance(e.payload.item, AssistantMessage)
+                and e.payload.item.status == "completed"
+            ),
+        )
+    )
+    usage = _where(batches, lambda e: e.type == "provider.usage")
+    assert usage and {b for b, _ in usage} == {end[0]}, (usage, end)
+    between = [[e.type for e in batch] for batch in batches[last_item[0] + 1 : end[0]]]
+    assert between == [], between
 
 
 async def test_a_send_to_an_idle_runtime_commits_with_its_attempt(tmp_path: Path) -> None:
