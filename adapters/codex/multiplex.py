@@ -120,6 +120,16 @@ class _Call:
 
 
 @attrs.frozen
+class JournalReplay:
+    """A held process's journal being replayed through a multiplexer (a reattach)."""
+
+    #: The journal offset the replay runs through (the last record before the attach).
+    through: int
+    #: Whether the held process has handed out every record up to it.
+    read: Callable[[], bool]
+
+
+@attrs.frozen
 class _Input:
     """A line an earlier daemon wrote for this member (a held process's journal)."""
 
@@ -233,6 +243,16 @@ class VirtualProcess:
         if muted is not None and self.on_mute is not None:
             self.on_mute(muted)
         return out
+
+    @property
+    def replayed(self) -> bool:
+        """A reattach: every line and input of this member that the held process journaled
+        before the attach has been routed and handed out (``CodexMultiplexer.replay``)."""
+        replay = self._mux.replay
+        if replay is None:
+            return True
+        first = self._offsets[0] if self._offsets else UNJOURNALED
+        return replay.read() and not 0 <= first <= replay.through
 
     def report_delivered(self) -> None:
         """Report the offset of the lines handed out so far (their events are queued)."""
@@ -363,6 +383,8 @@ class CodexMultiplexer:
         self.left_running = False
         #: Called when the process is done (ended, or closing with no member).
         self.on_done: Callable[[CodexMultiplexer], None] | None = None
+        #: A reattach's replay of the held process's journal (None: nothing replayed).
+        self.replay: JournalReplay | None = None
 
     @property
     def pid(self) -> int | None:
@@ -735,6 +757,7 @@ __all__ = [
     "LEFT_RUNNING",
     "THREAD_OPENERS",
     "CodexMultiplexer",
+    "JournalReplay",
     "VirtualProcess",
     "global_id",
     "split_id",
