@@ -16,9 +16,9 @@ process:
   ``params.thread.id`` of ``thread/started``); a subagent's thread
   (``thread.parentThreadId``, or a ``receiverThreadIds`` of a collab item on its
   parent's thread) goes where its parent does, its lines from before that kept for
-  it; a thread opens
-  (``thread/start``, ``resume``, ``fork``) one at a time per process, so a frame of
-  a thread not known yet belongs to the one opening. Frames naming no thread
+  it; a frame of a thread no member has yet is kept until the reply to a
+  ``thread/start``, ``resume`` or ``fork`` names it (it goes to that member, before the
+  reply) or a spawn item does (its parent's member). Frames naming no thread
   (``configWarning``, rate limits) go to every member; a server request naming
   none (an auth refresh) to the oldest member, which answers it once;
 * **``initialize``** is sent once per process; a later member's is answered from
@@ -674,8 +674,8 @@ class CodexMultiplexer:
         if owner is None:
             owner = self._owners.get(parent) if parent is not None else None
             if owner is None:
-                owner = self._opener
-            if owner is None:
+                # Not the opening member's by default: a subagent's thread speaks before
+                # its spawn item names it. The opener's reply names its own (``_response``).
                 self._keep_unclaimed(thread, line)
                 return
             self._adopt(owner, thread, offset)
