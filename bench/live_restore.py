@@ -40,7 +40,8 @@ from adapters.process import open_child_process  # noqa: E402
 from adapters.transport import LaunchSpec  # noqa: E402
 from supervisor.holder.client import attach, start_holder  # noqa: E402
 from t3orch.cli.drill import long_reply  # noqa: E402
-from t3orch.cli.served import rpc, served, state_rows, wait_until  # noqa: E402
+from t3orch.cli.polling import wait_until  # noqa: E402
+from t3orch.cli.served import rpc, served, state_rows  # noqa: E402
 from t3orch.daemon import stop_agents  # noqa: E402
 from t3orch.store.open import open_reader  # noqa: E402
 

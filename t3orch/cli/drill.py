@@ -32,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,8 @@ import trio
 
 from t3orch import daemonlog
 from t3orch.cli.environment import config_toml, provider_environment
-from t3orch.cli.served import rpc, served, state_rows, wait_until
+from t3orch.cli.polling import until, wait_until
+from t3orch.cli.served import rpc, served, state_rows
 from t3orch.commands.specs import CreateThread
 from t3orch.config import Config, DaemonConfig
 from t3orch.daemon import Daemon, run_daemon
@@ -114,15 +114,6 @@ def _proc(pid: int) -> psutil.Process | None:
         return None
 
 
-async def _until(predicate: Callable[[], Any], within: float = 30.0) -> Any:
-    with trio.fail_after(within):
-        while True:
-            value = predicate()
-            if value:
-                return value
-            await trio.sleep(0.01)
-
-
 # -- in-process drills -------------------------------------------------------------
 
 
@@ -144,7 +135,7 @@ def _row(daemon: Daemon, kind: str, id: str | None) -> Any:
 async def _turn(daemon: Daemon, thread_id: str, text: str, within: float = 40.0) -> Any:
     res = await daemon.manager.send_message(thread_id, text)
     run_id = res.result["runId"]
-    return await _until(
+    return await until(
         lambda: (
             (r := _row(daemon, "run", run_id)) is not None
             and r.status in ("completed", "failed", "interrupted", "cancelled")
@@ -157,7 +148,7 @@ async def _turn(daemon: Daemon, thread_id: str, text: str, within: float = 40.0)
 async def _start_slow(daemon: Daemon, thread_id: str, kind: str) -> tuple[str, int]:
     res = await daemon.manager.send_message(thread_id, SLOW[kind])
     run_id = res.result["runId"]
-    await _until(lambda: (r := _row(daemon, "run", run_id)) is not None and r.status == "running")
+    await until(lambda: (r := _row(daemon, "run", run_id)) is not None and r.status == "running")
     runner = daemon.manager.runners[thread_id]
     assert runner.runtime is not None and runner.runtime.pid is not None
     return run_id, runner.runtime.pid
@@ -184,7 +175,7 @@ async def _in_process(name: str, kind: str, config: Config, state: Path, work: P
                 "provider_thread",
                 runner.binding.provider_thread_id if runner.binding else None,
             )
-            reaped = await _until(
+            reaped = await until(
                 lambda: (
                     (s := _row(daemon, "provider_session", session)) is not None
                     and s.status == "stopped"
@@ -220,7 +211,7 @@ async def _in_process(name: str, kind: str, config: Config, state: Path, work: P
             os.killpg(
                 os.getpgid(pid), signal.SIGKILL if name == "provider-crash" else signal.SIGSTOP
             )
-            await _until(
+            await until(
                 lambda: (
                     (s := _row(daemon, "provider_session", session)) is not None
                     and s.status in ("error", "stopped")

@@ -4,7 +4,7 @@ It is started as systemd would (``NOTIFY_SOCKET``: READY is heard on a datagram
 socket), talked to over its API socket, and killed or restarted by the caller
 (:func:`served`: the daemons of one state dir, one after another); its state is read
 from the state dir's log (:func:`state_rows`) until what is awaited is there
-(:func:`wait_until`).
+(:func:`t3orch.cli.polling.wait_until`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -104,20 +104,6 @@ def served(
                 proc.kill()
                 proc.wait(timeout=10)
         daemons.listener.close()
-
-
-def wait_until(
-    predicate: Callable[[], Any], within: float, what: str = "condition", *, every: float = 0.02
-) -> Any:
-    """The first true value of ``predicate`` (polled every ``every`` s), or a TimeoutError
-    naming ``what`` after ``within`` s."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise TimeoutError(f"{what} not met within {within}s")
 
 
 def state_rows(state: Path, kind: str) -> list[Any]:

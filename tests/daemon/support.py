@@ -19,7 +19,8 @@ from typing import Any
 import attrs
 import psutil
 
-from t3orch.cli.served import exchange, state_rows, wait_until
+from t3orch.cli.polling import wait_until
+from t3orch.cli.served import exchange, state_rows
 from t3orch.daemon import stop_agents
 from t3orch.store.sqlite.backend import SQLiteStore
 
