@@ -89,6 +89,8 @@ class ReplayWatch:
     async def wait(self, timeout_s: float) -> None:
         """Until the replay is over; no longer than ``timeout_s`` (a replay whose end is not
         seen yet, e.g. one ending on stderr, does not hold a caller past a request's bound)."""
+        if self.over:
+            return
         with trio.move_on_after(timeout_s):
             while not self.over:
                 await self._moved.wait()
