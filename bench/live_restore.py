@@ -40,7 +40,8 @@ from adapters.process import open_child_process  # noqa: E402
 from adapters.transport import LaunchSpec  # noqa: E402
 from supervisor.holder.client import attach, start_holder  # noqa: E402
 from t3orch.cli.drill import long_reply  # noqa: E402
-from t3orch.cli.served import notify_listener, rpc, serve_daemon, wait_ready  # noqa: E402
+from t3orch.cli.polling import wait_until  # noqa: E402
+from t3orch.cli.served import rpc, served, state_rows  # noqa: E402
 from t3orch.daemon import stop_agents  # noqa: E402
 from t3orch.store.open import open_reader  # noqa: E402
 
@@ -55,15 +56,6 @@ DELTA = json.dumps(
 # -- 1. restart ------------------------------------------------------------------------
 
 
-def _rows(state: Path, kind: str) -> list[Any]:
-    store = open_reader(state / "events.sqlite3")
-    try:
-        with store.snapshot():
-            return [r.decode() for r in store.rows(kind)]
-    finally:
-        store.close()
-
-
 def _deltas(state: Path) -> dict[str, str]:
     store = open_reader(state / "events.sqlite3")
     try:
@@ -74,14 +66,6 @@ def _deltas(state: Path) -> dict[str, str]:
         return out
     finally:
         store.close()
-
-
-def _until(predicate: Any, within: float) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not within {within}s")
-        time.sleep(0.1)
 
 
 def bench_restart(runtimes: int, down_s: float, profile: Path | None) -> dict[str, Any]:
@@ -97,56 +81,55 @@ def bench_restart(runtimes: int, down_s: float, profile: Path | None) -> dict[st
             f"[providers.standin]\ncommand = {json.dumps(cmd)}\n"
             f"transcript = {json.dumps(str(transcript))}\n"
         )
-        notify = tmp / "notify.sock"
         env = {"PYTHONPATH": str(ROOT)}
-        listener = notify_listener(notify)
-        procs = []
         try:
-            d = serve_daemon(state, cfg, notify, env=env)
-            procs.append(d)
-            wait_ready(listener, d, within=300)
-            for i in range(runtimes):
-                tid = rpc(
-                    state,
-                    "thread.create",
-                    {"commandId": f"t{i}", "provider": "standin", "cwd": "/tmp"},
-                )["result"]["threadId"]
-                rpc(state, "run.send", {"commandId": f"r{i}", "threadId": tid, "text": "go"})
-            _until(
-                lambda: sum(1 for s in _rows(state, "provider_session") if s.holder) >= runtimes,
-                600,
-            )
-            time.sleep(0.5)
-            d.send_signal(signal.SIGKILL)
-            d.wait()
-            time.sleep(down_s)  # the holders journal what the providers say meanwhile
-            d2 = serve_daemon(state, cfg, notify, env=env, profile=profile)
-            procs.append(d2)
-            load_at_restart = os.getloadavg()
-            ready_s = wait_ready(listener, d2, within=300)
-            log = (state / "daemon.log").read_text().splitlines()
-            reattach = [line for line in log if "reattached" in line][-1]
-            _until(lambda: all(r.status == "completed" for r in _rows(state, "run")), 600)
-            texts = _deltas(state)
-            whole = sum(1 for t in texts.values() if t == "".join(words))
-            d2.send_signal(signal.SIGTERM)
-            d2.wait(timeout=120)
-            return {
-                "runtimes": runtimes,
-                "downS": down_s,
-                "loadAverageAtRestart": [round(x, 2) for x in load_at_restart],
-                "startToReadyS": round(ready_s, 3),
-                "daemonSays": reattach.split(": ", 1)[-1],
-                "repliesWholeAndOnce": whole,
-                "replies": len(texts),
-            }
+            with served(state, cfg, tmp / "notify.sock", env=env) as daemons:
+                d = daemons.start()
+                daemons.ready(d, within=300)
+                for i in range(runtimes):
+                    tid = rpc(
+                        state,
+                        "thread.create",
+                        {"commandId": f"t{i}", "provider": "standin", "cwd": "/tmp"},
+                    )["result"]["threadId"]
+                    rpc(state, "run.send", {"commandId": f"r{i}", "threadId": tid, "text": "go"})
+                wait_until(
+                    lambda: (
+                        sum(1 for s in state_rows(state, "provider_session") if s.holder)
+                        >= runtimes
+                    ),
+                    600,
+                    every=0.1,
+                )
+                time.sleep(0.5)
+                d.send_signal(signal.SIGKILL)
+                d.wait()
+                time.sleep(down_s)  # the holders journal what the providers say meanwhile
+                d2 = daemons.start(profile=profile)
+                load_at_restart = os.getloadavg()
+                ready_s = daemons.ready(d2, within=300)
+                log = (state / "daemon.log").read_text().splitlines()
+                reattach = [line for line in log if "reattached" in line][-1]
+                wait_until(
+                    lambda: all(r.status == "completed" for r in state_rows(state, "run")),
+                    600,
+                    every=0.1,
+                )
+                texts = _deltas(state)
+                whole = sum(1 for t in texts.values() if t == "".join(words))
+                d2.send_signal(signal.SIGTERM)
+                d2.wait(timeout=120)
+                return {
+                    "runtimes": runtimes,
+                    "downS": down_s,
+                    "loadAverageAtRestart": [round(x, 2) for x in load_at_restart],
+                    "startToReadyS": round(ready_s, 3),
+                    "daemonSays": reattach.split(": ", 1)[-1],
+                    "repliesWholeAndOnce": whole,
+                    "replies": len(texts),
+                }
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
             stop_agents(state, within=120)
-            listener.close()
 
 
 # -- 2. hop --------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ import attrs
 import msgspec
 import trio
 
-from adapters.codex.multiplex import CodexMultiplexer, VirtualProcess
+from adapters.codex.multiplex import CodexMultiplexer, JournalReplay, VirtualProcess
 from adapters.process import ChildProcess, StopResult, TrioProcessLauncher
 from adapters.transport import ExitStatus, LaunchSpec
 from supervisor.holder.client import (
@@ -314,6 +314,7 @@ class SharedCodexPool:
                 failed.extend(group)
                 continue
             mux = self._held_mux(child, shared_key(paths) or "")
+            mux.replay = JournalReplay(child.welcome.journaled, _replayed(child))
             for h in group:
                 self._reattached[h.session.id] = (
                     mux.join(h.session.id, committed=h.committed),
@@ -382,6 +383,10 @@ def held_with_threads(held: list[dict[str, object]], reader: ReadModel) -> list[
         if holder is not None and pt.app_thread_id is not None:
             threads.setdefault(holder, []).append(pt.app_thread_id)
     return [{**h, "threads": sorted(threads.get(str(h["holderId"]), []))} for h in held]
+
+
+def _replayed(held: HeldProcess) -> Callable[[], bool]:
+    return lambda: held.replayed
 
 
 def _free_tag(mux: CodexMultiplexer, tag: str | None) -> str | None:

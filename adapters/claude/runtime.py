@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import attrs
 import msgspec
@@ -51,6 +51,7 @@ from adapters.errors import (
     StaleRequest,
 )
 from adapters.protocol import RawFrameSink, RequestAnswer, ResumeRefs, RuntimeConfig
+from adapters.replay_watch import HeldReplay, ReplayWatch
 from adapters.transport import (
     ExitStatus,
     LaunchSpec,
@@ -62,21 +63,6 @@ from adapters.transport import (
 from t3orch.domain.provider import ProviderCapabilities
 from t3orch.ingest.queue import EventQueue
 from t3orch.provider_events import Diagnostic, ProviderEvent, ResumeFailed
-
-
-@runtime_checkable
-class HeldReplay(Protocol):
-    """A provider process a holder kept across a daemon restart, being reattached to
-    (``supervisor.holder.client.HeldProcess``): its journal is replayed first."""
-
-    #: Told each line an earlier daemon wrote to the process, in journal order with
-    #: the lines read.
-    on_input: Callable[[int, bytes], None] | None
-
-    @property
-    def replayed(self) -> bool:
-        """Everything journaled before this attach has been handed out."""
-        ...
 
 
 class _Written(msgspec.Struct):
@@ -108,13 +94,11 @@ class _Session:
     resume_failure: ResumeError | None = None
     #: Stopped by the runtime itself to start the next session's process.
     replaced: bool = False
-    #: A reattach's replay (None otherwise): requests the runtime answers by itself wait
-    #: in ``held_back`` until it is over, since the journal may hold an earlier answer.
-    replay: HeldReplay | None = None
+    #: A reattach's replay (over at once without one): requests the runtime answers by
+    #: itself wait in ``held_back`` until it is over, since the journal may hold an
+    #: earlier answer; what a caller does waits for it too (``_caught_up``).
+    replay: ReplayWatch = attrs.field(factory=lambda: ReplayWatch(None))
     held_back: list[IncomingRequest] = attrs.field(factory=list)
-    #: Set once the replay is over (at once without one): what a caller does waits for it,
-    #: e.g. an answer to a request the replay has not reached yet.
-    replayed: trio.Event = attrs.field(factory=trio.Event)
     exited: trio.Event = attrs.field(factory=trio.Event)
 
     @property
@@ -198,8 +182,7 @@ class ClaudeRuntime:
         session = self._new_session(process, self._mapper(native_thread_ref=None), None)
         session.initialized = True  # by the daemon that started it
         if isinstance(process, HeldReplay):
-            session.replay = process
-            session.replayed = trio.Event()
+            session.replay = ReplayWatch(process)
             process.on_input = lambda _offset, line: self._replayed_input(session, line)
 
     def adopt(self, native_thread_ref: str | None, native_turn_ref: str | None) -> None:
@@ -346,7 +329,6 @@ class ClaudeRuntime:
             mapper=mapper,
             resuming=resuming,
         )
-        session.replayed.set()
         self._session = session
         self._sessions.append(session)
         return session
@@ -376,9 +358,8 @@ class ClaudeRuntime:
         """The live session, once a reattach's replay has rebuilt its state (bounded: a
         replay whose end is not seen yet does not hold a caller past the request bound)."""
         session = self._live()
-        if not session.replayed.is_set():
-            with trio.move_on_after(self._config.request_timeout_s):
-                await session.replayed.wait()
+        if not session.replay.over:
+            await session.replay.wait(self._config.request_timeout_s)
             session = self._live()
         return session
 
@@ -413,7 +394,7 @@ class ClaudeRuntime:
         """The reader: a pipe read of stdout at a time (as Codex's, ``transport.line_reads``),
         each line translated and its events queued before the next is looked at."""
         task_status.started()
-        read = line_reads(session.process)
+        read = session.replay.reads(line_reads(session.process))
         try:
             while True:
                 await self._events.room()
@@ -547,18 +528,16 @@ class ClaudeRuntime:
                     if decision == "cancel":
                         self._push(mapper.interrupt_sent())
                     self._push(mapper.request_answered(request_id, decision))
-        if session.replay is not None:
+        session.replay.moved()
+        if not session.replay.handed_out:
             self._nursery.start_soon(self._release_after_input, session)
 
     def _release_held_back(self, session: _Session) -> None:
         """Once the replay is over, answer the requests it held back that the journal
         did not show answered (the earlier daemon died before it did)."""
-        replay = session.replay
-        if replay is None or not replay.replayed:
+        if not session.replay.handed_out or not session.held_back:
             return
         held_back, session.held_back = session.held_back, []
-        session.replay = None
-        session.replayed.set()
         for request in held_back:
             if session.control.incoming(request.request_id) is request:
                 self._dispatch(session, request)
@@ -571,7 +550,7 @@ class ClaudeRuntime:
     # -- requests the CLI sends -------------------------------------------------------
 
     def _dispatch(self, session: _Session, request: IncomingRequest) -> None:
-        if session.replay is not None and not session.replay.replayed:
+        if not session.replay.handed_out:
             session.held_back.append(request)
             return
         subtype = request.body.subtype

@@ -55,9 +55,6 @@ class CodexAdapter:
         """
         process = await launcher.launch(self.launch_spec(config))
         runtime = CodexRuntime(process, config, events, raw, self.options)
-        if config.reattaching and hasattr(process, "on_input"):
-            # The calls an earlier daemon made, in journal order with the frames.
-            process.on_input = runtime.client.replayed
         body_error: BaseException | None = None
         try:
             async with trio.open_nursery() as nursery:

@@ -16,9 +16,9 @@ process:
   ``params.thread.id`` of ``thread/started``); a subagent's thread
   (``thread.parentThreadId``, or a ``receiverThreadIds`` of a collab item on its
   parent's thread) goes where its parent does, its lines from before that kept for
-  it; a thread opens
-  (``thread/start``, ``resume``, ``fork``) one at a time per process, so a frame of
-  a thread not known yet belongs to the one opening. Frames naming no thread
+  it; a frame of a thread no member has yet is kept until the reply to a
+  ``thread/start``, ``resume`` or ``fork`` names it (it goes to that member, before the
+  reply) or a spawn item does (its parent's member). Frames naming no thread
   (``configWarning``, rate limits) go to every member; a server request naming
   none (an auth refresh) to the oldest member, which answers it once;
 * **``initialize``** is sent once per process; a later member's is answered from
@@ -117,6 +117,16 @@ class _Call:
     tag: str
     local_id: int | str
     method: str
+
+
+@attrs.frozen
+class JournalReplay:
+    """A held process's journal being replayed through a multiplexer (a reattach)."""
+
+    #: The journal offset the replay runs through (the last record before the attach).
+    through: int
+    #: Whether the held process has handed out every record up to it.
+    read: Callable[[], bool]
 
 
 @attrs.frozen
@@ -233,6 +243,16 @@ class VirtualProcess:
         if muted is not None and self.on_mute is not None:
             self.on_mute(muted)
         return out
+
+    @property
+    def replayed(self) -> bool:
+        """A reattach: every line and input of this member that the held process journaled
+        before the attach has been routed and handed out (``CodexMultiplexer.replay``)."""
+        replay = self._mux.replay
+        if replay is None:
+            return True
+        first = self._offsets[0] if self._offsets else UNJOURNALED
+        return replay.read() and not 0 <= first <= replay.through
 
     def report_delivered(self) -> None:
         """Report the offset of the lines handed out so far (their events are queued)."""
@@ -363,6 +383,8 @@ class CodexMultiplexer:
         self.left_running = False
         #: Called when the process is done (ended, or closing with no member).
         self.on_done: Callable[[CodexMultiplexer], None] | None = None
+        #: A reattach's replay of the held process's journal (None: nothing replayed).
+        self.replay: JournalReplay | None = None
 
     @property
     def pid(self) -> int | None:
@@ -652,8 +674,8 @@ class CodexMultiplexer:
         if owner is None:
             owner = self._owners.get(parent) if parent is not None else None
             if owner is None:
-                owner = self._opener
-            if owner is None:
+                # Not the opening member's by default: a subagent's thread speaks before
+                # its spawn item names it. The opener's reply names its own (``_response``).
                 self._keep_unclaimed(thread, line)
                 return
             self._adopt(owner, thread, offset)
@@ -735,6 +757,7 @@ __all__ = [
     "LEFT_RUNNING",
     "THREAD_OPENERS",
     "CodexMultiplexer",
+    "JournalReplay",
     "VirtualProcess",
     "global_id",
     "split_id",

@@ -7,6 +7,10 @@ and translates each frame with :class:`CodexMapper`, one ``match`` over the
 frame structs; a read's events are queued before the reader next yields, so
 canonical events leave in exactly the order the frames came and reach a waiting
 consumer without waiting for later frames.
+
+Reattached to a held process (``config.reattaching``), the reader starts with the
+journal's replay, which rebuilds the mapper and the client's pending calls; what a
+caller does waits for it (:class:`~adapters.replay_watch.ReplayWatch`, as Claude's).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from adapters.codex.mapper import CODEX_CAPABILITIES, CodexMapper, resume_failur
 from adapters.codex.server_requests import METHOD_NOT_FOUND, AnswerRefused, answer_result, refusal
 from adapters.errors import AdapterError, ProviderProtocolError, ResumeError, StaleRequest
 from adapters.protocol import RawFrameSink, RequestAnswer, ResumeRefs, RuntimeConfig
+from adapters.replay_watch import HeldReplay, ReplayWatch
 from adapters.transport import (
     DEFAULT_MAX_LINE_BYTES,
     ExitStatus,
@@ -89,6 +94,11 @@ class CodexRuntime:
         self.mapper = CodexMapper(model=config.model)
         self._delta = self.mapper.delta
         self.client = CodexClient(process, raw, request_timeout_s=config.request_timeout_s)
+        held = process if config.reattaching and isinstance(process, HeldReplay) else None
+        self._replay = ReplayWatch(held)
+        if held is not None:
+            # The calls an earlier daemon made, in journal order with the frames.
+            held.on_input = self._replayed_input
         self._thread: str | None = None
         self._turn: str | None = None
         self.exit_status: ExitStatus | None = None
@@ -163,6 +173,7 @@ class CodexRuntime:
         self._turn = native_turn_ref
 
     async def start_turn(self, text: str) -> None:
+        await self._caught_up()
         thread = self._require_thread("turn/start")
         params = {"threadId": thread, "input": [{"type": "text", "text": text}]}
         result = await self.client.request("turn/start", params)
@@ -171,6 +182,7 @@ class CodexRuntime:
         self._turn = turn_id if isinstance(turn_id, str) else None
 
     async def steer_turn(self, text: str) -> None:
+        await self._caught_up()
         thread = self._require_thread("turn/steer")
         turn = self.active_turn_ref
         if turn is None:
@@ -184,6 +196,7 @@ class CodexRuntime:
 
     async def interrupt_turn(self) -> None:
         """Ask Codex to stop; its reply only acknowledges, ``turn/completed`` ends the turn."""
+        await self._caught_up()
         thread = self._require_thread("turn/interrupt")
         turn = self.active_turn_ref
         if turn is None:
@@ -191,6 +204,7 @@ class CodexRuntime:
         await self.client.request("turn/interrupt", {"threadId": thread, "turnId": turn})
 
     async def respond(self, native_request_ref: str, answer: RequestAnswer) -> None:
+        await self._caught_up()
         request = self.mapper.open_request(native_request_ref)
         if request is None or self.client.gone:
             raise StaleRequest(f"codex: request {native_request_ref} is not waiting for an answer")
@@ -262,7 +276,7 @@ class CodexRuntime:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Read and translate frames until stdout ends, then report the exit."""
         task_status.started()
-        read = line_reads(self._process)
+        read = self._replay.reads(line_reads(self._process))
         try:
             while lines := await read():
                 await self._on_read(lines, decode_frames(lines))
@@ -362,6 +376,15 @@ class CodexRuntime:
         events += self.mapper.response(call.method, call.params, result, frame.error, raw_id)
         # Its waiter runs once the reader yields: after these events are queued.
         self.client.settle(call, frame)
+
+    async def _caught_up(self) -> None:
+        """Once a reattach's replay has rebuilt the mapper and the pending calls (bounded
+        by the request timeout): an answer to a request it has not reached was stale."""
+        await self._replay.wait(self._config.request_timeout_s)
+
+    def _replayed_input(self, offset: int, line: bytes) -> None:
+        self.client.replayed(offset, line)
+        self._replay.moved()
 
     def _require_thread(self, method: str) -> str:
         if self._thread is None:

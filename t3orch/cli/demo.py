@@ -29,6 +29,7 @@ import trio
 
 from t3orch import daemonlog
 from t3orch.cli.environment import provider_environment
+from t3orch.cli.polling import until
 from t3orch.commands.specs import CreateThread
 from t3orch.daemon import Daemon, run_daemon
 from t3orch.events import TurnItemUpserted
@@ -88,22 +89,13 @@ def _row(daemon: Daemon, kind: str, id: str) -> Any:
     return None if row is None else row.decode()
 
 
-async def _until(predicate: Any, within: float = 30.0) -> Any:
-    with trio.fail_after(within):
-        while True:
-            value = predicate()
-            if value:
-                return value
-            await trio.sleep(0.01)
-
-
 async def _send(daemon: Daemon, thread_id: str, text: str) -> str:
     res = await daemon.manager.send_message(thread_id, text, command_id=None)
     return str(res.result["runId"])
 
 
 async def _wait_run(daemon: Daemon, run_id: str, within: float = 30.0) -> Any:
-    return await _until(
+    return await until(
         lambda: (
             (r := _row(daemon, "run", run_id)) is not None
             and r.status in ("completed", "failed", "interrupted", "cancelled")
@@ -142,7 +134,7 @@ async def _conversation(daemon: Daemon, work: Path, plan: ProviderPlan) -> Outco
     print(f"  run 1 {run.status}")
     if plan.approval:
         run_id = await _send(daemon, tid, plan.approval)
-        req = await _until(lambda: _pending(daemon, tid))
+        req = await until(lambda: _pending(daemon, tid))
         print(f"  approval requested ({req.kind}): answering accept")
         await daemon.manager.respond(req.id, "accept", command_id=None)
         out.requests += 1
@@ -153,8 +145,8 @@ async def _conversation(daemon: Daemon, work: Path, plan: ProviderPlan) -> Outco
             out.notes.append(f"{plan.created_file} was not created")
     # Kill the provider mid-turn and recover.
     run_id = await _send(daemon, tid, plan.slow)
-    runner = await _until(lambda: daemon.manager.runners.get(tid))
-    await _until(lambda: (r := _row(daemon, "run", run_id)) is not None and r.status == "running")
+    runner = await until(lambda: daemon.manager.runners.get(tid))
+    await until(lambda: (r := _row(daemon, "run", run_id)) is not None and r.status == "running")
     session_id = runner.session_id
     pid = runner.runtime.pid if runner.runtime else None
     if pid is None:
@@ -162,7 +154,7 @@ async def _conversation(daemon: Daemon, work: Path, plan: ProviderPlan) -> Outco
         return out
     killed_at = time.monotonic()
     os.killpg(os.getpgid(pid), signal.SIGKILL)
-    await _until(
+    await until(
         lambda: (
             (s := _row(daemon, "provider_session", session_id)) is not None and s.status == "error"
         )

@@ -32,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,8 @@ import trio
 
 from t3orch import daemonlog
 from t3orch.cli.environment import config_toml, provider_environment
-from t3orch.cli.served import notify_listener, rpc, serve_daemon, wait_ready
+from t3orch.cli.polling import until, wait_until
+from t3orch.cli.served import rpc, served, state_rows
 from t3orch.commands.specs import CreateThread
 from t3orch.config import Config, DaemonConfig
 from t3orch.daemon import Daemon, run_daemon
@@ -93,15 +93,6 @@ class Verdict:
         return self.lost_events == 0 and self.orphans == 0 and all(self.checks.values())
 
 
-def _store_rows(state: Path, kind: str) -> list[Any]:
-    store = open_reader(state / "events.sqlite3")
-    try:
-        with store.snapshot():
-            return [r.decode() for r in store.rows(kind)]
-    finally:
-        store.close()
-
-
 def _event_ids(state: Path) -> dict[int, str]:
     store = open_reader(state / "events.sqlite3")
     try:
@@ -121,15 +112,6 @@ def _proc(pid: int) -> psutil.Process | None:
         return psutil.Process(pid)
     except psutil.Error:
         return None
-
-
-async def _until(predicate: Callable[[], Any], within: float = 30.0) -> Any:
-    with trio.fail_after(within):
-        while True:
-            value = predicate()
-            if value:
-                return value
-            await trio.sleep(0.01)
 
 
 # -- in-process drills -------------------------------------------------------------
@@ -153,7 +135,7 @@ def _row(daemon: Daemon, kind: str, id: str | None) -> Any:
 async def _turn(daemon: Daemon, thread_id: str, text: str, within: float = 40.0) -> Any:
     res = await daemon.manager.send_message(thread_id, text)
     run_id = res.result["runId"]
-    return await _until(
+    return await until(
         lambda: (
             (r := _row(daemon, "run", run_id)) is not None
             and r.status in ("completed", "failed", "interrupted", "cancelled")
@@ -166,7 +148,7 @@ async def _turn(daemon: Daemon, thread_id: str, text: str, within: float = 40.0)
 async def _start_slow(daemon: Daemon, thread_id: str, kind: str) -> tuple[str, int]:
     res = await daemon.manager.send_message(thread_id, SLOW[kind])
     run_id = res.result["runId"]
-    await _until(lambda: (r := _row(daemon, "run", run_id)) is not None and r.status == "running")
+    await until(lambda: (r := _row(daemon, "run", run_id)) is not None and r.status == "running")
     runner = daemon.manager.runners[thread_id]
     assert runner.runtime is not None and runner.runtime.pid is not None
     return run_id, runner.runtime.pid
@@ -193,7 +175,7 @@ async def _in_process(name: str, kind: str, config: Config, state: Path, work: P
                 "provider_thread",
                 runner.binding.provider_thread_id if runner.binding else None,
             )
-            reaped = await _until(
+            reaped = await until(
                 lambda: (
                     (s := _row(daemon, "provider_session", session)) is not None
                     and s.status == "stopped"
@@ -229,7 +211,7 @@ async def _in_process(name: str, kind: str, config: Config, state: Path, work: P
             os.killpg(
                 os.getpgid(pid), signal.SIGKILL if name == "provider-crash" else signal.SIGSTOP
             )
-            await _until(
+            await until(
                 lambda: (
                     (s := _row(daemon, "provider_session", session)) is not None
                     and s.status in ("error", "stopped")
@@ -296,16 +278,6 @@ async def _closed_stdout(v: Verdict, config: Config, state: Path, work: Path) ->
 # -- the daemon-crash drill (a real `t3orch serve` process) ---------------------------
 
 
-def _wait(predicate: Callable[[], Any], within: float = 30) -> Any:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise TimeoutError(f"condition not met within {within}s")
-
-
 def _descendants(pids: list[int]) -> list[int]:
     """What the providers started: their process groups and every descendant, wherever."""
     out: set[int] = set()
@@ -328,11 +300,9 @@ def _copy_leaves_alone(
     """A daemon on a copy of the live state dir must not touch the original's processes."""
     copy = tmp / "state-copy"
     copy_state_dir(state, copy)
-    notify = tmp / "notify-copy.sock"
-    listener = notify_listener(notify)
-    proc = serve_daemon(copy, config_path, notify)
-    try:
-        wait_ready(listener, proc)
+    with served(copy, config_path, tmp / "notify-copy.sock") as daemons:
+        proc = daemons.start()
+        daemons.ready(proc)
         alive = [pid for pid in pids if (p := _proc(pid)) and p.status() != psutil.STATUS_ZOMBIE]
         v.checks["a daemon on a copy of the state dir left the running processes alone"] = (
             alive == pids
@@ -343,11 +313,6 @@ def _copy_leaves_alone(
         )
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-        listener.close()
 
 
 def _daemon_crash(kind: str, config: Config, state: Path, work: Path, tmp: Path) -> Verdict:
@@ -360,21 +325,17 @@ def _daemon_crash(kind: str, config: Config, state: Path, work: Path, tmp: Path)
     config_path.write_text(
         "[daemon]\nreattach_grace_s = 0\n" + config_toml(config, standin_command=standin)
     )
-    notify = tmp / "notify.sock"
-    listener = notify_listener(notify)
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        proc = serve_daemon(state, config_path, notify)
-        procs.append(proc)
-        wait_ready(listener, proc)
+    with served(state, config_path, tmp / "notify.sock") as daemons:
+        proc = daemons.start()
+        daemons.ready(proc)
         tid = rpc(state, "thread.create", {"commandId": "d1", "provider": kind, "cwd": str(work)})[
             "result"
         ]["threadId"]
         rpc(state, "run.send", {"commandId": "d2", "threadId": tid, "text": "hello"})
-        _wait(lambda: any(r.status == "completed" for r in _store_rows(state, "run")), 40)
+        wait_until(lambda: any(r.status == "completed" for r in state_rows(state, "run")), 40)
         rpc(state, "run.send", {"commandId": "d3", "threadId": tid, "text": SLOW[kind]})
-        _wait(lambda: any(r.status == "running" for r in _store_rows(state, "run")), 30)
-        provider_pids = [s.pid for s in _store_rows(state, "provider_session") if s.pid]
+        wait_until(lambda: any(r.status == "running" for r in state_rows(state, "run")), 30)
+        provider_pids = [s.pid for s in state_rows(state, "provider_session") if s.pid]
         helpers = _descendants(provider_pids)
         v.notes.append(f"{len(helpers)} process(es) started by the provider before the crash")
         _copy_leaves_alone(state, config_path, tmp, provider_pids + helpers, v)
@@ -384,15 +345,14 @@ def _daemon_crash(kind: str, config: Config, state: Path, work: Path, tmp: Path)
         proc.wait(timeout=10)
         v.orphans = _orphans(provider_pids)
         v.detection_s = time.monotonic() - t0  # until every provider of the dead daemon is gone
-        proc2 = serve_daemon(state, config_path, notify)
-        procs.append(proc2)
-        ready_s = wait_ready(listener, proc2)
+        proc2 = daemons.start()
+        ready_s = daemons.ready(proc2)
         v.notes.append(f"restart to READY {ready_s:.2f}s")
         # What the providers started outlives them; the restart's sweep must end it.
         v.orphans += _orphans(helpers)
         after = _event_ids(state)
         v.lost_events = sum(1 for s, e in before.items() if after.get(s) != e)
-        runs = _store_rows(state, "run")
+        runs = state_rows(state, "run")
         v.checks["in-flight run settled as interrupted before READY"] = any(
             r.status == "interrupted" for r in runs
         )
@@ -400,20 +360,14 @@ def _daemon_crash(kind: str, config: Config, state: Path, work: Path, tmp: Path)
             r.status == "interrupted" and r.last_error == "daemon_restart" for r in runs
         )
         rpc(state, "run.send", {"commandId": "d4", "threadId": tid, "text": "after the crash"})
-        _wait(lambda: sum(r.status == "completed" for r in _store_rows(state, "run")) >= 2, 40)
+        wait_until(lambda: sum(r.status == "completed" for r in state_rows(state, "run")) >= 2, 40)
         v.live_again_s = time.monotonic() - t0
         v.checks["next run completed on a new daemon"] = True
-        live = [s.pid for s in _store_rows(state, "provider_session") if s.pid]
+        live = [s.pid for s in state_rows(state, "provider_session") if s.pid]
         helpers2 = _descendants(live)
         proc2.send_signal(signal.SIGTERM)
         v.checks["graceful stop"] = proc2.wait(timeout=30) == 0
         v.orphans += _orphans(live + helpers2)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
-        listener.close()
     return v
 
 
@@ -446,7 +400,7 @@ def _journal_coverage(state: Path) -> tuple[int, int]:
 
     # A shared process's holder has an offset per thread on it: the furthest covers it.
     committed: dict[str, int] = {}
-    for j in _store_rows(state, "journal"):
+    for j in state_rows(state, "journal"):
         committed[j.holder_id] = max(committed.get(j.holder_id, 0), j.offset)
     return journal_coverage(state, committed)
 
@@ -471,94 +425,91 @@ def _live_restore(
         prompt, expected = STREAMED[kind]
         toml = config_toml(config)
     config_path.write_text("[daemon]\nreattach_grace_s = 120\n" + toml)
-    notify = tmp / "notify.sock"
-    listener = notify_listener(notify)
-    procs: list[subprocess.Popen[bytes]] = []
     made = work / "approved-after-restart.txt"
     held_pids: list[int] = []
     try:
-        proc = serve_daemon(state, config_path, notify)
-        procs.append(proc)
-        wait_ready(listener, proc)
+        with served(state, config_path, tmp / "notify.sock") as daemons:
+            proc = daemons.start()
+            daemons.ready(proc)
 
-        def thread(command_id: str) -> str:
-            params = {"commandId": command_id, "provider": kind, "cwd": str(work)}
-            return str(rpc(state, "thread.create", params)["result"]["threadId"])
+            def thread(command_id: str) -> str:
+                params = {"commandId": command_id, "provider": kind, "cwd": str(work)}
+                return str(rpc(state, "thread.create", params)["result"]["threadId"])
 
-        streaming = thread("l1")
-        asking = thread("l2") if kind in ASK_TO_RUN else None
-        if asking is not None:
-            text = ASK_TO_RUN[kind].format(made=made)
-            rpc(state, "run.send", {"commandId": "l3", "threadId": asking, "text": text})
-            _wait(
-                lambda: [r for r in _store_rows(state, "runtime_request") if r.status == "pending"],
+            streaming = thread("l1")
+            asking = thread("l2") if kind in ASK_TO_RUN else None
+            if asking is not None:
+                text = ASK_TO_RUN[kind].format(made=made)
+                rpc(state, "run.send", {"commandId": "l3", "threadId": asking, "text": text})
+                wait_until(
+                    lambda: [
+                        r for r in state_rows(state, "runtime_request") if r.status == "pending"
+                    ],
+                    60,
+                )
+            rpc(state, "run.send", {"commandId": "l4", "threadId": streaming, "text": prompt})
+            # The streaming thread's own delta (the asking thread streams a few words too).
+            wait_until(
+                lambda: any(
+                    e.type == "turn_item.delta" and e.thread_id == streaming for e in _events(state)
+                ),
                 60,
             )
-        rpc(state, "run.send", {"commandId": "l4", "threadId": streaming, "text": prompt})
-        # The streaming thread's own delta (the asking thread streams a few words too).
-        _wait(
-            lambda: any(
-                e.type == "turn_item.delta" and e.thread_id == streaming for e in _events(state)
-            ),
-            60,
-        )
-        sessions = [s for s in _store_rows(state, "provider_session") if s.holder is not None]
-        # Threads on one shared process name the same pids (issue 21).
-        held_pids = sorted({p for s in sessions for p in (s.pid, s.holder.pid) if p})
-        proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-        proc.wait(timeout=60)
-        v.checks["the providers outlived the daemon under their holders"] = bool(sessions) and (
-            _orphans(held_pids) == len(held_pids)
-        )
-        t0 = time.monotonic()
-        proc2 = serve_daemon(state, config_path, notify)
-        procs.append(proc2)
-        ready_s = wait_ready(listener, proc2)
-        v.detection_s = ready_s
-        v.notes.append(f"daemon start to reattached (READY): {ready_s:.3f}s")
-        if asking is not None:
-            (pending,) = [r for r in _store_rows(state, "runtime_request") if r.status == "pending"]
-            rpc(
-                state,
-                "request.respond",
-                {"commandId": "l5", "requestId": pending.id, "decision": "accept"},
+            sessions = [s for s in state_rows(state, "provider_session") if s.holder is not None]
+            # Threads on one shared process name the same pids (issue 21).
+            held_pids = sorted({p for s in sessions for p in (s.pid, s.holder.pid) if p})
+            proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            proc.wait(timeout=60)
+            v.checks["the providers outlived the daemon under their holders"] = bool(sessions) and (
+                _orphans(held_pids) == len(held_pids)
             )
-        _wait(lambda: all(r.status == "completed" for r in _store_rows(state, "run")), 90)
-        v.live_again_s = time.monotonic() - t0
-        v.checks["turn completed"] = True
-        deltas = "".join(
-            e.payload.text
-            for e in _events(state)
-            if e.type == "turn_item.delta" and e.thread_id == streaming
-        )
-        missing = max(0, len(expected) - len(deltas))
-        v.checks["duplicate or missing deltas: 0 (the text equals the model's, each word once)"] = (
-            deltas == expected
-        )
-        v.notes.append(
-            f"streamed text: {len(deltas)} of {len(expected)} characters ({missing} missing)"
-        )
-        if asking is not None:
-            v.checks["approval answered after the restart, its command ran"] = made.exists()
-        time.sleep(0.5)  # the coalescer's window: the last offsets commit
-        journaled, covered = _journal_coverage(state)
-        v.notes.append(f"provider frames journaled {journaled}, ingested {covered}")
-        v.checks["provider frames journaled = ingested"] = journaled == covered and journaled > 0
-        before = _event_ids(state)
-        proc2.send_signal(signal.SIGTERM)
-        v.checks["graceful stop"] = proc2.wait(timeout=60) == 0
-        after = _event_ids(state)
-        v.lost_events = sum(1 for s, e in before.items() if after.get(s) != e)
-        descendants = _descendants(held_pids)
-        stopped, left = stop_agents(state)
-        v.notes.append(f"stop-agents stopped {len(stopped)} holder(s)")
-        v.orphans = _orphans(held_pids + descendants) + len(left)
+            t0 = time.monotonic()
+            proc2 = daemons.start()
+            ready_s = daemons.ready(proc2)
+            v.detection_s = ready_s
+            v.notes.append(f"daemon start to reattached (READY): {ready_s:.3f}s")
+            if asking is not None:
+                (pending,) = [
+                    r for r in state_rows(state, "runtime_request") if r.status == "pending"
+                ]
+                rpc(
+                    state,
+                    "request.respond",
+                    {"commandId": "l5", "requestId": pending.id, "decision": "accept"},
+                )
+            wait_until(lambda: all(r.status == "completed" for r in state_rows(state, "run")), 90)
+            v.live_again_s = time.monotonic() - t0
+            v.checks["turn completed"] = True
+            deltas = "".join(
+                e.payload.text
+                for e in _events(state)
+                if e.type == "turn_item.delta" and e.thread_id == streaming
+            )
+            missing = max(0, len(expected) - len(deltas))
+            v.checks[
+                "duplicate or missing deltas: 0 (the text equals the model's, each word once)"
+            ] = deltas == expected
+            v.notes.append(
+                f"streamed text: {len(deltas)} of {len(expected)} characters ({missing} missing)"
+            )
+            if asking is not None:
+                v.checks["approval answered after the restart, its command ran"] = made.exists()
+            time.sleep(0.5)  # the coalescer's window: the last offsets commit
+            journaled, covered = _journal_coverage(state)
+            v.notes.append(f"provider frames journaled {journaled}, ingested {covered}")
+            v.checks["provider frames journaled = ingested"] = (
+                journaled == covered and journaled > 0
+            )
+            before = _event_ids(state)
+            proc2.send_signal(signal.SIGTERM)
+            v.checks["graceful stop"] = proc2.wait(timeout=60) == 0
+            after = _event_ids(state)
+            v.lost_events = sum(1 for s, e in before.items() if after.get(s) != e)
+            descendants = _descendants(held_pids)
+            stopped, left = stop_agents(state)
+            v.notes.append(f"stop-agents stopped {len(stopped)} holder(s)")
+            v.orphans = _orphans(held_pids + descendants) + len(left)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
-        listener.close()
         stop_agents(state)
     return v
 

@@ -1,7 +1,10 @@
-"""A real ``t3orch serve`` in a child process, for the drills and the benchmarks.
+"""A real ``t3orch serve`` in a child process, for the drills, the benchmarks and the tests.
 
 It is started as systemd would (``NOTIFY_SOCKET``: READY is heard on a datagram
-socket), talked to over its API socket, and killed or restarted by the caller.
+socket), talked to over its API socket, and killed or restarted by the caller
+(:func:`served`: the daemons of one state dir, one after another); its state is read
+from the state dir's log (:func:`state_rows`) until what is awaited is there
+(:func:`t3orch.cli.polling.wait_until`).
 """
 
 from __future__ import annotations
@@ -12,9 +15,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import attrs
+
+from t3orch.store.open import open_reader
 
 
 def notify_listener(path: Path) -> socket.socket:
@@ -53,6 +61,59 @@ def serve_daemon(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+@attrs.define
+class ServedDaemons:
+    """The daemons served on one state dir, one after another, each saying READY on the
+    one listener (see :func:`served`)."""
+
+    state: Path
+    config_path: Path
+    listener: socket.socket
+    notify: Path
+    env: Mapping[str, str] | None = None
+    procs: list[subprocess.Popen[bytes]] = attrs.field(factory=list)
+
+    def start(self, *, profile: Path | None = None) -> subprocess.Popen[bytes]:
+        """A daemon on the state dir (not yet READY: :meth:`ready`)."""
+        proc = serve_daemon(
+            self.state, self.config_path, self.notify, env=self.env, profile=profile
+        )
+        self.procs.append(proc)
+        return proc
+
+    def ready(self, proc: subprocess.Popen[bytes], within: float = 60) -> float:
+        """Seconds until ``proc`` said READY (:func:`wait_ready`)."""
+        return wait_ready(self.listener, proc, within)
+
+
+@contextmanager
+def served(
+    state: Path, config_path: Path, notify: Path, *, env: Mapping[str, str] | None = None
+) -> Iterator[ServedDaemons]:
+    """Daemons served on ``state`` with ``config_path``, READY heard on ``notify``; leaving
+    kills and reaps any still running and closes the listener (a held runtime's holder is
+    the caller's to stop)."""
+    daemons = ServedDaemons(state, config_path, notify_listener(notify), notify, env)
+    try:
+        yield daemons
+    finally:
+        for proc in daemons.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+        daemons.listener.close()
+
+
+def state_rows(state: Path, kind: str) -> list[Any]:
+    """The projection rows of ``kind`` in the log of ``state`` (a state dir), decoded."""
+    store = open_reader(state / "events.sqlite3")
+    try:
+        with store.snapshot():
+            return [r.decode() for r in store.rows(kind)]
+    finally:
+        store.close()
 
 
 def wait_ready(listener: socket.socket, proc: subprocess.Popen[bytes], within: float = 60) -> float:

@@ -354,3 +354,39 @@ async def test_a_subagents_kept_lines_are_news_after_a_reattach_that_had_not_cla
         "item/agentMessage/delta",
     ]
     assert a.delivered == 5
+
+
+async def test_a_subagents_line_while_another_member_opens_a_thread_goes_to_its_parent(
+    shared: tuple[CodexMultiplexer, FakeProcess],
+) -> None:
+    """A thread no member has yet is not the opening member's: a subagent of b speaking
+    while c's thread/start waits for its reply is b's (named by b's spawn item after), and
+    c still gets its own thread's lines, before its reply, in the process's order."""
+    mux, proc = shared
+    a, b = await _two_threads(mux, proc)
+    c = mux.join()
+    await _send(c, {"id": 1, "method": "thread/start", "params": {"cwd": "/w"}})
+    opening = proc.sent[-1]
+    spawn = {"type": "collabAgentToolCall", "id": "call_1", "tool": "spawnAgent"}
+    proc.emit({"method": "thread/status/changed", "params": {"threadId": "thr-sub"}})
+    proc.emit({"method": "thread/started", "params": {"thread": {"id": "thr-new"}}})
+    proc.emit({"method": "item/completed", "params": {"threadId": "thr-b",
+               "item": {**spawn, "receiverThreadIds": ["thr-sub"]}}})  # fmt: skip
+    proc.emit({"id": opening["id"], "result": {"thread": {"id": "thr-new"}}})
+    proc.emit({"method": "turn/started", "params": {"threadId": "thr-sub"}})
+    got_b = await _frames(b, 3)
+    assert [(f.get("method"), f["params"].get("threadId")) for f in got_b] == [
+        ("thread/status/changed", "thr-sub"),
+        ("item/completed", "thr-b"),
+        ("turn/started", "thr-sub"),
+    ]
+    got_c = await _frames(c, 2)
+    assert got_c == [
+        {"method": "thread/started", "params": {"thread": {"id": "thr-new"}}},
+        {"id": 1, "result": {"thread": {"id": "thr-new"}}},
+    ]
+    assert "thr-sub" in b.threads and "thr-sub" not in c.threads
+    assert c.threads == {"thr-new"}
+    # a got none of it: its next line is its own.
+    proc.emit({"method": "turn/started", "params": {"threadId": "thr-a"}})
+    assert [f["params"]["threadId"] for f in await _frames(a, 1)] == ["thr-a"]

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,8 @@ from typing import Any
 import attrs
 import psutil
 
-from t3orch.cli.served import exchange
+from t3orch.cli.polling import wait_until
+from t3orch.cli.served import exchange, state_rows
 from t3orch.daemon import stop_agents
 from t3orch.store.sqlite.backend import SQLiteStore
 
@@ -79,14 +80,8 @@ def config_file(
     return path
 
 
-def rows(state_dir: Path, kind: str) -> list[Any]:
-    """The decoded projection rows of ``kind`` in the state dir's store, as committed now."""
-    store = SQLiteStore(state_dir / "events.sqlite3", readonly=True)
-    try:
-        with store.snapshot():
-            return [r.decode() for r in store.rows(kind)]
-    finally:
-        store.close()
+#: The decoded projection rows of a kind in the state dir's store, as committed now.
+rows = state_rows
 
 
 def events(state_dir: Path, type_: str) -> list[Any]:
@@ -98,16 +93,8 @@ def events(state_dir: Path, type_: str) -> list[Any]:
         store.close()
 
 
-def wait_for(predicate: Callable[[], Any], within: float, what: str = "condition") -> Any:
-    """The first true value of ``predicate`` (polled), or an AssertionError naming ``what``
-    after ``within`` s."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"{what} not met within {within}s")
+#: The first true value of a predicate (polled), or a TimeoutError naming what was awaited.
+wait_for = wait_until
 
 
 @contextmanager

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import trio
-
+from t3orch.cli import polling
 from t3orch.daemon import Daemon
 
 
@@ -18,7 +17,4 @@ def stored_row(daemon: Daemon, kind: str, id: str) -> Any:
 
 async def until(predicate: Any, within: float = 40.0) -> Any:
     """The first true value of ``predicate``, polled; trio.TooSlowError after ``within`` s."""
-    with trio.fail_after(within):
-        while not (value := predicate()):  # noqa: ASYNC110 - polling processes and rows
-            await trio.sleep(0.02)
-        return value
+    return await polling.until(predicate, within, every=0.02)

@@ -15,8 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.daemon.support import alive, cli_ok, events, rows, rpc, serve, wait_for
-from tests.real.live_restore import held
+from tests.daemon.support import Served, alive, cli_ok, events, rows, rpc, serve, wait_for
+from tests.real.live_restore import Held, held
 
 pytestmark = pytest.mark.real_codex
 
@@ -65,6 +65,16 @@ def _deltas(state: Path, tid: str) -> str:
     )
 
 
+def _both_streaming(h: Held, d: Served) -> tuple[str, str, str, str, list[Any]]:
+    """Two threads on the daemon's one held process, a streaming (``STREAM``) and b
+    dawdling, both mid-reply: (a, b, a's run, b's run, their live sessions)."""
+    d.wait_notify("READY=1")
+    a, b = _threads(h.state, h.work, 2)
+    ra, rb = _send(h.state, a, STREAM), _send(h.state, b, "DAWDLE")
+    wait_for(lambda: _deltas(h.state, a) and _deltas(h.state, b), 60)
+    return a, b, ra, rb, _live_sessions(h.state)
+
+
 def _codex_processes() -> list[psutil.Process]:
     out = []
     for p in psutil.process_iter(["name", "cmdline"]):
@@ -79,13 +89,9 @@ def test_two_threads_on_one_held_process_across_a_restart_each_word_once(
     tmp_path: Path, stop: signal.Signals
 ) -> None:
     with held(tmp_path, "codex") as h:
-        work, state, cfg = h.work, h.state, h.config
+        state, cfg = h.state, h.config
         with serve(state, cfg, keep_holders=True) as d:
-            d.wait_notify("READY=1")
-            a, b = _threads(state, work, 2)
-            ra, rb = _send(state, a, STREAM), _send(state, b, "DAWDLE")
-            wait_for(lambda: _deltas(state, a) and _deltas(state, b), 60)
-            sessions = _live_sessions(state)
+            a, b, ra, rb, sessions = _both_streaming(h, d)
             # One process, one holder, both threads on it.
             assert len(sessions) == 2
             assert len({s.pid for s in sessions}) == 1
@@ -151,13 +157,9 @@ def test_an_approval_on_one_shared_thread_survives_a_restart_and_runs(tmp_path: 
 
 def test_a_shared_holder_killed_while_the_daemon_is_down_settles_both(tmp_path: Path) -> None:
     with held(tmp_path, "codex") as h:
-        work, state, cfg = h.work, h.state, h.config
+        state, cfg = h.state, h.config
         with serve(state, cfg, keep_holders=True) as d:
-            d.wait_notify("READY=1")
-            a, b = _threads(state, work, 2)
-            ra, rb = _send(state, a, STREAM), _send(state, b, "DAWDLE")
-            wait_for(lambda: _deltas(state, a) and _deltas(state, b), 60)
-            sessions = _live_sessions(state)
+            a, b, ra, rb, sessions = _both_streaming(h, d)
             assert len({s.holder.holder_id for s in sessions}) == 1
             d.proc.send_signal(signal.SIGKILL)
             d.proc.wait(timeout=30)

@@ -13,6 +13,7 @@ import trio
 
 from supervisor.manager import ReaperPolicy, RestartPolicy, SessionManager
 from supervisor.providers import ProviderSettings, standin_settings
+from t3orch.cli.polling import until
 from t3orch.commands.specs import CreateThread
 from t3orch.core import Core, open_core
 from t3orch.store.open import Synchronous
@@ -47,12 +48,7 @@ class Rig:
                 await trio.sleep(0.02)
 
     async def wait_for(self, predicate: Any, within: float = 20) -> Any:
-        with trio.fail_after(within):
-            while True:
-                value = predicate()
-                if value:
-                    return value
-                await trio.sleep(0.02)
+        return await until(predicate, within, every=0.02)
 
 
 @asynccontextmanager

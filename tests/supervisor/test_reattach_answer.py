@@ -1,0 +1,105 @@
+"""An approval pending across a daemon restart, answered the moment the next daemon has
+reattached (issue 20): READY comes after the attaches, not after the journal replays, so the
+answer may reach a Codex runtime before its replay has rebuilt the request; it waits for the
+replay (bounded) instead of being refused as stale. On a held process of its own and on a
+held shared (multiplexed) one, the stand-in playing Codex with a long reply before it asks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from adapters.ownership import this_process
+from supervisor.holder.client import holder_launchers, stop_all_holders
+from supervisor.holder.layout import describe_held, held_root
+from supervisor.providers import standin_settings
+from supervisor.reattach import find_held
+from supervisor.shared_codex import HolderSettings
+from tests.supervisor.support import rig
+
+REPO = Path(__file__).resolve().parents[2]
+APPROVAL = REPO / "tests" / "supervisor" / "transcripts" / "codex_approval_pending.ndjson"
+#: Deltas before the request: enough that its replay takes longer than an answer's trip.
+DELTAS = 20_000
+OWNER = this_process().token()
+
+
+def _long_journal_then_approval(tmp: Path) -> Path:
+    """The approval transcript with a reply of ``DELTAS`` deltas streamed before the
+    command item that asks (the journal's replay has them all to map first)."""
+    steps = [json.loads(line) for line in APPROVAL.read_text().splitlines()]
+    lines = APPROVAL.read_text().splitlines()
+    ask = next(i for i, line in enumerate(lines) if "waitingOnApproval" in line)
+    ids = {"threadId": steps[ask]["frame"]["params"]["threadId"]}
+    turn = next(s for s in steps if s.get("frame", {}).get("method") == "turn/started")
+    ids["turnId"] = turn["frame"]["params"]["turn"]["id"]
+    item = {"type": "agentMessage", "id": "msg_0", "text": "", "phase": None}
+    params = {**ids, "itemId": "msg_0", "delta": "x"}
+    delta = {"method": "item/agentMessage/delta", "params": params}
+    reply = [
+        {"method": "item/started", "params": {"item": item, **ids}},
+        *([delta] * DELTAS),
+        {"method": "item/completed", "params": {"item": {**item, "text": "x" * DELTAS}, **ids}},
+    ]
+    played = [{"step": "emit_inbound", "afterMs": 0, "frame": f} for f in reply]
+    path = tmp / "long_then_approval.ndjson"
+    path.write_text("".join(json.dumps(s) + "\n" for s in steps[:ask] + played + steps[ask:]))
+    return path
+
+
+def _rig(tmp_path: Path, shared: bool) -> Any:
+    state = tmp_path / "state"
+    root = held_root(state)
+    transcript = _long_journal_then_approval(tmp_path)
+    options: dict[str, Any] = {}
+    if shared:
+        options = {
+            "codex_threads_per_process": 4,
+            "shared_kinds": frozenset({"standin"}),
+            "codex_holders": HolderSettings(root, 30, OWNER),
+        }
+    return rig(
+        tmp_path / "e.db",
+        providers={"standin": standin_settings(transcript, *(["--threads"] if shared else []))},
+        launcher_factory=holder_launchers(root, 30, OWNER),
+        state_dir=state,
+        **options,
+    )
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["own-process", "shared-process"])
+async def test_an_answer_right_after_the_reattach_waits_for_the_replay_and_is_accepted(
+    tmp_path: Path, shared: bool
+) -> None:
+    state = tmp_path / "state"
+    try:
+        async with _rig(tmp_path, shared) as r:
+            tid = await r.thread()
+            run_id = (await r.manager.send_message(tid, "touch it")).result["runId"]
+            (request,) = await r.wait_for(
+                lambda: [q for q in r.rows("runtime_request") if q.status == "pending"], 60
+            )
+            if shared:
+                assert r.manager.status()["sharedProcesses"][0]["holder"] is not None
+            assert r.manager.leave_held() == 1
+            await r.wait_for(lambda: not r.manager.runners)
+        async with _rig(tmp_path, shared) as r2:
+            found = find_held(r2.core.reader, state)
+            assert [h.thread_id for h in found] == [tid]
+            assert await r2.manager.reattach_all(found) == []
+            # At once, as a client answering the moment the API serves: the replay of the
+            # long reply has not reached the request yet.
+            answered = await r2.manager.respond(request.id, "accept")
+            assert answered.result["nativeRequestRef"] == request.native_request_ref
+            assert (await r2.wait_run(run_id, within=60)).status == "completed"
+            (resolved,) = [q for q in r2.rows("runtime_request") if q.id == request.id]
+            assert (resolved.status, resolved.decision) == ("resolved", "accept")
+    finally:
+        stop_all_holders(state)
+    with trio.fail_after(20):
+        while describe_held(state):  # noqa: ASYNC110 - the holders exit by themselves
+            await trio.sleep(0.05)
