@@ -40,6 +40,7 @@ from supervisor.holder.wire import (
     ProtocolError,
     Record,
     RecordReader,
+    RecordSender,
     Welcome,
     encode,
     encode_json,
@@ -211,8 +212,8 @@ class HeldProcess:
         #: Set by :meth:`leave_running`: the daemon goes, the provider stays.
         self._left = trio.Event()
         self._stdin_closed = False
-        self._out = bytearray()
-        self._out_ready = trio.Event()
+        #: What the daemon writes to the holder: at once, no task's wake-up between.
+        self._sender = RecordSender(stream)
         self._stderr_tail = bytearray()
         self._stderr_tees: list[Callable[[bytes], None]] = []
         #: Lines a daemon wrote to the provider before this attach (the journal's ``IN``
@@ -425,8 +426,8 @@ class HeldProcess:
     async def detach(self) -> None:
         """Leave the holder to its grace (a daemon that goes away)."""
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await self._stream.send_all(bytes(self._out) + encode(Kind.DETACH, 0))
-        self._out.clear()
+            self._sender.hold(encode(Kind.DETACH, 0))
+            await self._sender.drain()
         await self._stream.aclose()
 
     async def _leave(self) -> None:
@@ -435,7 +436,8 @@ class HeldProcess:
             return
         if self._lost is None:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await self._stream.send_all(encode(Kind.RELEASE, 0))
+                self._sender.hold(encode(Kind.RELEASE, 0))
+                await self._sender.drain()
                 # The holder closes the connection once it has ended.
                 with trio.move_on_after(1):
                     while await self._stream.receive_some(65536):
@@ -444,19 +446,12 @@ class HeldProcess:
         shutil.rmtree(self.paths.dir, ignore_errors=True)
 
     def _queue(self, data: bytes) -> None:
-        self._out += data
-        self._out_ready.set()
+        timeline.stamp("holder.write")
+        self._sender.push(data)
 
     async def _write_loop(self) -> None:
         try:
-            while True:
-                await self._out_ready.wait()
-                self._out_ready = trio.Event()
-                while self._out:
-                    data = bytes(self._out)
-                    self._out.clear()
-                    timeline.stamp("holder.write")
-                    await self._stream.send_all(data)
+            await self._sender.run()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return  # the read loop finds the holder gone
 

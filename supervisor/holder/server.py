@@ -8,6 +8,13 @@ adapter's state (a Codex call id waiting for its response) needs both. It serves
 one daemon at a time on its 0600 socket: after the hello, the journal's bytes
 after the daemon's last offset, then live (:mod:`supervisor.holder.wire`).
 
+Live, a record goes to the daemon from memory as soon as it is in the journal file
+(written, not re-read): the daemon never has a record a later replay would lack,
+and a frame costs the holder one pipe read, one file write and one socket write,
+in the task that read it. The daemon's own writes (``IN``) are journaled first and
+written to the provider's stdin at once (a task only when the pipe is full); their
+echo to the daemon waits for the next record (the daemon has them already).
+
 Without a daemon for ``grace_s`` (none ever came back), or on SIGTERM/SIGINT, it
 stops the provider through the stop ladder, journals that and the exit, and
 exits; so does it on the daemon's ``RELEASE``. The journal stays for the next
@@ -44,11 +51,13 @@ from supervisor.holder.wire import (
     Note,
     ProtocolError,
     RecordReader,
+    RecordSender,
     Welcome,
     encode,
     encode_json,
     iter_file,
 )
+from t3orch import timeline
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +79,13 @@ class Holder:
             paths.journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
         )
         self.offset = 0
-        self._grown = trio.Event()
+        #: The journal's size: what a replay from the file covers, the rest is live.
+        self._size = os.fstat(self._fd).st_size
+        #: The attached daemon's live stream (None: no daemon, or none caught up yet).
+        self._sink: RecordSender | None = None
+        #: Writes for the provider's stdin queued for :meth:`write_stdin` (the pipe was
+        #: full, or one is being written): later ones queue behind them.
+        self._stdin_queued = 0
         self._client: trio.CancelScope | None = None
         self._presence = trio.Event()
         self._writes_in, self._writes_out = trio.open_memory_channel[bytes | None](math.inf)
@@ -88,7 +103,8 @@ class Holder:
 
     def append(self, kind: Kind, payload: bytes = b"") -> int:
         self.offset += 1
-        self._write(encode(kind, self.offset, payload))
+        # The daemon's own write needs no echo of its own: it goes with the next record.
+        self._write(encode(kind, self.offset, payload), echo=kind is Kind.IN)
         return self.offset
 
     def journal_stderr(self, chunk: bytes) -> None:
@@ -120,18 +136,25 @@ class Holder:
                 parts.append(line)
         self._write(b"".join(parts))
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes, *, echo: bool = False) -> None:
+        """Into the journal file, then (from memory) to the attached daemon."""
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]
-        self._grown.set()
-        self._grown = trio.Event()
+        self._size += len(data)
+        sink = self._sink
+        if sink is not None:
+            if echo:
+                sink.hold(data)
+            else:
+                sink.push(data)
 
     # -- the provider ------------------------------------------------------------
 
     async def pump_stdout(self, child: ChildProcess) -> None:
         """Every stdout line into the journal, then the end and the exit status."""
         while lines := await child.receive_lines():
+            timeline.stamp("holder.out.read")
             self._append_lines(lines)
         self.append(Kind.EOF)
         status = await child.wait()
@@ -152,6 +175,22 @@ class Holder:
                     await child.close_stdin()
                 else:
                     await child.send_line(line)
+            self._stdin_queued -= 1
+
+    def _to_stdin(self, line: bytes | None) -> None:
+        """A write (None: the close) for the provider, in order: at once when nothing
+        is queued before it and the pipe takes it whole, else through :meth:`write_stdin`."""
+        child = self.child
+        if (
+            line is not None
+            and child is not None
+            and not self._stdin_queued
+            and child.send_line_nowait(line)
+        ):
+            timeline.stamp("holder.in.written")
+            return
+        self._stdin_queued += 1
+        self._writes_in.send_nowait(line)
 
     async def finish(self, why: Note) -> None:
         """Stop the provider through the ladder (journaled), then end the holder."""
@@ -268,7 +307,7 @@ class Holder:
                 )
                 await stream.send_all(encode_json(Kind.WELCOME, welcome))
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._send_journal, stream, hello.after)
+                    nursery.start_soon(self._forward, stream, hello.after)
                     await self._take_commands(reader)
                     nursery.cancel_scope.cancel()
             finally:
@@ -276,25 +315,40 @@ class Holder:
                     self._client = None
                     self._changed()
 
-    async def _send_journal(self, stream: trio.SocketStream, after: int) -> None:
-        with _journal_after(self.paths, after) as f:
-            while True:
-                grown = self._grown
-                chunk = f.read(_SEND_CHUNK)
-                if chunk:
+    async def _forward(self, stream: trio.SocketStream, after: int) -> None:
+        """Every record after ``after`` to the daemon: what the file has when it attaches
+        (read from the file), then each record from memory as it is journaled."""
+        sender = RecordSender(stream, paused=True)
+        # From here on each record journaled piles up in the sender: the file's part
+        # ends where it is now (no await in between: nothing is missed, nothing twice).
+        end = self._size
+        self._sink = sender
+        try:
+            with _journal_after(self.paths, after) as f:
+                left = end - f.tell()
+                while left > 0:
+                    chunk = f.read(min(_SEND_CHUNK, left))
+                    if not chunk:
+                        raise OSError(f"the journal ends {left} bytes short of what was written")
+                    left -= len(chunk)
                     await stream.send_all(chunk)
-                else:
-                    await grown.wait()
+            sender.resume()
+            await sender.run()
+        finally:
+            if self._sink is sender:
+                self._sink = None
 
     async def _take_commands(self, reader: RecordReader) -> None:
         while records := await reader.receive():
             for record in records:
                 match record.kind:
                     case Kind.WRITE:
+                        timeline.stamp("holder.in.taken")
+                        # Journaled before the provider can answer it.
                         self.append(Kind.IN, record.payload)
-                        self._writes_in.send_nowait(record.payload)
+                        self._to_stdin(record.payload)
                     case Kind.CLOSE_STDIN:
-                        self._writes_in.send_nowait(None)
+                        self._to_stdin(None)
                     case Kind.SIGNAL:
                         (signum,) = struct.unpack("<i", record.payload)
                         if self.child is not None:
@@ -350,6 +404,7 @@ def _report(ready_fd: int, message: dict[str, object]) -> None:
 
 async def hold(paths: HeldPaths, spec: HeldSpec, ready_fd: int) -> int:
     """The holder's life; ``ready_fd`` gets one JSON line (the state, or the error)."""
+    timeline.start()  # T3ORCH_TIMELINE, from the daemon's environment
     holder = Holder(paths, spec)
     listener = await _listen(paths)
     launch = LaunchSpec(
