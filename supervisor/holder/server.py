@@ -32,7 +32,6 @@ import signal
 import socket
 import struct
 import time
-from typing import BinaryIO
 
 import msgspec
 import psutil
@@ -51,7 +50,6 @@ from supervisor.holder.wire import (
     Note,
     ProtocolError,
     RecordReader,
-    RecordSender,
     Welcome,
     encode,
     encode_json,
@@ -66,6 +64,8 @@ HELLO_TIMEOUT_S = 5.0
 #: The stop ladder's rungs when the holder stops its provider itself.
 LADDER = {"grace_close": 2.0, "grace_term": 3.0, "grace_kill": 5.0}
 _SEND_CHUNK = 256 * 1024
+#: The daemon's own writes echoed lazily (with the next record) up to this many bytes.
+_HOLD_MAX = 64 * 1024
 _OVERSIZED = struct.Struct("<Q")
 #: A stderr line longer than this is journaled (redacted) in pieces, not held whole.
 STDERR_LINE_BOUND = 8 * 1024
@@ -79,10 +79,10 @@ class Holder:
             paths.journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
         )
         self.offset = 0
-        #: The journal's size: what a replay from the file covers, the rest is live.
-        self._size = os.fstat(self._fd).st_size
+        #: The journal file's size (every record is written whole before the next).
+        self.size = os.fstat(self._fd).st_size
         #: The attached daemon's live stream (None: no daemon, or none caught up yet).
-        self._sink: RecordSender | None = None
+        self._sink: _Forward | None = None
         #: Writes for the provider's stdin queued for :meth:`write_stdin` (the pipe was
         #: full, or one is being written): later ones queue behind them.
         self._stdin_queued = 0
@@ -141,13 +141,10 @@ class Holder:
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]
-        self._size += len(data)
-        sink = self._sink
-        if sink is not None:
-            if echo:
-                sink.hold(data)
-            else:
-                sink.push(data)
+        timeline.stamp("holder.journaled")
+        self.size += len(data)
+        if self._sink is not None:
+            self._sink.journaled(data, self.size, echo=echo)
 
     # -- the provider ------------------------------------------------------------
 
@@ -316,26 +313,15 @@ class Holder:
                     self._changed()
 
     async def _forward(self, stream: trio.SocketStream, after: int) -> None:
-        """Every record after ``after`` to the daemon: what the file has when it attaches
-        (read from the file), then each record from memory as it is journaled."""
-        sender = RecordSender(stream, paused=True)
-        # From here on each record journaled piles up in the sender: the file's part
-        # ends where it is now (no await in between: nothing is missed, nothing twice).
-        end = self._size
-        self._sink = sender
+        """Every record after ``after`` to the daemon (:class:`_Forward`)."""
+        # Registered with no await after the start is found: from here on each record
+        # journaled is the sink's, read back from the file or sent from memory.
+        sink = _Forward(stream, _first_after(self.paths, after, self.size))
+        self._sink = sink
         try:
-            with _journal_after(self.paths, after) as f:
-                left = end - f.tell()
-                while left > 0:
-                    chunk = f.read(min(_SEND_CHUNK, left))
-                    if not chunk:
-                        raise OSError(f"the journal ends {left} bytes short of what was written")
-                    left -= len(chunk)
-                    await stream.send_all(chunk)
-            sender.resume()
-            await sender.run()
+            await sink.run(self)
         finally:
-            if self._sink is sender:
+            if self._sink is sink:
                 self._sink = None
 
     async def _take_commands(self, reader: RecordReader) -> None:
@@ -362,16 +348,83 @@ class Holder:
                         raise ProtocolError(f"a {record.kind.name} record from the daemon")
 
 
-def _journal_after(paths: HeldPaths, after: int) -> BinaryIO:
-    """The journal, open for reading at its first record after offset ``after``."""
-    start = None
+class _Forward:
+    """The attached daemon's stream: the journal's bytes from a file position on.
+
+    Caught up, each record is written to the socket as it is journaled, from memory, by
+    the task that journaled it (one non-blocking ``write``; the daemon's own ``IN``
+    records wait for the next record). Behind — attaching, or a socket that did not
+    take a record whole (the daemon reads slower than the provider writes) — :meth:`run`
+    reads the file from where the socket stopped, in big chunks, until caught up: the
+    holder's memory never holds more than a record for it.
+    """
+
+    def __init__(self, stream: trio.SocketStream, start: int) -> None:
+        self._stream = stream
+        #: The file position the socket is at, while behind (None: caught up, live).
+        self.behind: int | None = start
+        self._held = bytearray()
+        self._wake = trio.Event()
+        self._error: OSError | None = None
+
+    def journaled(self, data: bytes, end: int, *, echo: bool) -> None:
+        """``data`` was just written to the journal file, where it ends at ``end``."""
+        if self.behind is not None:
+            self._wake.set()
+            return
+        if echo and len(self._held) + len(data) <= _HOLD_MAX:
+            self._held += data
+            return
+        if self._held:
+            # The held records are the file's bytes just before ``data``.
+            data = bytes(self._held) + data
+            self._held.clear()
+        # The fd is asked for each time: a closed socket's is -1, never a reused number.
+        fd = self._stream.socket.fileno()
+        try:
+            if fd < 0:
+                raise BrokenPipeError("the socket is closed")
+            sent = os.write(fd, data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            self._error = exc
+            sent = 0
+        if sent < len(data):
+            self.behind = end - len(data) + sent
+            self._wake.set()
+        else:
+            timeline.stamp("holder.sent")
+
+    async def run(self, holder: Holder) -> None:
+        """Send the file's part while behind; raises when the socket fails."""
+        with open(holder.paths.journal, "rb") as f:  # noqa: ASYNC230 (local, once per attach)
+            while True:
+                if self._error is not None:
+                    raise trio.BrokenResourceError(str(self._error)) from self._error
+                pos = self.behind
+                if pos is None:
+                    await self._wake.wait()
+                    self._wake = trio.Event()
+                    continue
+                if pos >= holder.size:
+                    self.behind = None  # caught up: the next record goes from memory
+                    continue
+                f.seek(pos)
+                chunk = f.read(min(_SEND_CHUNK, holder.size - pos))
+                if not chunk:
+                    raise OSError(f"the journal ends before byte {pos}, which was written")
+                self.behind = pos + len(chunk)
+                await self._stream.send_all(chunk)
+
+
+def _first_after(paths: HeldPaths, after: int, size: int) -> int:
+    """The file position of the journal's first record after offset ``after`` (its end,
+    ``size``, when there is none)."""
     for pos, record in iter_file(os.fspath(paths.journal)):
         if record.offset > after:
-            start = pos
-            break
-    f = open(paths.journal, "rb")  # noqa: SIM115 (the caller's with closes it)
-    f.seek(0, os.SEEK_END) if start is None else f.seek(start)
-    return f
+            return pos
+    return size
 
 
 async def _listen(paths: HeldPaths) -> trio.SocketListener:

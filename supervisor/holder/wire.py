@@ -6,7 +6,8 @@ it, its stderr, its end) carry the journal's monotonic offset, from 1; the
 control records of the socket (hello, welcome, the daemon's commands) carry 0.
 The socket after the welcome is the journal file's bytes as they are, so a
 reattaching daemon reads a replay and the live stream with one parser (the replay
-comes from the file, the live tail from the holder's memory as it journals it).
+comes from the file, the live tail from the holder's memory as it journals it:
+``supervisor.holder.server``).
 
 The protocol is versioned (:data:`PROTOCOL_VERSION`, in the hello and the
 welcome): a holder refuses a hello of another version with one line naming
@@ -151,20 +152,20 @@ class ProtocolError(Exception):
 
 
 class RecordSender:
-    """Records out on a socket, in order, without a task's wake-up per record.
+    """Records out on a socket, in order, without a task's wake-up per record (the
+    daemon's commands to its holder).
 
     :meth:`push` writes at once (one non-blocking ``write``) when nothing is being sent;
     what the socket does not take, or what comes while :meth:`run` sends, piles up and
     :meth:`run` sends it in one write. :meth:`hold` piles a record up without sending:
-    it goes with the next push. Created ``paused``, everything piles up until
-    :meth:`resume` (the holder sends a replay from its file first).
+    it goes with the next push, or :meth:`drain`.
     """
 
-    def __init__(self, stream: trio.SocketStream, *, paused: bool = False) -> None:
+    def __init__(self, stream: trio.SocketStream) -> None:
         self._stream = stream
         self._pending = bytearray()
-        #: True while :meth:`run` (or the owner's replay, ``paused``) writes: no push may.
-        self._sending = paused
+        #: True while :meth:`run` writes: no push may.
+        self._sending = False
         self._wake = trio.Event()
         self._error: OSError | None = None
 
@@ -194,20 +195,15 @@ class RecordSender:
     def hold(self, data: bytes) -> None:
         self._pending += data
 
-    def resume(self) -> None:
-        self._sending = False
-        self._wake.set()
-
     async def run(self) -> None:
         """Send what piles up, until cancelled; raises ``trio.BrokenResourceError`` (or
         ``ClosedResourceError``) when the socket fails."""
         while True:
             if self._error is not None:
                 raise trio.BrokenResourceError(str(self._error)) from self._error
-            if self._sending or not self._wake.is_set():
-                await self._wake.wait()
+            await self._wake.wait()
             self._wake = trio.Event()
-            if self._sending or not self._pending:
+            if not self._pending:
                 continue
             data = bytes(self._pending)
             self._pending.clear()

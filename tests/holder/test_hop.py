@@ -24,7 +24,15 @@ for line in sys.stdin.buffer:
         os.write(1, b'{"method":"item/agentMessage/delta","params":{"delta":"word %d"}}\n' % i)
 """
 
-#: Writes numbered lines, one ``write`` each, without waiting for anything.
+#: Writes numbered lines of 100 bytes flat out, a hundred to a ``write``.
+FLOOD = r"""
+import os, sys
+n = int(sys.argv[1])
+for start in range(0, n, 100):
+    os.write(1, b"".join(b"%-99d\n" % i for i in range(start, min(n, start + 100))))
+"""
+
+#: Writes numbered lines, one ``write`` each, pausing now and then.
 COUNT = r"""
 import os, sys, time
 for i in range(int(sys.argv[1])):
@@ -104,3 +112,23 @@ async def test_a_daemon_attaching_mid_stream_gets_every_line_once_in_order(
                 got += [line for line in lines if isinstance(line, bytes)]
         assert held.welcome.journaled < total  # it attached while the lines came
     assert got == [b"%d" % i for i in range(total)]
+
+
+async def test_a_daemon_reading_slower_than_the_provider_writes_gets_every_line_once(
+    tmp_path: Path,
+) -> None:
+    """Live, then behind (the socket full: the daemon's reader stops at its high water),
+    then caught up again: the lines the socket did not take are read back from the file."""
+    total = 20000  # 2 MB: past the socket's buffers and the reader's high water (4096 lines)
+    paths = await start_holder(
+        tmp_path / "held", _spec(FLOOD, str(total)), grace_s=30, owner=this_process().token()
+    )
+    got: list[bytes] = []
+    async with trio.open_nursery() as nursery:
+        held = await attach(paths, 0)
+        await nursery.start(held.serve)
+        await trio.sleep(1.0)  # the provider writes on; the daemon takes nothing meanwhile
+        with trio.fail_after(30):
+            while lines := await held.receive_lines():
+                got += [line for line in lines if isinstance(line, bytes)]
+    assert got == [b"%-99d" % i for i in range(total)]
