@@ -54,6 +54,7 @@ from supervisor.holder.wire import (
     encode,
     encode_json,
     iter_file,
+    write_now,
 )
 from t3orch import timeline
 
@@ -379,17 +380,7 @@ class _Forward:
             # The held records are the file's bytes just before ``data``.
             data = bytes(self._held) + data
             self._held.clear()
-        # The fd is asked for each time: a closed socket's is -1, never a reused number.
-        fd = self._stream.socket.fileno()
-        try:
-            if fd < 0:
-                raise BrokenPipeError("the socket is closed")
-            sent = os.write(fd, data)
-        except BlockingIOError:
-            sent = 0
-        except OSError as exc:
-            self._error = exc
-            sent = 0
+        sent, self._error = write_now(self._stream, data)
         if sent < len(data):
             self.behind = end - len(data) + sent
             self._wake.set()

@@ -151,6 +151,21 @@ class ProtocolError(Exception):
     """The other end sent something this protocol does not have."""
 
 
+def write_now(stream: trio.SocketStream, data: bytes) -> tuple[int, OSError | None]:
+    """What of ``data`` the socket takes now (one non-blocking ``write``, no await), and
+    the error that broke it, if one did."""
+    # The fd is asked for each time: a closed socket's is -1, never a reused number.
+    fd = stream.socket.fileno()
+    try:
+        if fd < 0:
+            raise BrokenPipeError("the socket is closed")
+        return os.write(fd, data), None
+    except BlockingIOError:
+        return 0, None
+    except OSError as exc:
+        return 0, exc
+
+
 class RecordSender:
     """Records out on a socket, in order, without a task's wake-up per record (the
     daemon's commands to its holder).
@@ -177,17 +192,7 @@ class RecordSender:
         if self._pending:
             data = bytes(self._pending) + data
             self._pending.clear()
-        # The fd is asked for each time: a closed socket's is -1, never a reused number.
-        fd = self._stream.socket.fileno()
-        try:
-            if fd < 0:
-                raise BrokenPipeError("the socket is closed")
-            sent = os.write(fd, data)
-        except BlockingIOError:
-            sent = 0
-        except OSError as exc:
-            self._error = exc  # run() raises it, as a send_all would have
-            sent = 0
+        sent, self._error = write_now(self._stream, data)  # run() raises an error
         if sent < len(data):
             self._pending += data[sent:]
             self._wake.set()
