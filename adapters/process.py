@@ -35,6 +35,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import select
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Callable
@@ -204,6 +205,25 @@ class ChildProcess:
                     # caller that is a dead process, not a stream it closed.
                     raise trio.BrokenResourceError(f"provider pid {self.pid} has exited") from None
                 raise
+
+    def send_line_nowait(self, line: bytes) -> bool:
+        """Write one frame and its newline now, if the pipe takes it whole without a wait
+        and no :meth:`send_line` is under way; False: nothing was written (send it with
+        :meth:`send_line`, which says why it cannot). A frame shorter than ``PIPE_BUF``
+        goes into a pipe whole or not at all."""
+        if b"\n" in line:
+            raise ValueError("a frame must not contain a newline")
+        if self._send_lock.locked() or len(line) >= select.PIPE_BUF:
+            return False
+        # A closed stream's fd is -1 (never a number reused since).
+        fd = self._stdin.fileno()
+        if fd < 0:
+            return False
+        try:
+            os.write(fd, line + b"\n")
+        except OSError:  # full (BlockingIOError), or gone: send_line knows which
+            return False
+        return True
 
     async def receive_line(self) -> bytes | OversizedLine | None:
         try:

@@ -26,6 +26,7 @@ import trio
 from adapters.codex.multiplex import VirtualProcess
 from adapters.diagnostics import RotatingRawLog, redact_text
 from adapters.errors import AdapterError, ProviderGone, ProviderTimeout, ResumeError
+from adapters.offset_lines import feed_offsets
 from adapters.protocol import (
     NullRawSink,
     ProviderAdapter,
@@ -36,7 +37,7 @@ from adapters.protocol import (
     RuntimeConfig,
 )
 from adapters.transport import LaunchSpec, ProviderProcess
-from supervisor.holder.client import HeldProcess, feed_offsets, holder_ref
+from supervisor.holder.client import HeldProcess, holder_ref
 from supervisor.launcher import (
     LauncherFactory,
     RecordingLauncher,
@@ -46,7 +47,7 @@ from supervisor.launcher import (
 )
 from supervisor.leftovers import process_clock, stop_turn_leftovers
 from supervisor.reattach import Reattach
-from supervisor.shared_codex import SharedChild, SharedLauncher, feed_member_offsets
+from supervisor.shared_codex import SharedChild, SharedLauncher
 from t3orch import timeline
 from t3orch.domain.provider import HolderRef
 from t3orch.domain.vocab import ProviderKind
@@ -412,10 +413,9 @@ class SessionRunner:
             tee(sink)
         if self._events is None or not isinstance(process, HeldProcess | VirtualProcess):
             return
-        if isinstance(process, HeldProcess):
-            feed_offsets(process, self._events)
-        else:
-            feed_member_offsets(process, self._events)
+        if process.holder_id is None:
+            return  # a thread on a shared process that is not held: no journal
+        feed_offsets(process, process.holder_id, self._events)
         if isinstance(raw, RotatingRawLog):
             # The muted replay's frames are in the raw log already (recorded by the
             # daemon that read them first): not a second time.

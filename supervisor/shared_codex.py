@@ -50,8 +50,6 @@ from supervisor.launcher import StoppableProcess, SupervisedLauncher
 from supervisor.reattach import LIVE_SESSION, SHARED_MARK, Reattach
 from t3orch.domain.provider import HolderRef, ProviderSession, ProviderThread
 from t3orch.domain.vocab import ProviderKind
-from t3orch.ingest.queue import EventQueue
-from t3orch.provider_events import JournalOffset
 from t3orch.store.interface import ReadModel
 
 #: The real process under a shared process: a child of the daemon's, or a holder's.
@@ -73,23 +71,6 @@ def shared_key(paths: HeldPaths) -> str | None:
         return (paths.dir / SHARED_MARK).read_text().strip() or None
     except OSError:
         return None
-
-
-def feed_member_offsets(member: VirtualProcess, events: EventQueue) -> None:
-    """As :func:`~supervisor.holder.client.feed_offsets`, for a thread on a held shared
-    process: the offsets of its own lines, its own replay muted."""
-    holder_id = member.holder_id
-    if holder_id is None:
-        return
-
-    def delivered(offset: int) -> None:
-        events.put(JournalOffset(holder_id=holder_id, offset=offset))
-
-    def mute(muted: bool) -> None:
-        events.muted = muted
-
-    member.on_delivered = delivered
-    member.on_mute = mute
 
 
 log = logging.getLogger(__name__)
@@ -277,12 +258,12 @@ class SharedCodexPool:
 
     def _held_mux(self, held: HeldProcess, key: str) -> CodexMultiplexer:
         self._numbers += 1
-
-        def offset() -> int:
-            return held.delivered
-
         mux = CodexMultiplexer(
-            held, key=key, number=self._numbers, holder_id=held.holder_id, offset=offset
+            held,
+            key=key,
+            number=self._numbers,
+            holder_id=held.holder_id,
+            journaled=held.receive_lines_with_offsets,
         )
         # A reattach's journal has the earlier daemon's requests: the routing's half.
         held.on_input = mux.replayed
@@ -402,7 +383,6 @@ __all__ = [
     "SharedCodexPool",
     "SharedLauncher",
     "compatibility_key",
-    "feed_member_offsets",
     "held_with_threads",
     "shared_key",
 ]

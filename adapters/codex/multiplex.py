@@ -38,13 +38,14 @@ import contextlib
 import itertools
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 import msgspec
 import trio
 
+from adapters.offset_lines import Input, OffsetLines, OffsetReads
 from adapters.transport import ExitStatus, OversizedLine, ProviderProcess, line_reads
 
 log = logging.getLogger(__name__)
@@ -129,14 +130,7 @@ class JournalReplay:
     read: Callable[[], bool]
 
 
-@attrs.frozen
-class _Input:
-    """A line an earlier daemon wrote for this member (a held process's journal)."""
-
-    line: bytes
-
-
-class VirtualProcess:
+class VirtualProcess(OffsetLines):
     """One app thread's view of a shared process: a :class:`ProviderProcess` (and
     :class:`~adapters.transport.LineBatches`) whose lines are that thread's.
 
@@ -145,14 +139,14 @@ class VirtualProcess:
     member's lines up to its own committed offset (``mute_through``, ``on_mute``)
     and hands it the requests it had sent (``on_input``) in journal order."""
 
-    def __init__(self, mux: CodexMultiplexer, number: int, tag: str) -> None:
+    def __init__(self, mux: CodexMultiplexer, number: int, tag: str, committed: int = 0) -> None:
+        super().__init__(committed)
+        self.mute_through = committed
         self._mux = mux
         #: Which member of the process this is (1 = the first to join), for status.
         self.number = number
         #: What its request ids carry on the process (its provider session's id).
         self.tag = tag
-        self._lines: list[bytes | OversizedLine | _Input] = []
-        self._offsets: list[int] = []
         self._arrived = trio.Event()
         self._ended = trio.Event()
         self._status: ExitStatus | None = None
@@ -161,13 +155,6 @@ class VirtualProcess:
         self.threads: set[str] = set()
         #: Claimed by a runtime (a reattach pre-creates its members).
         self.claimed = False
-        self.on_input: Callable[[int, bytes], None] | None = None
-        self.mute_through = 0
-        self.on_mute: Callable[[bool], None] | None = None
-        self.on_delivered: Callable[[int], None] | None = None
-        #: The journal offset of the last line handed out.
-        self.delivered = 0
-        self._reported = 0
 
     @property
     def pid(self) -> int | None:
@@ -213,37 +200,6 @@ class VirtualProcess:
             if batch := self._next_batch(limit):
                 return batch
 
-    def _next_batch(self, limit: int | None) -> list[bytes | OversizedLine]:
-        """The next lines, never across a replayed input or the end of the muted replay
-        (as :class:`~supervisor.holder.client.HeldProcess` reads)."""
-        items, offsets = self._lines, self._offsets
-        out: list[bytes | OversizedLine] = []
-        muted: bool | None = None
-        i, n = 0, len(items)
-        while i < n and (limit is None or len(out) < limit):
-            item = items[i]
-            if isinstance(item, _Input):
-                if out:
-                    break
-                if self.on_input is not None:
-                    self.on_input(offsets[i], item.line)
-                i += 1
-                continue
-            here = 0 <= offsets[i] <= self.mute_through
-            if muted is None:
-                muted = here
-            elif here != muted:
-                break
-            out.append(item)
-            i += 1
-        if out:
-            self.delivered = max(self.delivered, offsets[i - 1])
-        del items[:i]
-        del offsets[:i]
-        if muted is not None and self.on_mute is not None:
-            self.on_mute(muted)
-        return out
-
     @property
     def replayed(self) -> bool:
         """A reattach: every line and input of this member that the held process journaled
@@ -251,14 +207,8 @@ class VirtualProcess:
         replay = self._mux.replay
         if replay is None:
             return True
-        first = self._offsets[0] if self._offsets else UNJOURNALED
+        first = self._line_offsets[0] if self._line_offsets else UNJOURNALED
         return replay.read() and not 0 <= first <= replay.through
-
-    def report_delivered(self) -> None:
-        """Report the offset of the lines handed out so far (their events are queued)."""
-        if self.delivered > max(self._reported, self.mute_through) and self.on_delivered:
-            self._reported = self.delivered
-            self.on_delivered(self.delivered)
 
     async def _wait(self) -> None:
         """Until a line arrives or the stream ends (:meth:`_end` sets it too)."""
@@ -307,11 +257,10 @@ class VirtualProcess:
 
     # -- the multiplexer's side --------------------------------------------------
 
-    def _deliver(self, line: bytes | OversizedLine | _Input, offset: int) -> None:
+    def _deliver(self, line: bytes | OversizedLine | Input, offset: int) -> None:
         if self._ended.is_set():
             return
-        self._lines.append(line)
-        self._offsets.append(offset)
+        self._keep(line, offset)
         self._arrived.set()
 
     def _end(self, status: ExitStatus) -> None:
@@ -337,7 +286,7 @@ class CodexMultiplexer:
         key: str = "",
         number: int = 1,
         holder_id: str | None = None,
-        offset: Callable[[], int] | None = None,
+        journaled: OffsetReads | None = None,
     ) -> None:
         self.process = process
         #: What processes are shared by (binary, home, overrides, environment).
@@ -346,8 +295,8 @@ class CodexMultiplexer:
         self.number = number
         #: The holder of the process (None: a child of the daemon's).
         self.holder_id = holder_id
-        #: The journal offset of the line just read (a held process), else None.
-        self._offset = offset
+        #: A held process's reads, each line with its journal offset (else None).
+        self._journaled = journaled
         self.members: list[VirtualProcess] = []
         self._by_tag: dict[str, VirtualProcess] = {}
         #: Every thread opened here: 0.169.0 keeps a thread loaded (its writer) after
@@ -403,9 +352,7 @@ class CodexMultiplexer:
         """A new member (``tag``: what its ids carry, unique on the process; a reattach
         names the member's tag and the offset its log has everything up to)."""
         number = next(self._ever)
-        member = VirtualProcess(self, number, tag or f"m{number}")
-        member.mute_through = committed
-        member.delivered = member._reported = committed
+        member = VirtualProcess(self, number, tag or f"m{number}", committed)
         if self.ended.is_set():
             # The process ended before this thread joined it (one that fails at once may
             # be read to its exit before its first thread is there): the member ends
@@ -509,7 +456,7 @@ class CodexMultiplexer:
         member = self._by_tag.get(tag)
         if member is not None:
             frame["id"] = local_id
-            member._deliver(_Input(msgspec.json.encode(frame)), offset)
+            member._deliver(Input(msgspec.json.encode(frame)), offset)
 
     async def _write(self, line: bytes) -> None:
         async with self._send_lock:
@@ -623,23 +570,17 @@ class CodexMultiplexer:
         if self.on_done is not None:
             self.on_done(self)
 
-    def _reads(self) -> Callable[[], Awaitable[list[tuple[int, bytes | OversizedLine]]]]:
-        """Lines with their journal offsets: one at a time off a held process (each
-        keeps its own), a pipe read's lines at once off a child (no offsets)."""
-        offset = self._offset
-        if offset is None:
-            read = line_reads(self.process)
+    def _reads(self) -> OffsetReads:
+        """A read's lines with their journal offsets: off a held process each keeps its
+        own, off a child's pipe none has one."""
+        if self._journaled is not None:
+            return self._journaled
+        read = line_reads(self.process)
 
-            async def batch() -> list[tuple[int, bytes | OversizedLine]]:
-                return [(UNJOURNALED, line) for line in await read()]
+        async def batch() -> list[tuple[int, bytes | OversizedLine]]:
+            return [(UNJOURNALED, line) for line in await read()]
 
-            return batch
-
-        async def one() -> list[tuple[int, bytes | OversizedLine]]:
-            line = await self.process.receive_line()
-            return [] if line is None else [(offset(), line)]
-
-        return one
+        return batch
 
     def _route(self, line: bytes | OversizedLine, offset: int = UNJOURNALED) -> None:
         if isinstance(line, OversizedLine):

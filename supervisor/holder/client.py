@@ -22,11 +22,11 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import attrs
 import msgspec
 import trio
 
 from adapters.diagnostics import redact_stderr
+from adapters.offset_lines import Input, OffsetLines
 from adapters.ownership import OWNER_ENV, OwnerMark
 from adapters.process import STDERR_TAIL_BYTES, StopResult, stop_ladder
 from adapters.transport import ExitStatus, LaunchSpec, OversizedLine
@@ -40,6 +40,7 @@ from supervisor.holder.wire import (
     ProtocolError,
     Record,
     RecordReader,
+    RecordSender,
     Welcome,
     encode,
     encode_json,
@@ -49,8 +50,6 @@ from supervisor.providers import SCRUBBED_ENV
 from t3orch import timeline
 from t3orch.domain.provider import HolderRef
 from t3orch.domain.vocab import ProviderKind
-from t3orch.ingest.queue import EventQueue
-from t3orch.provider_events import JournalOffset
 
 log = logging.getLogger(__name__)
 
@@ -63,13 +62,6 @@ START_TIMEOUT_S = 30.0
 #: Lines buffered before the socket is not read further (the adapter's backpressure).
 HIGH_WATER_LINES = 4096
 _ROOT = str(Path(__file__).resolve().parents[2])
-
-
-@attrs.frozen
-class _Input:
-    """A replayed ``IN`` record among the lines (see :meth:`HeldProcess._next_batch`)."""
-
-    line: bytes
 
 
 class HolderError(Exception):
@@ -181,8 +173,13 @@ async def attach(paths: HeldPaths, after: int) -> HeldProcess:
         raise
 
 
-class HeldProcess:
-    """A provider run by a holder, seen through its socket (see the module docstring)."""
+class HeldProcess(OffsetLines):
+    """A provider run by a holder, seen through its socket (see the module docstring).
+
+    Its lines keep their journal offsets (:class:`~adapters.offset_lines.OffsetLines`:
+    ``delivered``, ``on_delivered``, ``mute_through``, ``on_mute``, ``on_input``; the
+    replayed inputs are the journal's ``IN`` records up to the welcome: a reattaching
+    adapter rebuilds its state, pending call ids, from both)."""
 
     def __init__(
         self,
@@ -192,16 +189,13 @@ class HeldProcess:
         reader: RecordReader,
         after: int,
     ) -> None:
+        super().__init__(after)
         self.paths = paths
         self.welcome = welcome
         self._stream = stream
         self._reader = reader
         #: The journal offset of the last record received.
         self.offset = after
-        #: The journal offset of the last line :meth:`receive_lines` handed out.
-        self.delivered = after
-        self._lines: list[bytes | OversizedLine | _Input] = []
-        self._line_offsets: list[int] = []
         self._eof = False
         self._status: ExitStatus | None = None
         self._lost: str | None = None
@@ -211,25 +205,12 @@ class HeldProcess:
         #: Set by :meth:`leave_running`: the daemon goes, the provider stays.
         self._left = trio.Event()
         self._stdin_closed = False
-        self._out = bytearray()
-        self._out_ready = trio.Event()
+        #: What the daemon writes to the holder: at once, no task's wake-up between.
+        self._sender = RecordSender(stream)
         self._stderr_tail = bytearray()
         self._stderr_tees: list[Callable[[bytes], None]] = []
-        #: Lines a daemon wrote to the provider before this attach (the journal's ``IN``
-        #: records up to the welcome), handed over in journal order with the lines read:
-        #: a reattaching adapter rebuilds its state (pending call ids) from both.
-        self.on_input: Callable[[int, bytes], None] | None = None
-        #: Lines up to this offset are a replay of what the log holds already: before
-        #: each read, ``on_mute`` is told whether the lines it returns are (a read
-        #: never mixes both).
-        self.mute_through = 0
-        self.on_mute: Callable[[bool], None] | None = None
         #: The holder's own steps (grace expired, stopped by a rung).
         self.notes: list[Note] = []
-        #: Told, at each read, the offset of the last line handed out before it: the
-        #: reader has queued those lines' events by then (they map synchronously).
-        self.on_delivered: Callable[[int], None] | None = None
-        self._reported = after
         #: Records are read only once this is set (a reattaching daemon attaches to
         #: every holder before it replays any journal).
         self.read_gate: trio.Event | None = None
@@ -269,8 +250,17 @@ class HeldProcess:
     async def receive_lines(self) -> list[bytes | OversizedLine]:
         return await self._receive(None)
 
-    async def _receive(self, limit: int | None) -> list[bytes | OversizedLine]:
-        self._report_delivered()
+    async def receive_lines_with_offsets(self) -> list[tuple[int, bytes | OversizedLine]]:
+        """As :meth:`receive_lines`, each line with its journal offset (a shared process's
+        multiplexer routes a read's worth at once, each line keeping its own)."""
+        offsets: list[int] = []
+        lines = await self._receive(None, offsets)
+        return list(zip(offsets, lines, strict=True))
+
+    async def _receive(
+        self, limit: int | None, offsets: list[int] | None = None
+    ) -> list[bytes | OversizedLine]:
+        self.report_delivered()
         if self.on_mute is not None and self.delivered >= self.mute_through:
             # The lines the log has are mapped: what the adapter does from now on (a
             # Claude answer's RequestResolved while the CLI waits) is news.
@@ -283,44 +273,10 @@ class HeldProcess:
                     await trio.lowlevel.checkpoint()
                     return []
                 await self._wait_lines()
-            if batch := self._next_batch(limit):
+            batch = self._next_batch(limit, offsets)
+            self._wake_reader()
+            if batch:
                 return batch
-
-    def _next_batch(self, limit: int | None) -> list[bytes | OversizedLine]:
-        """The next lines, never across a replayed input or the end of the muted replay.
-
-        A replayed input is applied once the lines before it are handed out (mapped),
-        before the lines after it: the adapter's state sees both in journal order.
-        """
-        items, offsets = self._lines, self._line_offsets
-        out: list[bytes | OversizedLine] = []
-        mute_through = self.mute_through
-        muted: bool | None = None
-        i, n = 0, len(items)
-        while i < n and (limit is None or len(out) < limit):
-            item = items[i]
-            if isinstance(item, _Input):
-                if out:
-                    break
-                if self.on_input is not None:
-                    self.on_input(offsets[i], item.line)
-                i += 1
-                continue
-            here = offsets[i] <= mute_through
-            if muted is None:
-                muted = here
-            elif here != muted:
-                break
-            out.append(item)
-            i += 1
-        if out:
-            self.delivered = offsets[i - 1]
-        del items[:i]
-        del offsets[:i]
-        if muted is not None and self.on_mute is not None:
-            self.on_mute(muted)
-        self._wake_reader()
-        return out
 
     @property
     def replayed(self) -> bool:
@@ -330,15 +286,6 @@ class HeldProcess:
         journaled = self.welcome.journaled
         pending = self._line_offsets
         return self.offset >= journaled and not (pending and pending[0] <= journaled)
-
-    def report_delivered(self) -> None:
-        """Report the offset of the lines handed out so far now, not at the next read."""
-        self._report_delivered()
-
-    def _report_delivered(self) -> None:
-        if self.delivered > max(self._reported, self.mute_through) and self.on_delivered:
-            self._reported = self.delivered
-            self.on_delivered(self.delivered)
 
     async def close_stdin(self) -> None:
         if not self._stdin_closed and not self._left.is_set():
@@ -425,8 +372,8 @@ class HeldProcess:
     async def detach(self) -> None:
         """Leave the holder to its grace (a daemon that goes away)."""
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await self._stream.send_all(bytes(self._out) + encode(Kind.DETACH, 0))
-        self._out.clear()
+            self._sender.hold(encode(Kind.DETACH, 0))
+            await self._sender.drain()
         await self._stream.aclose()
 
     async def _leave(self) -> None:
@@ -435,7 +382,8 @@ class HeldProcess:
             return
         if self._lost is None:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await self._stream.send_all(encode(Kind.RELEASE, 0))
+                self._sender.hold(encode(Kind.RELEASE, 0))
+                await self._sender.drain()
                 # The holder closes the connection once it has ended.
                 with trio.move_on_after(1):
                     while await self._stream.receive_some(65536):
@@ -444,19 +392,12 @@ class HeldProcess:
         shutil.rmtree(self.paths.dir, ignore_errors=True)
 
     def _queue(self, data: bytes) -> None:
-        self._out += data
-        self._out_ready.set()
+        timeline.stamp("holder.write")
+        self._sender.push(data)
 
     async def _write_loop(self) -> None:
         try:
-            while True:
-                await self._out_ready.wait()
-                self._out_ready = trio.Event()
-                while self._out:
-                    data = bytes(self._out)
-                    self._out.clear()
-                    timeline.stamp("holder.write")
-                    await self._stream.send_all(data)
+            await self._sender.run()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return  # the read loop finds the holder gone
 
@@ -488,19 +429,16 @@ class HeldProcess:
             match record.kind:
                 case Kind.OUT:
                     timeline.stamp("holder.read")
-                    self._lines.append(record.payload)
-                    self._line_offsets.append(record.offset)
+                    self._keep(record.payload, record.offset)
                     arrived = True
                 case Kind.OVERSIZED:
                     (length,) = struct.unpack_from("<Q", record.payload)
-                    self._lines.append(OversizedLine(length=length, head=record.payload[8:]))
-                    self._line_offsets.append(record.offset)
+                    self._keep(OversizedLine(length=length, head=record.payload[8:]), record.offset)
                     arrived = True
                 case Kind.IN:
                     # Later ones are this daemon's own writes, journaled: nothing to learn.
                     if record.offset <= self.welcome.journaled:
-                        self._lines.append(_Input(record.payload))
-                        self._line_offsets.append(record.offset)
+                        self._keep(Input(record.payload), record.offset)
                         arrived = True
                 case Kind.ERR:
                     self._keep_stderr(record.payload)
@@ -535,24 +473,14 @@ class HeldProcess:
         self._taken.set()
 
 
-class HolderLauncher:
-    """A :class:`~supervisor.launcher.SupervisedLauncher` whose providers run in holders.
+class _HeldLaunches:
+    """What both held launchers share: the held processes they served, the last current."""
 
-    Each launch starts a holder under ``root`` and serves it in ``nursery``;
-    cancelling the nursery detaches from the holders (their providers live on
-    for ``grace_s``), an exit read to its end releases the holder.
-    """
-
-    def __init__(self, nursery: trio.Nursery, root: Path, grace_s: float, owner: str) -> None:
+    def __init__(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
-        self._root = root
-        self._grace_s = grace_s
-        self._owner = owner
         self.children: list[HeldProcess] = []
 
-    async def launch(self, spec: LaunchSpec) -> HeldProcess:
-        paths = await start_holder(self._root, spec, grace_s=self._grace_s, owner=self._owner)
-        held = await attach(paths, 0)
+    async def _serve(self, held: HeldProcess) -> HeldProcess:
         await self._nursery.start(held.serve)
         self.children.append(held)
         return held
@@ -562,7 +490,26 @@ class HolderLauncher:
         return self.children[-1] if self.children else None
 
 
-class ReattachLauncher:
+class HolderLauncher(_HeldLaunches):
+    """A :class:`~supervisor.launcher.SupervisedLauncher` whose providers run in holders.
+
+    Each launch starts a holder under ``root`` and serves it in ``nursery``;
+    cancelling the nursery detaches from the holders (their providers live on
+    for ``grace_s``), an exit read to its end releases the holder.
+    """
+
+    def __init__(self, nursery: trio.Nursery, root: Path, grace_s: float, owner: str) -> None:
+        super().__init__(nursery)
+        self._root = root
+        self._grace_s = grace_s
+        self._owner = owner
+
+    async def launch(self, spec: LaunchSpec) -> HeldProcess:
+        paths = await start_holder(self._root, spec, grace_s=self._grace_s, owner=self._owner)
+        return await self._serve(await attach(paths, 0))
+
+
+class ReattachLauncher(_HeldLaunches):
     """The launcher of a reattaching runtime: its one "launch" attaches to the holder that
     kept the provider, replaying the journal from its start, muted through ``committed``;
     with ``gate``, not before it is set."""
@@ -574,11 +521,10 @@ class ReattachLauncher:
         committed: int,
         gate: trio.Event | None = None,
     ) -> None:
-        self._nursery = nursery
+        super().__init__(nursery)
         self._paths = paths
         self._committed = committed
         self._gate = gate
-        self.children: list[HeldProcess] = []
 
     async def launch(self, spec: LaunchSpec) -> HeldProcess:
         if self.children:
@@ -586,29 +532,7 @@ class ReattachLauncher:
         held = await attach(self._paths, 0)
         held.mute_through = self._committed
         held.read_gate = self._gate
-        await self._nursery.start(held.serve)
-        self.children.append(held)
-        return held
-
-    @property
-    def current(self) -> HeldProcess | None:
-        return self.children[-1] if self.children else None
-
-
-def feed_offsets(held: HeldProcess, events: EventQueue) -> None:
-    """Wire a held provider to its runtime's event queue: its journal offsets go in as
-    ``JournalOffset`` events (committed with what they cover), and a reattach's replay
-    of what the log holds already is muted."""
-    holder_id = held.holder_id
-
-    def delivered(offset: int) -> None:
-        events.put(JournalOffset(holder_id=holder_id, offset=offset))
-
-    def mute(muted: bool) -> None:
-        events.muted = muted
-
-    held.on_delivered = delivered
-    held.on_mute = mute
+        return await self._serve(held)
 
 
 def holder_ref(held: HeldProcess) -> HolderRef:

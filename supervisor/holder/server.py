@@ -8,6 +8,13 @@ adapter's state (a Codex call id waiting for its response) needs both. It serves
 one daemon at a time on its 0600 socket: after the hello, the journal's bytes
 after the daemon's last offset, then live (:mod:`supervisor.holder.wire`).
 
+Live, a record goes to the daemon from memory as soon as it is in the journal file
+(written, not re-read): the daemon never has a record a later replay would lack,
+and a frame costs the holder one pipe read, one file write and one socket write,
+in the task that read it. The daemon's own writes (``IN``) are journaled first and
+written to the provider's stdin at once (a task only when the pipe is full); their
+echo to the daemon waits for the next record (the daemon has them already).
+
 Without a daemon for ``grace_s`` (none ever came back), or on SIGTERM/SIGINT, it
 stops the provider through the stop ladder, journals that and the exit, and
 exits; so does it on the daemon's ``RELEASE``. The journal stays for the next
@@ -25,7 +32,6 @@ import signal
 import socket
 import struct
 import time
-from typing import BinaryIO
 
 import msgspec
 import psutil
@@ -48,7 +54,9 @@ from supervisor.holder.wire import (
     encode,
     encode_json,
     iter_file,
+    write_now,
 )
+from t3orch import timeline
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +65,8 @@ HELLO_TIMEOUT_S = 5.0
 #: The stop ladder's rungs when the holder stops its provider itself.
 LADDER = {"grace_close": 2.0, "grace_term": 3.0, "grace_kill": 5.0}
 _SEND_CHUNK = 256 * 1024
+#: The daemon's own writes echoed lazily (with the next record) up to this many bytes.
+_HOLD_MAX = 64 * 1024
 _OVERSIZED = struct.Struct("<Q")
 #: A stderr line longer than this is journaled (redacted) in pieces, not held whole.
 STDERR_LINE_BOUND = 8 * 1024
@@ -70,7 +80,13 @@ class Holder:
             paths.journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
         )
         self.offset = 0
-        self._grown = trio.Event()
+        #: The journal file's size (every record is written whole before the next).
+        self.size = os.fstat(self._fd).st_size
+        #: The attached daemon's live stream (None: no daemon, or none caught up yet).
+        self._sink: _Forward | None = None
+        #: Writes for the provider's stdin queued for :meth:`write_stdin` (the pipe was
+        #: full, or one is being written): later ones queue behind them.
+        self._stdin_queued = 0
         self._client: trio.CancelScope | None = None
         self._presence = trio.Event()
         self._writes_in, self._writes_out = trio.open_memory_channel[bytes | None](math.inf)
@@ -88,7 +104,8 @@ class Holder:
 
     def append(self, kind: Kind, payload: bytes = b"") -> int:
         self.offset += 1
-        self._write(encode(kind, self.offset, payload))
+        # The daemon's own write needs no echo of its own: it goes with the next record.
+        self._write(encode(kind, self.offset, payload), echo=kind is Kind.IN)
         return self.offset
 
     def journal_stderr(self, chunk: bytes) -> None:
@@ -120,18 +137,22 @@ class Holder:
                 parts.append(line)
         self._write(b"".join(parts))
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes, *, echo: bool = False) -> None:
+        """Into the journal file, then (from memory) to the attached daemon."""
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]
-        self._grown.set()
-        self._grown = trio.Event()
+        timeline.stamp("holder.journaled")
+        self.size += len(data)
+        if self._sink is not None:
+            self._sink.journaled(data, self.size, echo=echo)
 
     # -- the provider ------------------------------------------------------------
 
     async def pump_stdout(self, child: ChildProcess) -> None:
         """Every stdout line into the journal, then the end and the exit status."""
         while lines := await child.receive_lines():
+            timeline.stamp("holder.out.read")
             self._append_lines(lines)
         self.append(Kind.EOF)
         status = await child.wait()
@@ -152,6 +173,22 @@ class Holder:
                     await child.close_stdin()
                 else:
                     await child.send_line(line)
+            self._stdin_queued -= 1
+
+    def _to_stdin(self, line: bytes | None) -> None:
+        """A write (None: the close) for the provider, in order: at once when nothing
+        is queued before it and the pipe takes it whole, else through :meth:`write_stdin`."""
+        child = self.child
+        if (
+            line is not None
+            and child is not None
+            and not self._stdin_queued
+            and child.send_line_nowait(line)
+        ):
+            timeline.stamp("holder.in.written")
+            return
+        self._stdin_queued += 1
+        self._writes_in.send_nowait(line)
 
     async def finish(self, why: Note) -> None:
         """Stop the provider through the ladder (journaled), then end the holder."""
@@ -268,7 +305,7 @@ class Holder:
                 )
                 await stream.send_all(encode_json(Kind.WELCOME, welcome))
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._send_journal, stream, hello.after)
+                    nursery.start_soon(self._forward, stream, hello.after)
                     await self._take_commands(reader)
                     nursery.cancel_scope.cancel()
             finally:
@@ -276,25 +313,29 @@ class Holder:
                     self._client = None
                     self._changed()
 
-    async def _send_journal(self, stream: trio.SocketStream, after: int) -> None:
-        with _journal_after(self.paths, after) as f:
-            while True:
-                grown = self._grown
-                chunk = f.read(_SEND_CHUNK)
-                if chunk:
-                    await stream.send_all(chunk)
-                else:
-                    await grown.wait()
+    async def _forward(self, stream: trio.SocketStream, after: int) -> None:
+        """Every record after ``after`` to the daemon (:class:`_Forward`)."""
+        # Registered with no await after the start is found: from here on each record
+        # journaled is the sink's, read back from the file or sent from memory.
+        sink = _Forward(stream, _first_after(self.paths, after, self.size))
+        self._sink = sink
+        try:
+            await sink.run(self)
+        finally:
+            if self._sink is sink:
+                self._sink = None
 
     async def _take_commands(self, reader: RecordReader) -> None:
         while records := await reader.receive():
             for record in records:
                 match record.kind:
                     case Kind.WRITE:
+                        timeline.stamp("holder.in.taken")
+                        # Journaled before the provider can answer it.
                         self.append(Kind.IN, record.payload)
-                        self._writes_in.send_nowait(record.payload)
+                        self._to_stdin(record.payload)
                     case Kind.CLOSE_STDIN:
-                        self._writes_in.send_nowait(None)
+                        self._to_stdin(None)
                     case Kind.SIGNAL:
                         (signum,) = struct.unpack("<i", record.payload)
                         if self.child is not None:
@@ -308,16 +349,73 @@ class Holder:
                         raise ProtocolError(f"a {record.kind.name} record from the daemon")
 
 
-def _journal_after(paths: HeldPaths, after: int) -> BinaryIO:
-    """The journal, open for reading at its first record after offset ``after``."""
-    start = None
+class _Forward:
+    """The attached daemon's stream: the journal's bytes from a file position on.
+
+    Caught up, each record is written to the socket as it is journaled, from memory, by
+    the task that journaled it (one non-blocking ``write``; the daemon's own ``IN``
+    records wait for the next record). Behind — attaching, or a socket that did not
+    take a record whole (the daemon reads slower than the provider writes) — :meth:`run`
+    reads the file from where the socket stopped, in big chunks, until caught up: the
+    holder's memory never holds more than a record for it.
+    """
+
+    def __init__(self, stream: trio.SocketStream, start: int) -> None:
+        self._stream = stream
+        #: The file position the socket is at, while behind (None: caught up, live).
+        self.behind: int | None = start
+        self._held = bytearray()
+        self._wake = trio.Event()
+        self._error: OSError | None = None
+
+    def journaled(self, data: bytes, end: int, *, echo: bool) -> None:
+        """``data`` was just written to the journal file, where it ends at ``end``."""
+        if self.behind is not None:
+            self._wake.set()
+            return
+        if echo and len(self._held) + len(data) <= _HOLD_MAX:
+            self._held += data
+            return
+        if self._held:
+            # The held records are the file's bytes just before ``data``.
+            data = bytes(self._held) + data
+            self._held.clear()
+        sent, self._error = write_now(self._stream, data)
+        if sent < len(data):
+            self.behind = end - len(data) + sent
+            self._wake.set()
+        else:
+            timeline.stamp("holder.sent")
+
+    async def run(self, holder: Holder) -> None:
+        """Send the file's part while behind; raises when the socket fails."""
+        with open(holder.paths.journal, "rb") as f:  # noqa: ASYNC230 (local, once per attach)
+            while True:
+                if self._error is not None:
+                    raise trio.BrokenResourceError(str(self._error)) from self._error
+                pos = self.behind
+                if pos is None:
+                    await self._wake.wait()
+                    self._wake = trio.Event()
+                    continue
+                if pos >= holder.size:
+                    self.behind = None  # caught up: the next record goes from memory
+                    continue
+                f.seek(pos)
+                chunk = f.read(min(_SEND_CHUNK, holder.size - pos))
+                if not chunk:
+                    raise OSError(f"the journal ends before byte {pos}, which was written")
+                self.behind = pos + len(chunk)
+                await self._stream.send_all(chunk)
+
+
+def _first_after(paths: HeldPaths, after: int, size: int) -> int:
+    """The file position of the journal's first record after offset ``after`` (its end,
+    ``size``, when there is none)."""
     for pos, record in iter_file(os.fspath(paths.journal)):
         if record.offset > after:
-            start = pos
-            break
-    f = open(paths.journal, "rb")  # noqa: SIM115 (the caller's with closes it)
-    f.seek(0, os.SEEK_END) if start is None else f.seek(start)
-    return f
+            return pos
+    return size
 
 
 async def _listen(paths: HeldPaths) -> trio.SocketListener:
@@ -350,6 +448,7 @@ def _report(ready_fd: int, message: dict[str, object]) -> None:
 
 async def hold(paths: HeldPaths, spec: HeldSpec, ready_fd: int) -> int:
     """The holder's life; ``ready_fd`` gets one JSON line (the state, or the error)."""
+    timeline.start()  # T3ORCH_TIMELINE, from the daemon's environment
     holder = Holder(paths, spec)
     listener = await _listen(paths)
     launch = LaunchSpec(

@@ -5,7 +5,9 @@ payload. Journaled records (what the provider wrote, what the daemon wrote to
 it, its stderr, its end) carry the journal's monotonic offset, from 1; the
 control records of the socket (hello, welcome, the daemon's commands) carry 0.
 The socket after the welcome is the journal file's bytes as they are, so a
-reattaching daemon reads a replay and the live stream with one parser.
+reattaching daemon reads a replay and the live stream with one parser (the replay
+comes from the file, the live tail from the holder's memory as it journals it:
+``supervisor.holder.server``).
 
 The protocol is versioned (:data:`PROTOCOL_VERSION`, in the hello and the
 welcome): a holder refuses a hello of another version with one line naming
@@ -15,6 +17,7 @@ may have been started with.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterator
 from enum import IntEnum
@@ -146,6 +149,81 @@ def iter_file(path: str) -> Iterator[tuple[int, Record]]:
 
 class ProtocolError(Exception):
     """The other end sent something this protocol does not have."""
+
+
+def write_now(stream: trio.SocketStream, data: bytes) -> tuple[int, OSError | None]:
+    """What of ``data`` the socket takes now (one non-blocking ``write``, no await), and
+    the error that broke it, if one did."""
+    # The fd is asked for each time: a closed socket's is -1, never a reused number.
+    fd = stream.socket.fileno()
+    try:
+        if fd < 0:
+            raise BrokenPipeError("the socket is closed")
+        return os.write(fd, data), None
+    except BlockingIOError:
+        return 0, None
+    except OSError as exc:
+        return 0, exc
+
+
+class RecordSender:
+    """Records out on a socket, in order, without a task's wake-up per record (the
+    daemon's commands to its holder).
+
+    :meth:`push` writes at once (one non-blocking ``write``) when nothing is being sent;
+    what the socket does not take, or what comes while :meth:`run` sends, piles up and
+    :meth:`run` sends it in one write. :meth:`hold` piles a record up without sending:
+    it goes with the next push, or :meth:`drain`.
+    """
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self._stream = stream
+        self._pending = bytearray()
+        #: True while :meth:`run` writes: no push may.
+        self._sending = False
+        self._wake = trio.Event()
+        self._error: OSError | None = None
+
+    def push(self, data: bytes) -> None:
+        if self._sending or self._error is not None:
+            self._pending += data
+            self._wake.set()
+            return
+        if self._pending:
+            data = bytes(self._pending) + data
+            self._pending.clear()
+        sent, self._error = write_now(self._stream, data)  # run() raises an error
+        if sent < len(data):
+            self._pending += data[sent:]
+            self._wake.set()
+
+    def hold(self, data: bytes) -> None:
+        self._pending += data
+
+    async def run(self) -> None:
+        """Send what piles up, until cancelled; raises ``trio.BrokenResourceError`` (or
+        ``ClosedResourceError``) when the socket fails."""
+        while True:
+            if self._error is not None:
+                raise trio.BrokenResourceError(str(self._error)) from self._error
+            await self._wake.wait()
+            self._wake = trio.Event()
+            if not self._pending:
+                continue
+            data = bytes(self._pending)
+            self._pending.clear()
+            self._sending = True
+            try:
+                await self._stream.send_all(data)
+            finally:
+                self._sending = False
+
+    async def drain(self) -> None:
+        """Send what is piled up now (``run`` is over: the connection is closing)."""
+        data = bytes(self._pending)
+        self._pending.clear()
+        if data:
+            await self._stream.send_all(data)
 
 
 class RecordReader:

@@ -22,15 +22,11 @@ import trio.testing
 from adapters.claude import ClaudeAdapter, ClaudeOptions
 from adapters.claude.journal import turn_sent
 from adapters.claude.runtime import ClaudeRuntime
+from adapters.offset_lines import feed_offsets
 from adapters.ownership import this_process
 from adapters.protocol import NullRawSink, RequestAnswer, RuntimeConfig
 from adapters.transport import LaunchSpec
-from supervisor.holder.client import (
-    HeldProcess,
-    HolderLauncher,
-    ReattachLauncher,
-    feed_offsets,
-)
+from supervisor.holder.client import HeldProcess, HolderLauncher, ReattachLauncher
 from supervisor.holder.layout import HeldPaths
 from t3orch.ingest.queue import EventQueue
 from t3orch.provider_events import (
@@ -66,7 +62,7 @@ class _StandinLaunch:
         argv = [sys.executable, "-m", "adapters.standin", str(TRANSCRIPT), "--speed", "0"]
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         held = await self.inner.launch(LaunchSpec(argv=argv, env=env, cwd="/tmp"))
-        feed_offsets(held, self.events)
+        feed_offsets(held, held.holder_id, self.events)
         self.held.append(held)
         return held
 

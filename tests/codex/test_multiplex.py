@@ -10,6 +10,7 @@ import trio
 import trio.testing
 
 from adapters.codex.multiplex import CodexMultiplexer, VirtualProcess
+from adapters.offset_lines import OffsetReads
 from adapters.transport import ExitStatus, OversizedLine
 
 
@@ -247,13 +248,23 @@ async def _b_initializes_after_a_leaves(
         await a.kill()
 
 
+def _numbered(proc: FakeProcess) -> OffsetReads:
+    """The process's lines one at a time, numbered from 1 as a journal's offsets."""
+    counter = iter(range(1, 100))
+
+    async def read() -> list[tuple[int, bytes | OversizedLine]]:
+        line = await proc.receive_line()
+        return [] if line is None else [(next(counter), line)]
+
+    return read
+
+
 async def test_a_multiplexer_rebuilt_from_a_journal_routes_as_the_first_did() -> None:
     """A reattach (issue 21): the earlier daemon's requests (journal ``IN`` records) and the
     process's lines, in journal order, rebuild the routing; each member gets its own
     requests back with its own ids and mutes its lines up to its own committed offset."""
     proc = FakeProcess()
-    counter = iter(range(1, 100))
-    mux = CodexMultiplexer(proc, holder_id="h", offset=lambda: next(counter))
+    mux = CodexMultiplexer(proc, holder_id="h", journaled=_numbered(proc))
     a = mux.join("pa", committed=3)
     b = mux.join("pb", committed=0)
     got_a: list[tuple[int, bytes]] = []
@@ -325,8 +336,7 @@ async def test_a_subagents_kept_lines_are_news_after_a_reattach_that_had_not_cla
     line (3), which it was still keeping: a replay from the journal mutes the parent's
     lines up to 4 but hands the child's line over unmuted, with the spawn item (5)."""
     proc = FakeProcess()
-    counter = iter(range(1, 100))
-    mux = CodexMultiplexer(proc, holder_id="h", offset=lambda: next(counter))
+    mux = CodexMultiplexer(proc, holder_id="h", journaled=_numbered(proc))
     a = mux.join("pa", committed=4)
     mux.replayed(0, json.dumps({"id": "pa|1", "method": "thread/start", "params": {}}).encode())
     spawn = {"type": "collabAgentToolCall", "id": "call_1", "tool": "spawnAgent"}

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
+import struct
+import termios
 import threading
 from typing import Any
 
@@ -53,6 +56,29 @@ async def test_a_frame_with_a_newline_is_refused() -> None:
         async with open_child_process(command_spec("cat")) as child:
             with pytest.raises(ValueError, match="newline"):
                 await child.send_line(b"{}\n{}")
+
+
+async def test_a_line_sent_now_goes_whole_or_not_at_all() -> None:
+    """``send_line_nowait`` (the holder's direct write of ``turn/start``): a short line
+    now, whole; a pipe that cannot take one whole, or a line past ``PIPE_BUF``, gets
+    nothing (the caller queues it for ``send_line``)."""
+    with trio.fail_after(10):
+        async with open_child_process(command_spec("sleep", "30")) as child:
+            assert child.send_line_nowait(b"x" * 100)
+            assert not child.send_line_nowait(b"y" * 8192)  # past PIPE_BUF: never now
+            sent = 1
+            while child.send_line_nowait(b"x" * 100):  # the child reads nothing
+                sent += 1
+            # Full: the pipe holds exactly the lines that went, each whole (101 bytes).
+            assert sent > 1 and _bytes_in_pipe(child._stdin.fileno()) == sent * 101
+        async with open_child_process(command_spec("cat")) as child:
+            assert child.send_line_nowait(b"hello")
+            assert await child.receive_line() == b"hello"
+
+
+def _bytes_in_pipe(fd: int) -> int:
+    (n,) = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))
+    return int(n)
 
 
 async def test_oversized_lines_are_reported_and_reading_continues() -> None:
