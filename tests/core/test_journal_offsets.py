@@ -115,6 +115,20 @@ async def test_the_committed_offset_is_stored_with_the_events_it_covers(tmp_path
         assert types.count("provider.journal") <= 4
 
 
+def _committed_batches(core: Core) -> list[list[str]]:
+    """Each committed batch's event types from now on, a journal offset with its value."""
+    batches: list[list[str]] = []
+    core.service.writer.broadcast.listen(
+        lambda events: batches.append(
+            [
+                f"{e.type}:{e.payload.offset}" if e.type == "provider.journal" else e.type
+                for e in events
+            ]
+        )
+    )
+    return batches
+
+
 async def test_the_offset_read_after_a_turn_end_commits_with_it(tmp_path: Path) -> None:
     """The offset of the read that had ``turn/completed`` arrives after its events: it
     is stored in the turn end's transaction, not in a later one (a crash between the
@@ -123,15 +137,7 @@ async def test_the_offset_read_after_a_turn_end_commits_with_it(tmp_path: Path) 
         tid = await new_thread(core.service)
         binding = await started_turn(core.service, tid)
         assert binding.turn is not None
-        batches: list[list[str]] = []
-        core.service.writer.broadcast.listen(
-            lambda events: batches.append(
-                [
-                    f"{e.type}:{e.payload.offset}" if e.type == "provider.journal" else e.type
-                    for e in events
-                ]
-            )
-        )
+        batches = _committed_batches(core)
         async with turn_stream(core, binding) as queue:
             queue.put(JournalOffset(holder_id="h", offset=3))
             queue.put(ItemCompleted(native_item_ref="m", content=AssistantMessage(text="x")))
@@ -150,15 +156,7 @@ async def test_offsets_alone_wait_for_what_follows_them(tmp_path: Path) -> None:
         tid = await new_thread(core.service)
         binding = await started_turn(core.service, tid)
         assert binding.turn is not None
-        batches: list[list[str]] = []
-        core.service.writer.broadcast.listen(
-            lambda events: batches.append(
-                [
-                    f"{e.type}:{e.payload.offset}" if e.type == "provider.journal" else e.type
-                    for e in events
-                ]
-            )
-        )
+        batches = _committed_batches(core)
         async with turn_stream(core, binding) as queue:
             await trio.sleep(0.02)  # the item started is committed
             queue.put(JournalOffset(holder_id="h", offset=1))
