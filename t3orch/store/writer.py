@@ -92,6 +92,12 @@ class _Pending:
         #: The writer has taken it into a batch: its pile grows no more.
         self.taken = False
 
+    def settle(self) -> None:
+        """Its outcome or failure is set: wake every waiter (``visible()`` too)."""
+        self.done.set()
+        if self.seen is not None:
+            self.seen.set()
+
 
 class Ticket:
     """A queued submission; ``outcome()`` waits for its commit."""
@@ -330,9 +336,7 @@ class EventWriter:
             for p in stranded:
                 if not p.done.is_set():
                     p.failure = StoreClosed("the event writer stopped before committing")
-                    p.done.set()
-                    if p.seen is not None:
-                        p.seen.set()
+                    p.settle()
         if self._crash is not None:
             raise self._crash
 
@@ -433,9 +437,7 @@ class EventWriter:
     def _failed(self, batch: Sequence[_Pending], exc: StoreError) -> None:
         for p in batch:
             p.failure = exc
-            p.done.set()
-            if p.seen is not None:
-                p.seen.set()
+            p.settle()
         self._release(len(batch))
 
     def _committed(self, batch: Sequence[_Pending], outcomes: Sequence[Outcome]) -> None:
@@ -450,9 +452,7 @@ class EventWriter:
         if committed:
             self.broadcast.publish(committed)
         for p in batch:
-            p.done.set()
-            if p.seen is not None:
-                p.seen.set()
+            p.settle()
         self._release(len(batch))
 
     def _release(self, count: int) -> None:
