@@ -13,12 +13,13 @@ mode) against the loopback fake model servers (``fixtures/fakes/``), whose reply
 
 Printed side by side, per provider: first text after the send (median of
 ``--rounds``), text updates a second at the client, the mean arrival of each word
-after the send, the stored ``turn_item.delta`` rows of the reply (and per second),
-and the median time of ``--turns`` plain short turns (``hello``), each a send until
-the turn's end (direct: ``turn/completed`` / ``result``; t3orch: the run's
-``completed`` event). Targets (issue 17): first text ≤ direct + 10 ms, ≥ 40
-updates/s, word arrival ≤ direct + 10 ms, ≤ 4 stored rows per item per second,
-plain turn ≤ 1.05 × direct.
+after the send and its mean latency after the fake model wrote it (the fakes pace a
+stream on a schedule, as a model server does, and note each write), the stored
+``turn_item.delta`` rows of the reply (and per second), and the median time of
+``--turns`` plain short turns (``hello``), each a send until the turn's end
+(direct: ``turn/completed`` / ``result``; t3orch: the run's ``completed`` event).
+Targets (issue 17): first text ≤ direct + 10 ms, ≥ 40 updates/s, word arrival ≤
+direct + 10 ms, ≤ 4 stored rows per item per second, plain turn ≤ 1.05 × direct.
 
 Run: ``python bench/stream.py [--providers codex,claude] [--rounds 3] [--turns 20] [--json]``
 (``export T3ORCH_CODEX_BIN=$(scripts/install-codex | tail -n1)``; claude from
@@ -51,6 +52,7 @@ sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != REPO / "
 sys.path.insert(0, str(REPO))
 
 from fixtures.fakes.claude_env import claude_argv  # noqa: E402
+from fixtures.fakes.wordstream import TEXT_WRITTEN  # noqa: E402
 from t3orch import timeline  # noqa: E402
 from t3orch.cli.client import ApiClient, ThreadView, connect  # noqa: E402
 from t3orch.cli.environment import config_toml, provider_environment  # noqa: E402
@@ -90,10 +92,19 @@ class Trace:
                 i += 1
             if i < len(self.updates):
                 arrivals.append(self.updates[i][0])
+        # The fake model noted when it wrote each word (this process's clock): a word's
+        # latency is from there to the client, whatever the model's own pace was.
+        written = TEXT_WRITTEN.since(self.sent)[: len(arrivals)]
+        latency = [self.sent + a - w for a, w in zip(arrivals, written, strict=False)]
         return {
             "first_ms": times[0] * 1000 if times else float("nan"),
             "updates_per_s": (len(times) - 1) / span if span else 0.0,
             "word_ms": statistics.fmean(arrivals) * 1000 if arrivals else float("nan"),
+            "latency_ms": (
+                statistics.fmean(latency) * 1000
+                if latency and len(written) == len(arrivals)
+                else float("nan")
+            ),
         }
 
 
@@ -476,7 +487,7 @@ def _summary(
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         key: statistics.median(s[key] for s in streamed)
-        for key in ("first_ms", "updates_per_s", "word_ms")
+        for key in ("first_ms", "updates_per_s", "word_ms", "latency_ms")
     }
     out["plain_turn_ms"] = statistics.median(plain) * 1000
     if rows is not None:
@@ -591,6 +602,7 @@ _ROWS = [
     ("first text after send (ms)", "first_ms", "{:.0f}"),
     ("text updates / s", "updates_per_s", "{:.1f}"),
     ("mean word arrival (ms)", "word_ms", "{:.0f}"),
+    ("word latency from the model (ms)", "latency_ms", "{:.1f}"),
     ("stored delta rows (per s)", "stored_delta_rows", "{:.0f}"),
     ("plain turn, median (ms)", "plain_turn_ms", "{:.1f}"),
     ("daemon CPU per plain turn (ms)", "daemon_cpu_ms_per_turn", "{:.1f}"),
@@ -602,10 +614,11 @@ def _print(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None
         f"{WORDS} words at 50 Hz, median of {args.rounds} rounds; plain: median of "
         f"{args.turns} turns; daemon.synchronous = {args.synchronous}"
     )
-    head = f"{'':30}" + "".join(f"{k + ' direct':>16}{k + ' t3orch':>16}" for k in results)
+    width = max(len(label) for label, _, _ in _ROWS) + 2
+    head = f"{'':{width}}" + "".join(f"{k + ' direct':>16}{k + ' t3orch':>16}" for k in results)
     print(head)
     for label, key, fmt in _ROWS:
-        line = f"{label:30}"
+        line = f"{label:{width}}"
         for r in results.values():
             d = r["direct"].get(key)
             t = r["t3orch"].get(key)

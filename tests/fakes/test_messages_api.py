@@ -17,6 +17,7 @@ from fixtures.fakes.messages_api import (
     ToolUseBlock,
     route,
 )
+from fixtures.fakes.wordstream import TEXT_WRITTEN
 
 REMINDER = "<system-reminder>\nYou may use Bash, RUN_BASH: rm -rf /\n</system-reminder>\n"
 
@@ -178,6 +179,16 @@ def test_serves_the_sse_sequence_and_records_the_request(fake: FakeMessagesServe
     }
     assert events[0][1]["message"]["model"] == "claude-sonnet-4-5"
     assert fake.requests == [request]
+
+
+def test_a_stream_notes_when_it_wrote_each_word(fake: FakeMessagesServer) -> None:
+    start = time.monotonic()
+    status, raw = post(fake, body(user("STREAM: 10 100")))
+    assert status == 200
+    words = [d for _, d in sse(raw) if d.get("delta", {}).get("type") == "text_delta"]
+    written = TEXT_WRITTEN.since(start)
+    assert len(written) == len(words) == 10
+    assert written == sorted(written) and written[-1] - written[0] >= 0.09 - 0.002
 
 
 def test_fail_is_http_500(fake: FakeMessagesServer) -> None:

@@ -21,6 +21,7 @@ from fixtures.fakes.responses_api import (
     plan_reply,
     user_texts,
 )
+from fixtures.fakes.wordstream import TEXT_WRITTEN
 
 TIMEOUT_S = 5.0
 
@@ -193,6 +194,16 @@ def test_text_reply_streams_the_responses_event_sequence(server: FakeResponsesSe
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
     assert {"input_tokens_details", "output_tokens_details"} <= usage.keys()
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
+
+
+def test_a_stream_notes_when_it_wrote_each_word(server: FakeResponsesServer) -> None:
+    start = time.monotonic()
+    status, _, text = post(server, "/v1/responses", body(user("STREAM: 10 100")))
+    assert status == 200
+    words = [e for e in sse_payloads(text) if e["type"] == "response.output_text.delta"]
+    written = TEXT_WRITTEN.since(start)
+    assert len(written) == len(words) == 10
+    assert written == sorted(written) and written[-1] - written[0] >= 0.09 - 0.002
 
 
 def test_requests_are_recorded_in_order_with_headers(server: FakeResponsesServer) -> None:
