@@ -10,8 +10,11 @@ the scopes this run opened), so the first page is small and later ones grow.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 from t3orch.store.kinds import Row
+
+E = TypeVar("E")
 
 #: A page's rows are before this (position, id), newest first.
 Cursor = tuple[int, str]
@@ -33,3 +36,12 @@ def newest_first(read_page: ReadPage) -> Iterator[Row]:
             return
         cursor = (rows[-1].position, rows[-1].id)
         size = min(2 * size, LAST_PAGE)
+
+
+def entities_newest_first(
+    entity: type[E], read_page: ReadPage, value: Callable[[Row], object]
+) -> Iterator[E]:
+    """The rows' entities of type ``entity``, each decoded (``value``) as it is asked for."""
+    for row in newest_first(read_page):
+        if isinstance(v := value(row), entity):
+            yield v

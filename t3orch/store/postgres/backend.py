@@ -39,7 +39,7 @@ from t3orch.store.encoding import EVENT_COLUMNS, chunk_of, envelope, receipt_row
 from t3orch.store.errors import SchemaTooNew, StoreError, StoreFull
 from t3orch.store.interface import CommandReceipt, Outcome, Submission
 from t3orch.store.kinds import Chunk, Row, kind_of
-from t3orch.store.paging import Cursor, newest_first
+from t3orch.store.paging import Cursor, entities_newest_first
 from t3orch.store.postgres.reads import (
     ROW_COLUMNS,
     Conn,
@@ -508,14 +508,8 @@ class PostgresStore:
             return [v for r in rows if isinstance(v := self._value(conn, r), entity)]
 
     def recent(self, entity: type[_E], *, thread_id: str, since_position: int = 0) -> Iterator[_E]:
-        kind = kind_of(entity)
-
-        def page(before: Cursor, limit: int) -> list[Row]:
-            return self._recent_page(kind, thread_id, since_position, before, limit)
-
-        for row in newest_first(page):
-            if isinstance(value := self._read_value(row), entity):
-                yield value
+        page = functools.partial(self._recent_page, kind_of(entity), thread_id, since_position)
+        return entities_newest_first(entity, page, self._read_value)
 
     @_guarded
     def _recent_page(
