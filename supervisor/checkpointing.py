@@ -60,24 +60,18 @@ class Checkpointer:
 
     def previous(self, thread_id: str, before_ordinal: int) -> Checkpoint | None:
         """The latest ready checkpoint before ``before_ordinal`` whose run was not
-        rolled back. Runs are read one at a time from the latest candidate (mostly one):
-        each turn's end asks, and it must not decode the thread's every run."""
-        candidates = sorted(
-            (
-                (cp.app_run_ordinal, cp)
-                for cp in self.reader.select(Checkpoint, thread_id=thread_id)
-                if cp.status == "ready"
-                and cp.run_id is not None
-                and cp.app_run_ordinal is not None
-                and cp.app_run_ordinal < before_ordinal
-            ),
-            key=lambda c: c[0],
-            reverse=True,
-        )
-        for _, cp in candidates:
-            assert cp.run_id is not None
-            run = self.reader.get(Run, cp.run_id)
-            if run is not None and run.status != "rolled_back":
+        rolled back. A run's ordinal is its place in the thread (``count + 1`` when it
+        is created), so the thread's runs newest first are in ordinal order: the first
+        one before the ordinal, not rolled back, with a ready checkpoint is the answer.
+        Each turn's end asks; it reads the runs since (mostly the turn's own) and one
+        checkpoint, never the thread's whole history."""
+        for run in self.reader.recent(Run, thread_id=thread_id):
+            if run.ordinal >= before_ordinal or run.status == "rolled_back":
+                continue
+            if run.checkpoint_id is None:
+                continue
+            cp = self.reader.get(Checkpoint, run.checkpoint_id)
+            if cp is not None and cp.status == "ready":
                 return cp
         return None
 
@@ -199,14 +193,23 @@ class Checkpointer:
     async def _children(
         self, root: str, thread_id: str, run: Any, child_ref: str | None, *, at_barrier: bool
     ) -> None:
+        # The run's scopes, and their checkpoints, were all created after the run: read
+        # newest first down to the run's own row, not the thread's every scope.
+        created = self.reader.row("run", run.id)
+        since = created.position if created is not None else 0
         scopes = [
             s
-            for s in self.reader.select(CheckpointScope, thread_id=thread_id)
+            for s in self.reader.recent(CheckpointScope, thread_id=thread_id, since_position=since)
             if s.run_id == run.id and s.kind == "subagent"
         ]
         if not scopes:
             return
-        cps = self.reader.select(Checkpoint, thread_id=thread_id)
+        ids = {s.id for s in scopes}
+        cps = [
+            c
+            for c in self.reader.recent(Checkpoint, thread_id=thread_id, since_position=since)
+            if c.scope_id in ids
+        ]
         for scope in sorted(scopes, key=lambda s: s.created_at):
             mine = sorted(
                 (c for c in cps if c.scope_id == scope.id), key=lambda c: c.ordinal_within_scope

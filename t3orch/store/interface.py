@@ -212,6 +212,19 @@ class ReadModel(LogReads, Protocol):
         self, entity: type[E], statuses: Sequence[str], *, thread_id: str | None = None
     ) -> list[E]: ...
 
+    def recent(self, entity: type[E], *, thread_id: str, since_position: int = 0) -> Iterator[E]:
+        """A thread's entities of that type newest first (creation order reversed), those
+        created at or after ``since_position`` (a row's ``position``) only.
+
+        Each is decoded as the caller iterates: one that stops at its answer reads no
+        further, so a per-turn question about recent history costs the same at turn 300
+        as at turn 3. Read in pages, each a query of its own that leaves nothing open:
+        the caller may await between items, stop, or drop the iterator. Inside
+        ``snapshot()`` every page sees that one state; outside it a page sees the state
+        of its own read, like any two reads (a row created meanwhile is newer than the
+        pages and not yielded; one updated meanwhile is as the page read it).
+        """
+
     def turn_items(self, thread_id: str) -> list[TurnItem]:
         """A thread's items in order, each with its streamed text."""
 

@@ -17,17 +17,17 @@ from typing import Any
 import pytest
 
 from fixtures.fakes.codex_home import make_work_dir
-from t3orch.domain.checkpoint import CheckpointScope
+from t3orch.domain.checkpoint import Checkpoint, CheckpointScope
 from t3orch.domain.run import Run, RunAttempt
 from t3orch.domain.turn_items import UserMessage
 from t3orch.store.staging import OverlayView
 from tests.supervisor.support import rig
 
-#: The entities a thread gains one of with each turn.
-GROWING = (Run, RunAttempt, UserMessage)
-#: ... and those the writer's decides must not read whole either (the checkpointer,
-#: on the event loop, still reads the thread's scopes and checkpoints).
-GROWING_IN_DECIDES = (*GROWING, CheckpointScope)
+#: The entities a thread gains one of with each turn (the checkpointer reads its
+#: scopes and checkpoints newest first: tests/lineage/test_checkpoint_reads.py).
+GROWING = (Run, RunAttempt, UserMessage, Checkpoint, CheckpointScope)
+#: ... and those the writer's decides must not read whole either.
+GROWING_IN_DECIDES = (Run, RunAttempt, UserMessage, CheckpointScope)
 
 
 async def test_a_turn_decodes_none_of_its_threads_runs_attempts_or_messages(

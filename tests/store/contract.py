@@ -431,6 +431,42 @@ class StoreContract:
         store.commit_batch([request(1, "resolved")])
         assert [r.id for r in store.pending_requests()] == ["req_0003"]
 
+    def test_recent_reads_a_threads_entities_newest_first_as_iterated(
+        self, open_store: OpenStore
+    ) -> None:
+        store = open_store()
+        # 30 of thread 1, one event each (several pages), and others' between them.
+        store.commit_batch([request(i, "pending", thread=1 + (i % 7 == 0)) for i in range(1, 43)])
+        mine = [f"req_{i:04d}" for i in range(42, 0, -1) if i % 7]
+        newest = store.recent(RuntimeRequest, thread_id="thr_0001")
+        assert [r.id for r in newest] == mine
+        assert [r.id for r in store.recent(RuntimeRequest, thread_id="thr_0009")] == []
+        # Another entity of the kind's thread is not read as this one.
+        assert list(store.recent(AppThread, thread_id="thr_0001")) == []
+        # Created at or after a row's position only.
+        rows = {r.id: r for r in store.rows("runtime_request", thread_id="thr_0001")}
+        since = rows["req_0030"].position
+        recent = store.recent(RuntimeRequest, thread_id="thr_0001", since_position=since)
+        assert [r.id for r in recent] == mine[: mine.index("req_0030") + 1]
+
+        # Iterated lazily, holding nothing between items: the store commits while one
+        # is held, and the rest never includes the rows created since.
+        held = store.recent(RuntimeRequest, thread_id="thr_0001")
+        assert next(held).id == "req_0041"
+        store.commit_batch([request(43, "pending"), request(2, "resolved")])
+        assert [r.id for r in held] == mine[1:]
+        with store.snapshot():
+            now = list(store.recent(RuntimeRequest, thread_id="thr_0001"))
+        assert [r.id for r in now] == ["req_0043", *mine]
+        assert [r.status for r in now if r.id == "req_0002"] == ["resolved"]
+
+    def test_recent_turn_items_carry_their_streamed_text(self, open_store: OpenStore) -> None:
+        store = open_store()
+        store.commit_batch([upsert(1), put_item(), stream("hel", "lo")])
+        (seen,) = store.recent(AssistantMessage, thread_id="thr_0001")
+        assert seen.text == "hello"
+        assert list(store.recent(UserMessage, thread_id="thr_0001")) == []
+
 
 class DurableStoreContract(StoreContract):
     """For backends whose data outlives the connection."""

@@ -39,11 +39,13 @@ from t3orch.store.encoding import EVENT_COLUMNS, chunk_of, envelope, receipt_row
 from t3orch.store.errors import SchemaTooNew, StoreError, StoreFull
 from t3orch.store.interface import CommandReceipt, Outcome, Submission
 from t3orch.store.kinds import Chunk, Row, kind_of
+from t3orch.store.paging import Cursor, entities_newest_first
 from t3orch.store.postgres.reads import (
     ROW_COLUMNS,
     Conn,
     folded,
     read_chunks,
+    read_recent_page,
     read_row,
     read_rows,
     read_rows_window,
@@ -504,6 +506,24 @@ class PostgresStore:
         with self._conn() as conn:
             rows = read_rows(conn, kind_of(entity), thread_id, statuses=statuses)
             return [v for r in rows if isinstance(v := self._value(conn, r), entity)]
+
+    def recent(self, entity: type[_E], *, thread_id: str, since_position: int = 0) -> Iterator[_E]:
+        page = functools.partial(self._recent_page, kind_of(entity), thread_id, since_position)
+        return entities_newest_first(entity, page, self._read_value)
+
+    @_guarded
+    def _recent_page(
+        self, kind: str, thread_id: str, since: int, before: Cursor, limit: int
+    ) -> list[Row]:
+        with self._conn() as conn:
+            return read_recent_page(conn, kind, thread_id, since, before, limit)
+
+    @_guarded
+    def _read_value(self, row: Row) -> Any:
+        if not streaming(row):
+            return row.decode()
+        with self._conn() as conn:
+            return self._value(conn, row)
 
     def turn_items(self, thread_id: str) -> list[TurnItem]:
         return cast(list[TurnItem], self.select(TurnItemBase, thread_id=thread_id))

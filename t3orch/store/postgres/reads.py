@@ -11,6 +11,7 @@ from psycopg.rows import TupleRow
 from t3orch.projections.projector import fold_chunks
 from t3orch.store.encoding import chunk_of, streaming
 from t3orch.store.kinds import Chunk, Row
+from t3orch.store.paging import Cursor
 
 Conn = psycopg.Connection[TupleRow]
 
@@ -83,3 +84,17 @@ def read_rows_window(
         "SELECT count(*) FROM t3orch.rows WHERE kind = %s AND thread_id = %s", (kind, thread_id)
     ).fetchone()
     return rows, int(total[0]) if total else 0
+
+
+def read_recent_page(
+    conn: Conn, kind: str, thread_id: str, since: int, before: Cursor, limit: int
+) -> list[Row]:
+    """At most ``limit`` rows of a thread created at or after ``since`` and before
+    ``before``, newest first (index ``rows_thread`` read backwards)."""
+    cur = conn.execute(
+        f"SELECT {ROW_COLUMNS} FROM t3orch.rows WHERE kind = %s AND thread_id = %s "
+        "AND position >= %s AND (position, id) < (%s, %s) "
+        "ORDER BY position DESC, id DESC LIMIT %s",
+        (kind, thread_id, since, *before, limit),
+    )
+    return [_row(r) for r in cur]

@@ -35,11 +35,13 @@ from t3orch.store.errors import (
 )
 from t3orch.store.interface import CommandReceipt, Outcome, Submission
 from t3orch.store.kinds import Chunk, Row, kind_of
+from t3orch.store.paging import Cursor, entities_newest_first
 from t3orch.store.sqlite.rows import (
     ROW_COLUMNS,
     UPSERT_ROW,
     folded,
     read_chunks,
+    read_recent_page,
     read_row,
     read_rows,
     read_rows_by_status,
@@ -548,6 +550,20 @@ class SQLiteStore:
     ) -> list[_E]:
         rows = read_rows_by_status(self._conn, kind_of(entity), statuses, thread_id)
         return [v for r in rows if isinstance(v := self._value(r), entity)]
+
+    def recent(self, entity: type[_E], *, thread_id: str, since_position: int = 0) -> Iterator[_E]:
+        page = functools.partial(self._recent_page, kind_of(entity), thread_id, since_position)
+        return entities_newest_first(entity, page, self._read_value)
+
+    @_guarded
+    def _recent_page(
+        self, kind: str, thread_id: str, since: int, before: Cursor, limit: int
+    ) -> list[Row]:
+        return read_recent_page(self._conn, kind, thread_id, since, before, limit)
+
+    @_guarded
+    def _read_value(self, row: Row) -> Any:
+        return self._value(row)
 
     def turn_items(self, thread_id: str) -> list[TurnItem]:
         # Every turn_item row decodes to a TurnItem variant: the base is the union here.

@@ -9,6 +9,7 @@ from typing import Any
 from t3orch.projections.projector import fold_chunks
 from t3orch.store.encoding import chunk_of, streaming
 from t3orch.store.kinds import Chunk, Row
+from t3orch.store.paging import Cursor
 
 ROW_COLUMNS = "kind, id, thread_id, position, status, body, updated_seq"
 # An update keeps the row's first position: order is creation order.
@@ -79,5 +80,19 @@ def read_rows_by_status(
         f"SELECT {ROW_COLUMNS} FROM rows INDEXED BY rows_status WHERE {where} "
         "ORDER BY position, id",
         args,
+    )
+    return [Row(*r) for r in cur.fetchall()]
+
+
+def read_recent_page(
+    conn: sqlite3.Connection, kind: str, thread_id: str, since: int, before: Cursor, limit: int
+) -> list[Row]:
+    """At most ``limit`` rows of a thread created at or after ``since`` and before
+    ``before``, newest first: a range of index ``rows_thread`` read backwards (it
+    holds ``id`` too, the table's key), stopping after ``limit``."""
+    cur = conn.execute(
+        f"SELECT {ROW_COLUMNS} FROM rows WHERE kind = ? AND thread_id = ? AND position >= ? "
+        "AND (position, id) < (?, ?) ORDER BY position DESC, id DESC LIMIT ?",
+        (kind, thread_id, since, *before, limit),
     )
     return [Row(*r) for r in cur.fetchall()]
