@@ -16,6 +16,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
+
 from t3orch.projections.projector import fold_item
 from t3orch.store.encoding import streaming
 from t3orch.store.interface import CommandReceipt, E, Outcome
@@ -75,6 +77,10 @@ class OverlayView(ABC):
         #: Positions of stored rows read while deciding (ABSENT: read, not there): a
         #: staged row keeps its first, and most staged rows were read just before.
         self._positions: dict[Key, int] = {}
+        #: Staged rows whose stored position (if they have one) was never read: no read
+        #: per row; ``_settle`` reads them together once a select needs their order (the
+        #: upsert leaves a stored position alone, so the write never needs it).
+        self._unsettled: set[Key] = set()
 
     # -- what each backend says -------------------------------------------------------
 
@@ -94,9 +100,8 @@ class OverlayView(ABC):
         change the list)."""
 
     @abstractmethod
-    def _stored_position(self, key: Key) -> int | None:
-        """The stored position of a row staged without being read, or None to keep its
-        own for now (the backend then gives it the stored one in ``_settle``)."""
+    def _read_positions(self, kind: str, ids: Sequence[str]) -> dict[str, int]:
+        """The stored positions of those rows of ``kind`` (the ones that exist)."""
 
     @abstractmethod
     def _is_known(self, key: Key) -> bool:
@@ -109,11 +114,6 @@ class OverlayView(ABC):
     @abstractmethod
     def _after_stage(self, row: Row) -> None:
         """``row`` was staged (a backend may remember it)."""
-
-    @abstractmethod
-    def _settle(self, kind: str) -> None:
-        """Give the staged rows of ``kind`` their stored positions, before they are
-        ordered (where ``_stored_position`` left one unread)."""
 
     # -- a submission's life ----------------------------------------------------
 
@@ -156,7 +156,7 @@ class OverlayView(ABC):
         else:
             stored = self._positions.get(key)
             if stored is None:
-                stored = self._stored_position(key)
+                self._unsettled.add(key)
             position = r.position if stored is None or stored == ABSENT else stored
         staged = Row(r.kind, r.id, r.thread_id, position, r.status, r.body, r.position)
         self.batch.rows[key] = staged
@@ -252,7 +252,8 @@ class OverlayView(ABC):
         stored = self._read_rows(kind, thread_id, statuses)
         for r in stored:
             self._positions[(r.kind, r.id)] = r.position
-        self._settle(kind)
+        if self._unsettled:
+            self._settle(kind)
         staged = [
             r
             for (k, _), r in self.batch.rows.items()
@@ -268,6 +269,24 @@ class OverlayView(ABC):
             else:
                 rows.pop(r.id, None)
         return sorted(rows.values(), key=_order)
+
+    def _settle(self, kind: str) -> None:
+        """Give the staged rows of ``kind`` their stored positions (one read for all)."""
+        keys = [k for k in self._unsettled if k[0] == kind]
+        if not keys:
+            return
+        unknown = [key[1] for key in keys if key not in self._positions]
+        if unknown:
+            found = self._read_positions(kind, unknown)
+            for id in unknown:
+                self._positions[(kind, id)] = found.get(id, ABSENT)
+        rows = self.batch.rows
+        for key in keys:
+            self._unsettled.discard(key)
+            stored = self._positions[key]
+            staged = rows[key]
+            if stored != ABSENT and staged.position != stored:
+                rows[key] = attrs.evolve(staged, position=stored)
 
 
 def _order(row: Row) -> tuple[int, str]:

@@ -1,0 +1,56 @@
+"""What one SQLite transaction of the writer costs: the statements and encodes it makes.
+
+The writer thread decides, projects and writes a batch inside its transaction while
+the event loop waits for the GIL (a plain turn's transactions are on its critical
+path: docs/performance.md, "Live streaming"): work repeated per row or per event
+shows here as a count, not as noise in a timing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from t3orch.domain.thread import AppThread
+from t3orch.store.interface import Decision, StateView, Submission
+from t3orch.store.sqlite.backend import SQLiteStore
+from tests.store.contract import upsert
+
+
+def statements(store: SQLiteStore, batch: list[Submission]) -> list[str]:
+    """The SQL ``commit_batch(batch)`` runs."""
+    seen: list[str] = []
+    store._conn.set_trace_callback(seen.append)
+    try:
+        store.commit_batch(batch)
+    finally:
+        store._conn.set_trace_callback(None)
+    return seen
+
+
+def test_rows_written_unread_are_not_read_back_for_their_position(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "events.sqlite3")
+    store.commit_batch([upsert(1), upsert(2)])
+    # Two stored rows rewritten and a new one, none read by its decision: the upsert
+    # keeps a stored position by itself, so nothing needs reading.
+    run = statements(store, [upsert(1, "a"), upsert(2, "b"), upsert(3)])
+    assert [s for s in run if s.lstrip().upper().startswith("SELECT")] == []
+    assert [t.id for t in store.select(AppThread)] == ["thr_0001", "thr_0002", "thr_0003"]
+
+
+def test_a_select_after_unread_writes_reads_their_positions_once(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "events.sqlite3")
+    store.commit_batch([upsert(1), upsert(2), upsert(3)])
+
+    def listed(view: StateView) -> Decision:
+        return Decision([], [t.id for t in view.select(AppThread)])
+
+    # The select of the kind reads its stored rows (and so their positions): the
+    # rows staged before it need no read of their own.
+    run = statements(store, [upsert(3, "c"), upsert(1, "a"), Submission(listed)])
+    selects = [s for s in run if s.lstrip().upper().startswith("SELECT")]
+    assert len(selects) == 1, selects
+    assert store.commit_batch([Submission(listed)])[0].result == [
+        "thr_0001",
+        "thr_0002",
+        "thr_0003",
+    ]
