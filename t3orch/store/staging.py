@@ -147,9 +147,9 @@ class OverlayView(ABC):
 
     def _stage(self, r: Row) -> None:
         key = (r.kind, r.id)
-        # ``r.position`` is the writing event's sequence. A row keeps its first
-        # position (the upsert leaves a stored one alone, and the overlay must order
-        # reads as the database will); every write records the sequence as updated_seq.
+        # ``r.position`` is the writing event's sequence (its ``updated_seq``). A row
+        # keeps its first position (the upsert leaves a stored one alone, and the
+        # overlay must order reads as the database will).
         seen = self.batch.rows.get(key)
         if seen is not None:
             position = seen.position
@@ -158,7 +158,12 @@ class OverlayView(ABC):
             if stored is None:
                 self._unsettled.add(key)
             position = r.position if stored is None or stored == ABSENT else stored
-        staged = Row(r.kind, r.id, r.thread_id, position, r.status, r.body, r.position)
+        # Most rows are new, or their position is not read yet: staged as projected.
+        staged = (
+            r
+            if position == r.position
+            else Row(r.kind, r.id, r.thread_id, position, r.status, r.body, r.updated_seq)
+        )
         self.batch.rows[key] = staged
         self._after_stage(staged)
 

@@ -12,7 +12,9 @@ from pathlib import Path
 
 from t3orch.domain.thread import AppThread
 from t3orch.store.interface import Decision, StateView, Submission
+from t3orch.store.kinds import Row
 from t3orch.store.sqlite.backend import SQLiteStore
+from t3orch.store.sqlite.staging import DecideView
 from tests.store.contract import upsert
 
 
@@ -54,3 +56,18 @@ def test_a_select_after_unread_writes_reads_their_positions_once(tmp_path: Path)
         "thr_0002",
         "thr_0003",
     ]
+
+
+def test_a_projected_row_is_staged_as_it_was_made(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "events.sqlite3")
+    store.commit_batch([upsert(1)])
+    view = DecideView(store._conn, "2026-12-02T00:00:00.000Z", {}, next_sequence=2)
+    view.begin()
+    new = Row("thread", "thr_0002", "thr_0002", 2, "active", b"{}", 2)
+    again = Row("thread", "thr_0001", "thr_0001", 3, "active", b"{}", 3)
+    view.put_row(new)
+    view.put_row(again)
+    view.keep(None)
+    # A new row, or one whose stored position was never read, needs no copy of its own.
+    assert view.batch.rows[("thread", "thr_0002")] is new
+    assert view.batch.rows[("thread", "thr_0001")] is again
