@@ -77,6 +77,11 @@ class OverlayView(ABC):
         #: Positions of stored rows read while deciding (ABSENT: read, not there): a
         #: staged row keeps its first, and most staged rows were read just before.
         self._positions: dict[Key, int] = {}
+        #: Stored rows read by this batch (None: not there). Nothing stored changes
+        #: while the batch's transaction is open (the single writer's, or the one
+        #: holding the log's head), so each is read once per batch: a session's
+        #: submissions read the same run, node and turn one after another.
+        self._stored: dict[Key, Row | None] = {}
         #: Staged rows whose stored position (if they have one) was never read: no read
         #: per row; ``_settle`` reads them together once a select needs their order (the
         #: upsert leaves a stored position alone, so the write never needs it).
@@ -86,7 +91,7 @@ class OverlayView(ABC):
 
     @abstractmethod
     def _read_row(self, key: Key) -> Row | None:
-        """The stored row."""
+        """The stored row (asked once per key and batch)."""
 
     @abstractmethod
     def _read_rows(
@@ -197,7 +202,9 @@ class OverlayView(ABC):
         staged = self.batch.rows.get(key)
         if staged is not None:
             return staged
-        row = self._read_row(key)
+        if key in self._stored:
+            return self._stored[key]
+        row = self._stored[key] = self._read_row(key)
         self._positions[key] = ABSENT if row is None else row.position
         return row
 

@@ -71,3 +71,19 @@ def test_a_projected_row_is_staged_as_it_was_made(tmp_path: Path) -> None:
     # A new row, or one whose stored position was never read, needs no copy of its own.
     assert view.batch.rows[("thread", "thr_0002")] is new
     assert view.batch.rows[("thread", "thr_0001")] is again
+
+
+def test_a_stored_row_is_read_once_per_batch(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "events.sqlite3")
+    store.commit_batch([upsert(1)])
+
+    def title(view: StateView) -> Decision:
+        found = view.get(AppThread, "thr_0001")
+        return Decision([], None if found is None else found.title)
+
+    # Three submissions of one batch read the same stored row: nothing stored changes
+    # inside the batch's transaction, so one read serves them all.
+    run = statements(store, [Submission(title), Submission(title), Submission(title)])
+    reads = [s for s in run if s.lstrip().upper().startswith("SELECT")]
+    assert len(reads) == 1, reads
+    assert [o.result for o in store.commit_batch([Submission(title)] * 2)] == ["t", "t"]

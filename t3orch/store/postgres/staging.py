@@ -29,17 +29,13 @@ class BatchView(OverlayView):
         self._conn = conn
         #: Committed rows of these keys exist (rows are never deleted): the store's.
         self._known = known
-        #: Committed rows and item deltas read by this batch. Nothing committed changes
-        #: while the batch holds the head row (every commit takes it), so each is read
-        #: once per batch: a session's ingest reads the same item and turn per submission.
-        self._stored_rows: dict[Key, Row | None] = {}
+        #: Committed item deltas read by this batch (its rows: the overlay's). Nothing
+        #: committed changes while the batch holds the head row (every commit takes it),
+        #: so each is read once per batch.
         self._stored_chunks: dict[tuple[str, int], list[Chunk]] = {}
 
     def _read_row(self, key: Key) -> Row | None:
-        if key in self._stored_rows:
-            return self._stored_rows[key]
-        row = self._stored_rows[key] = read_row(self._conn, *key)
-        return row
+        return read_row(self._conn, *key)
 
     def _read_rows(
         self, kind: str, thread_id: str | None, statuses: Sequence[str] | None
