@@ -40,8 +40,16 @@ Peak RSS of the process during the core phases is printed too (target < 150 MB).
    threads, % of one core and µs per committed event), and the p50/p99 latency of
    an answer's commit and of a turn end's.
 
+5. **A plain turn's transactions** (``--transactions TURNS``, run alone): the six
+   transactions of one plain Codex turn as the writer committed them
+   (``bench/plain_turn.json``, recorded from ``bench/stream.py``; each turn with ids of
+   its own), each through ``SQLiteStore.commit_visible`` (decide, encode, project,
+   stage, write, COMMIT; the fsync apart), against a bare connection inserting and
+   upserting the same rows: the median thread CPU of each. ``--profile``: cProfile them.
+   The recorded decisions read nothing: ingest's own reads are not in it.
+
 Run: ``python bench/store.py [--events N] [--rounds R] [--sync FULL|NORMAL] [--dir D] [--json]
-[--realistic-s S] [--realistic-only]``.
+[--realistic-s S] [--realistic-only] [--transactions TURNS [--profile]]``.
 """
 
 from __future__ import annotations
