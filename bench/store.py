@@ -40,18 +40,30 @@ Peak RSS of the process during the core phases is printed too (target < 150 MB).
    threads, % of one core and µs per committed event), and the p50/p99 latency of
    an answer's commit and of a turn end's.
 
+5. **A plain turn's transactions** (``--transactions TURNS``, run alone): the six
+   transactions of one plain Codex turn as the writer committed them
+   (``bench/plain_turn.json``, recorded from ``bench/stream.py``; each turn with ids of
+   its own), each through ``SQLiteStore.commit_visible`` (decide, encode, project,
+   stage, write, COMMIT; the fsync apart), against a bare connection inserting and
+   upserting the same rows: the median thread CPU of each. ``--profile``: cProfile them.
+   The recorded decisions read nothing: ingest's own reads are not in it.
+
 Run: ``python bench/store.py [--events N] [--rounds R] [--sync FULL|NORMAL] [--dir D] [--json]
-[--realistic-s S] [--realistic-only]``.
+[--realistic-s S] [--realistic-only] [--transactions TURNS [--profile]]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import itertools
 import json
 import multiprocessing
 import os
+import pstats
 import random
+import re
 import resource
 import sqlite3
 import statistics
@@ -78,6 +90,7 @@ from t3orch.domain.turn_items import (
     CommandExecution,
     ItemContent,
 )
+from t3orch.events import Correlation, EventDraft, EventPayload
 from t3orch.ingest.binding import SessionBinding
 from t3orch.ingest.coalesce import DEFAULT_WINDOW_S, DeltaCoalescer
 from t3orch.ingest.queue import EventQueue
@@ -96,8 +109,11 @@ from t3orch.provider_events import (
     TurnStarted,
 )
 from t3orch.store.inflight import MAX_INFLIGHT_EVENTS, InflightWindow
+from t3orch.store.interface import Decision, Submission
+from t3orch.store.sqlite.backend import SQLiteStore
 from t3orch.store.sqlite.checkpointer import INTERVAL_S as CHECKPOINT_INTERVAL_S
 from t3orch.store.sqlite.checkpointer import SAFETY_PAGES
+from t3orch.store.sqlite.rows import UPSERT_ROW
 from t3orch.store.sqlite.schema import migrate
 
 Sync = Literal["FULL", "NORMAL"]
@@ -738,6 +754,146 @@ def print_realistic(r: dict[str, Any]) -> None:
     )
 
 
+# -- 5. a plain turn's transactions, one at a time, against bare SQLite ----------------------
+
+#: One plain Codex turn's transactions as the writer committed them (bench/stream.py).
+PLAIN_TURN = Path(__file__).with_name("plain_turn.json")
+#: Ids made anew by each turn (the thread, its session and daemon stay): a turn's
+#: rows are inserted, as a real turn's are, not updates of the last turn's.
+_PER_TURN_IDS = re.compile(rb'"((?:att|chk|cks|itm|msg|nod|ptu|run)_[0-9a-f]{22})[0-9a-f]{6}"')
+
+
+def plain_turns(turns: int) -> list[list[list[list[EventDraft]]]]:
+    """``turns`` copies of the recorded turn (per turn, transaction, submission: its
+    drafts), each with its own ids."""
+    raw = PLAIN_TURN.read_bytes()
+    out = []
+    for n in range(turns):
+        suffix = b"%06x" % n
+        text = _PER_TURN_IDS.sub(lambda m, s=suffix: b'"' + m.group(1) + s + b'"', raw)
+        recorded = msgspec.json.decode(text)["transactions"]
+        out.append(
+            [
+                [
+                    [
+                        EventDraft(
+                            payload=msgspec.convert(e["payload"], EventPayload),
+                            correlation=msgspec.convert(e["correlation"], Correlation),
+                        )
+                        for e in sub
+                    ]
+                    for sub in txn
+                ]
+                for txn in recorded
+            ]
+        )
+    return out
+
+
+def _deciding(drafts: list[EventDraft]) -> Submission:
+    decision = Decision(events=drafts)
+    return Submission(lambda view: decision)
+
+
+def transactions_phase(root: Path, turns: int, profile: bool) -> dict[str, Any]:
+    """The writer's work per transaction of a plain turn (``SQLiteStore.commit_visible``:
+    decide, encode, project, stage, write, COMMIT; the fsync apart), as thread CPU,
+    against a bare SQLite connection inserting and upserting the same rows."""
+    recorded = plain_turns(turns)
+    store = SQLiteStore(root / "txn.db", synchronous="FULL")
+    cpu: list[list[float]] = [[] for _ in recorded[0]]
+    written: list[tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]] = []
+    profiler = cProfile.Profile() if profile else None
+    try:
+        for turn in recorded:
+            for i, txn in enumerate(turn):
+                subs = [_deciding(drafts) for drafts in txn]
+                head = store.last_sequence()
+                if profiler is not None:
+                    profiler.enable()
+                started = time.thread_time_ns()
+                store.commit_visible(subs)
+                cpu[i].append((time.thread_time_ns() - started) / 1e3)
+                if profiler is not None:
+                    profiler.disable()
+                store.make_durable()
+                # What it wrote, for the bare run (read apart from the clock).
+                conn = store._conn
+                events = conn.execute(
+                    "SELECT * FROM events WHERE sequence > ? ORDER BY sequence", (head,)
+                ).fetchall()
+                rows = conn.execute(
+                    "SELECT kind, id, thread_id, position, status, body, updated_seq "
+                    "FROM rows WHERE updated_seq > ?",
+                    (head,),
+                ).fetchall()
+                written.append((events, rows))
+    finally:
+        store.close()
+    bare = _bare_transactions(root / "bare.db", written, len(cpu))
+    report: dict[str, Any] = {
+        "turns": turns,
+        "transactions": [
+            {
+                "events": sum(len(s) for s in recorded[0][i]),
+                "submissions": len(recorded[0][i]),
+                "store_us": statistics.median(cpu[i]),
+                "bare_us": statistics.median(bare[i]),
+            }
+            for i in range(len(cpu))
+        ],
+    }
+    report["store_us_per_turn"] = sum(t["store_us"] for t in report["transactions"])
+    report["bare_us_per_turn"] = sum(t["bare_us"] for t in report["transactions"])
+    if profiler is not None:
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(25)
+        report["profile"] = out.getvalue()
+    return report
+
+
+def _bare_transactions(
+    path: Path, written: list[tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]], per_turn: int
+) -> list[list[float]]:
+    """Each transaction's rows by a bare connection (the store's schema and pragmas,
+    BLOBs bound as ``bytearray`` as the writer binds them): its CPU per transaction."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA cache_size = -16384")
+    migrate(conn)
+    cpu: list[list[float]] = [[] for _ in range(per_turn)]
+    marks = ", ".join("?" * 11)
+    try:
+        for n, (events, rows) in enumerate(written):
+            ev = [(*e[:9], bytearray(e[9]), bytearray(e[10])) for e in events]
+            rw = [(*r[:5], bytearray(r[5]), r[6]) for r in rows]
+            started = time.thread_time_ns()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(f"INSERT INTO events VALUES ({marks})", ev)
+            conn.executemany(UPSERT_ROW, rw)
+            conn.execute("COMMIT")
+            cpu[n % per_turn].append((time.thread_time_ns() - started) / 1e3)
+    finally:
+        conn.close()
+    return cpu
+
+
+def print_transactions(r: dict[str, Any]) -> None:
+    print(
+        f"a plain turn's transactions (bench/plain_turn.json), median thread CPU of "
+        f"{r['turns']} turns, SQLiteStore.commit_visible vs bare SQLite of the same rows:"
+    )
+    for i, t in enumerate(r["transactions"]):
+        print(
+            f"  txn {i}: {t['submissions']} submissions, {t['events']:2} events: "
+            f"{t['store_us']:7.0f} µs  (bare {t['bare_us']:5.0f} µs)"
+        )
+    print(f"  per turn: {r['store_us_per_turn']:.0f} µs (bare {r['bare_us_per_turn']:.0f} µs)")
+    if "profile" in r:
+        print(r["profile"])
+
+
 # -- driver ---------------------------------------------------------------------------------
 
 
@@ -890,7 +1046,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--realistic-s", type=float, default=10.0, help="seconds (10; 0: skip)")
     p.add_argument("--realistic-sessions", type=int, default=20)
     p.add_argument("--realistic-only", action="store_true", help="only the realistic load")
+    p.add_argument(
+        "--transactions",
+        type=int,
+        default=0,
+        metavar="TURNS",
+        help="only a plain turn's transactions, TURNS times, against bare SQLite",
+    )
+    p.add_argument("--profile", action="store_true", help="with --transactions: cProfile them")
     args = p.parse_args(argv)
+    if args.transactions:
+        with tempfile.TemporaryDirectory(prefix="store-bench-", dir=args.dir) as tmp:
+            txns = transactions_phase(Path(tmp), args.transactions, args.profile)
+        if args.json:
+            print(json.dumps(txns, indent=2))
+        else:
+            print_transactions(txns)
+        return 0
     if args.realistic_only:
         with tempfile.TemporaryDirectory(prefix="store-bench-", dir=args.dir) as tmp:
             row = realistic(args, Path(tmp))

@@ -175,8 +175,9 @@ def concerns(payload: EventPayload) -> Concerns:
 def _upsert(
     sink: RowSink, seq: int, kind: str, id: str, thread_id: str | None, status: str | None, v: Any
 ) -> None:
-    # ``seq`` is only used on first insert: the sink keeps a row's first position.
-    sink.put_row(Row(kind, id, thread_id, seq, status, _encode(v)))
+    # ``seq`` is the position only on first insert: the sink keeps a row's first
+    # position. The row is written by ``seq``: its updated_seq, as the store keeps it.
+    sink.put_row(Row(kind, id, thread_id, seq, status, _encode(v), seq))
 
 
 def _project_message(sink: RowSink, seq: int, item: TurnItem) -> None:

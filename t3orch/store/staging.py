@@ -16,6 +16,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
+
 from t3orch.projections.projector import fold_item
 from t3orch.store.encoding import streaming
 from t3orch.store.interface import CommandReceipt, E, Outcome
@@ -75,12 +77,21 @@ class OverlayView(ABC):
         #: Positions of stored rows read while deciding (ABSENT: read, not there): a
         #: staged row keeps its first, and most staged rows were read just before.
         self._positions: dict[Key, int] = {}
+        #: Stored rows read by this batch (None: not there). Nothing stored changes
+        #: while the batch's transaction is open (the single writer's, or the one
+        #: holding the log's head), so each is read once per batch: a session's
+        #: submissions read the same run, node and turn one after another.
+        self._stored: dict[Key, Row | None] = {}
+        #: Staged rows whose stored position (if they have one) was never read: no read
+        #: per row; ``_settle`` reads them together once a select needs their order (the
+        #: upsert leaves a stored position alone, so the write never needs it).
+        self._unsettled: set[Key] = set()
 
     # -- what each backend says -------------------------------------------------------
 
     @abstractmethod
     def _read_row(self, key: Key) -> Row | None:
-        """The stored row."""
+        """The stored row (asked once per key and batch)."""
 
     @abstractmethod
     def _read_rows(
@@ -94,9 +105,8 @@ class OverlayView(ABC):
         change the list)."""
 
     @abstractmethod
-    def _stored_position(self, key: Key) -> int | None:
-        """The stored position of a row staged without being read, or None to keep its
-        own for now (the backend then gives it the stored one in ``_settle``)."""
+    def _read_positions(self, kind: str, ids: Sequence[str]) -> dict[str, int]:
+        """The stored positions of those rows of ``kind`` (the ones that exist)."""
 
     @abstractmethod
     def _is_known(self, key: Key) -> bool:
@@ -109,11 +119,6 @@ class OverlayView(ABC):
     @abstractmethod
     def _after_stage(self, row: Row) -> None:
         """``row`` was staged (a backend may remember it)."""
-
-    @abstractmethod
-    def _settle(self, kind: str) -> None:
-        """Give the staged rows of ``kind`` their stored positions, before they are
-        ordered (where ``_stored_position`` left one unread)."""
 
     # -- a submission's life ----------------------------------------------------
 
@@ -147,18 +152,23 @@ class OverlayView(ABC):
 
     def _stage(self, r: Row) -> None:
         key = (r.kind, r.id)
-        # ``r.position`` is the writing event's sequence. A row keeps its first
-        # position (the upsert leaves a stored one alone, and the overlay must order
-        # reads as the database will); every write records the sequence as updated_seq.
+        # ``r.position`` is the writing event's sequence (its ``updated_seq``). A row
+        # keeps its first position (the upsert leaves a stored one alone, and the
+        # overlay must order reads as the database will).
         seen = self.batch.rows.get(key)
         if seen is not None:
             position = seen.position
         else:
             stored = self._positions.get(key)
             if stored is None:
-                stored = self._stored_position(key)
+                self._unsettled.add(key)
             position = r.position if stored is None or stored == ABSENT else stored
-        staged = Row(r.kind, r.id, r.thread_id, position, r.status, r.body, r.position)
+        # Most rows are new, or their position is not read yet: staged as projected.
+        staged = (
+            r
+            if position == r.position
+            else Row(r.kind, r.id, r.thread_id, position, r.status, r.body, r.updated_seq)
+        )
         self.batch.rows[key] = staged
         self._after_stage(staged)
 
@@ -192,7 +202,9 @@ class OverlayView(ABC):
         staged = self.batch.rows.get(key)
         if staged is not None:
             return staged
-        row = self._read_row(key)
+        if key in self._stored:
+            return self._stored[key]
+        row = self._stored[key] = self._read_row(key)
         self._positions[key] = ABSENT if row is None else row.position
         return row
 
@@ -252,7 +264,8 @@ class OverlayView(ABC):
         stored = self._read_rows(kind, thread_id, statuses)
         for r in stored:
             self._positions[(r.kind, r.id)] = r.position
-        self._settle(kind)
+        if self._unsettled:
+            self._settle(kind)
         staged = [
             r
             for (k, _), r in self.batch.rows.items()
@@ -268,6 +281,24 @@ class OverlayView(ABC):
             else:
                 rows.pop(r.id, None)
         return sorted(rows.values(), key=_order)
+
+    def _settle(self, kind: str) -> None:
+        """Give the staged rows of ``kind`` their stored positions (one read for all)."""
+        keys = [k for k in self._unsettled if k[0] == kind]
+        if not keys:
+            return
+        unknown = [key[1] for key in keys if key not in self._positions]
+        if unknown:
+            found = self._read_positions(kind, unknown)
+            for id in unknown:
+                self._positions[(kind, id)] = found.get(id, ABSENT)
+        rows = self.batch.rows
+        for key in keys:
+            self._unsettled.discard(key)
+            stored = self._positions[key]
+            staged = rows[key]
+            if stored != ABSENT and staged.position != stored:
+                rows[key] = attrs.evolve(staged, position=stored)
 
 
 def _order(row: Row) -> tuple[int, str]:

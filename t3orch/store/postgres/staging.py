@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import attrs
 import psycopg
 from psycopg.rows import TupleRow
 
 from t3orch.store.kinds import Chunk, Row
 from t3orch.store.postgres.reads import read_chunks, read_positions, read_row, read_rows
-from t3orch.store.staging import ABSENT, Key, OverlayView
+from t3orch.store.staging import Key, OverlayView
 
 
 class BatchView(OverlayView):
@@ -30,19 +29,13 @@ class BatchView(OverlayView):
         self._conn = conn
         #: Committed rows of these keys exist (rows are never deleted): the store's.
         self._known = known
-        #: Committed rows and item deltas read by this batch. Nothing committed changes
-        #: while the batch holds the head row (every commit takes it), so each is read
-        #: once per batch: a session's ingest reads the same item and turn per submission.
-        self._stored_rows: dict[Key, Row | None] = {}
+        #: Committed item deltas read by this batch (its rows: the overlay's). Nothing
+        #: committed changes while the batch holds the head row (every commit takes it),
+        #: so each is read once per batch.
         self._stored_chunks: dict[tuple[str, int], list[Chunk]] = {}
-        #: Staged rows whose stored position (if they have one) was never read.
-        self._unsettled: set[Key] = set()
 
     def _read_row(self, key: Key) -> Row | None:
-        if key in self._stored_rows:
-            return self._stored_rows[key]
-        row = self._stored_rows[key] = read_row(self._conn, *key)
-        return row
+        return read_row(self._conn, *key)
 
     def _read_rows(
         self, kind: str, thread_id: str | None, statuses: Sequence[str] | None
@@ -56,11 +49,8 @@ class BatchView(OverlayView):
             stored = self._stored_chunks[key] = read_chunks(self._conn, row)
         return stored
 
-    def _stored_position(self, key: Key) -> int | None:
-        # No read per row: the row keeps its own position until a select of its kind
-        # needs the order (``_settle``); the upsert leaves a stored position alone.
-        self._unsettled.add(key)
-        return None
+    def _read_positions(self, kind: str, ids: Sequence[str]) -> dict[str, int]:
+        return read_positions(self._conn, kind, ids)
 
     def _is_known(self, key: Key) -> bool:
         return key in self._known
@@ -70,20 +60,3 @@ class BatchView(OverlayView):
 
     def _after_stage(self, row: Row) -> None:
         """Nothing to remember: the batch's rows are known to it (``batch.rows``)."""
-
-    def _settle(self, kind: str) -> None:
-        """Give the staged rows of ``kind`` their stored positions (one read for all)."""
-        keys = [k for k in self._unsettled if k[0] == kind]
-        if not keys:
-            return
-        unknown = [key[1] for key in keys if key not in self._positions]
-        if unknown:
-            found = read_positions(self._conn, kind, unknown)
-            for id in unknown:
-                self._positions[(kind, id)] = found.get(id, ABSENT)
-        for key in keys:
-            self._unsettled.discard(key)
-            stored = self._positions[key]
-            staged = self.batch.rows[key]
-            if stored != ABSENT and staged.position != stored:
-                self.batch.rows[key] = attrs.evolve(staged, position=stored)

@@ -46,11 +46,6 @@ def read_row(conn: sqlite3.Connection, kind: str, id: str) -> Row | None:
     return Row(*r) if r else None
 
 
-def read_position(conn: sqlite3.Connection, kind: str, id: str) -> int | None:
-    r = conn.execute("SELECT position FROM rows WHERE kind = ? AND id = ?", (kind, id)).fetchone()
-    return int(r[0]) if r else None
-
-
 def read_rows(conn: sqlite3.Connection, kind: str, thread_id: str | None) -> list[Row]:
     if thread_id is None:
         cur = conn.execute(

@@ -1,8 +1,8 @@
 """The SQLite state view of a batch being decided (t3orch/store/staging.py).
 
-SQLite has one writer, so what differs is small: stored rows, positions and deltas
-are read as asked (the page cache keeps them), and the store remembers a bounded
-number of row keys as existing, across batches.
+SQLite has one writer, so what differs is small: stored rows and deltas are read
+as asked (the page cache keeps them), and the store remembers a bounded number of
+row keys as existing, across batches.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from t3orch.store.kinds import Chunk, Row
 from t3orch.store.sqlite.rows import (
     read_chunks,
-    read_position,
     read_row,
     read_rows,
     read_rows_by_status,
@@ -52,8 +51,12 @@ class DecideView(OverlayView):
     def _read_chunks(self, row: Row) -> list[Chunk]:
         return read_chunks(self._conn, row)
 
-    def _stored_position(self, key: Key) -> int | None:
-        return read_position(self._conn, *key)
+    def _read_positions(self, kind: str, ids: Sequence[str]) -> dict[str, int]:
+        marks = ",".join("?" * len(ids))
+        cur = self._conn.execute(
+            f"SELECT id, position FROM rows WHERE kind = ? AND id IN ({marks})", (kind, *ids)
+        )
+        return dict(cur.fetchall())
 
     def _is_known(self, key: Key) -> bool:
         return key in self._known
@@ -62,9 +65,6 @@ class DecideView(OverlayView):
         if len(self._known) >= KNOWN_ROWS:
             self._known.pop(next(iter(self._known)))
         self._known[key] = None
-
-    def _settle(self, kind: str) -> None:
-        """Nothing to do: ``_stored_position`` read every staged row's position."""
 
     def _after_stage(self, row: Row) -> None:
         # The batch's own items are asked about by every delta of the next batches.
