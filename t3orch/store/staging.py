@@ -100,6 +100,10 @@ class OverlayView(ABC):
         """Stored rows of a kind (of one thread; of these statuses), in (position, id) order."""
 
     @abstractmethod
+    def _count_rows(self, kind: str, thread_id: str) -> int:
+        """How many stored rows of a kind the thread has."""
+
+    @abstractmethod
     def _read_chunks(self, row: Row) -> list[Chunk]:
         """The item's stored deltas after its row's last write (the caller does not
         change the list)."""
@@ -254,7 +258,12 @@ class OverlayView(ABC):
         kind = kind_of(entity)
         if entity is not entity_of(kind):
             return len(self.select(entity, thread_id=thread_id))  # a turn item variant
-        return len(self._merged(kind, thread_id, None))
+        # Counted, not read: a send counts its thread's runs, and a thread's history grows.
+        staged = [
+            r.id for (k, _), r in self.batch.rows.items() if k == kind and r.thread_id == thread_id
+        ]
+        stored = self._count_rows(kind, thread_id)
+        return stored + len(staged) - len(self._read_positions(kind, staged)) if staged else stored
 
     def _merged(
         self, kind: str, thread_id: str | None, statuses: Sequence[str] | None

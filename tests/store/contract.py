@@ -252,6 +252,18 @@ class StoreContract:
         out = store.commit_batch([upsert(1), Submission(check)])
         assert out[1].result == "seen"
 
+    def test_a_decide_counts_stored_and_staged_rows_once_each(self, open_store: OpenStore) -> None:
+        store = open_store()
+        store.commit_batch([upsert(1)])
+
+        def counted(view: StateView) -> Decision:
+            return Decision([], [view.count(AppThread, thread_id=f"thr_000{i}") for i in (1, 2, 3)])
+
+        # thr_0001 stored and staged again, thr_0002 staged only, thr_0003 neither.
+        out = store.commit_batch([upsert(1, "again"), upsert(2), Submission(counted)])
+        assert out[2].result == [1, 1, 0]
+        assert store.commit_batch([Submission(counted)])[0].result == [1, 1, 0]
+
     def test_a_decide_reads_entities_by_type(self, open_store: OpenStore) -> None:
         store = open_store()
         store.commit_batch([upsert(1), put_item("hel"), stream("lo")])

@@ -87,3 +87,15 @@ def test_a_stored_row_is_read_once_per_batch(tmp_path: Path) -> None:
     reads = [s for s in run if s.lstrip().upper().startswith("SELECT")]
     assert len(reads) == 1, reads
     assert [o.result for o in store.commit_batch([Submission(title)] * 2)] == ["t", "t"]
+
+
+def test_a_count_reads_no_rows(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "events.sqlite3")
+    store.commit_batch([upsert(1)])
+
+    def counted(view: StateView) -> Decision:
+        return Decision([], view.count(AppThread, thread_id="thr_0001"))
+
+    # A send counts its thread's runs: a thread's history must not be read for it.
+    run = statements(store, [Submission(counted)])
+    assert [s for s in run if "body" in s] == []

@@ -80,10 +80,15 @@ def read_rows_window(
     )
     rows = [_row(r) for r in cur]
     rows.reverse()
+    return rows, count_rows(conn, kind, thread_id)
+
+
+def count_rows(conn: Conn, kind: str, thread_id: str) -> int:
+    """How many rows of ``kind`` the thread has (index ``rows_thread``, nothing decoded)."""
     total = conn.execute(
         "SELECT count(*) FROM t3orch.rows WHERE kind = %s AND thread_id = %s", (kind, thread_id)
     ).fetchone()
-    return rows, int(total[0]) if total else 0
+    return int(total[0]) if total else 0
 
 
 def read_recent_page(

@@ -15,7 +15,13 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from t3orch.store.kinds import Chunk, Row
-from t3orch.store.postgres.reads import read_chunks, read_positions, read_row, read_rows
+from t3orch.store.postgres.reads import (
+    count_rows,
+    read_chunks,
+    read_positions,
+    read_row,
+    read_rows,
+)
 from t3orch.store.staging import Key, OverlayView
 
 
@@ -41,6 +47,9 @@ class BatchView(OverlayView):
         self, kind: str, thread_id: str | None, statuses: Sequence[str] | None
     ) -> list[Row]:
         return read_rows(self._conn, kind, thread_id, statuses=statuses)
+
+    def _count_rows(self, kind: str, thread_id: str) -> int:
+        return count_rows(self._conn, kind, thread_id)
 
     def _read_chunks(self, row: Row) -> list[Chunk]:
         key = (row.id, row.updated_seq)

@@ -39,6 +39,7 @@ from t3orch.store.paging import Cursor, entities_newest_first
 from t3orch.store.sqlite.rows import (
     ROW_COLUMNS,
     UPSERT_ROW,
+    count_rows,
     folded,
     read_chunks,
     read_recent_page,
@@ -517,10 +518,7 @@ class SQLiteStore:
         )
         rows = [Row(*r) for r in cur.fetchall()]
         rows.reverse()
-        (total,) = self._conn.execute(
-            "SELECT count(*) FROM rows WHERE kind = ? AND thread_id = ?", (kind, thread_id)
-        ).fetchone()
-        return rows, int(total)
+        return rows, count_rows(self._conn, kind, thread_id)
 
     # -- typed reads (ReadModel) -----------------------------------------------
 

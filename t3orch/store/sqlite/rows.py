@@ -60,6 +60,14 @@ def read_rows(conn: sqlite3.Connection, kind: str, thread_id: str | None) -> lis
     return [Row(*r) for r in cur.fetchall()]
 
 
+def count_rows(conn: sqlite3.Connection, kind: str, thread_id: str) -> int:
+    """How many rows of ``kind`` the thread has (index ``rows_thread``, nothing decoded)."""
+    (total,) = conn.execute(
+        "SELECT count(*) FROM rows WHERE kind = ? AND thread_id = ?", (kind, thread_id)
+    ).fetchone()
+    return int(total)
+
+
 def read_rows_by_status(
     conn: sqlite3.Connection, kind: str, statuses: Sequence[str], thread_id: str | None = None
 ) -> list[Row]:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from t3orch.store.kinds import Chunk, Row
 from t3orch.store.sqlite.rows import (
+    count_rows,
     read_chunks,
     read_row,
     read_rows,
@@ -47,6 +48,9 @@ class DecideView(OverlayView):
         if statuses is None:
             return read_rows(self._conn, kind, thread_id)
         return read_rows_by_status(self._conn, kind, statuses, thread_id)
+
+    def _count_rows(self, kind: str, thread_id: str) -> int:
+        return count_rows(self._conn, kind, thread_id)
 
     def _read_chunks(self, row: Row) -> list[Chunk]:
         return read_chunks(self._conn, row)
