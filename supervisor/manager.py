@@ -253,7 +253,11 @@ class SessionManager:
             # begun attempt that nobody starts (its run would hold the thread's queue).
             with trio.CancelScope(shield=True):
                 sent = await self.core.send_and_begin(
-                    thread_id, text, runner.binding.provider_thread_id, command_id=command_id
+                    thread_id,
+                    text,
+                    runner.binding.provider_thread_id,
+                    command_id=command_id,
+                    begun_after=runner.journal_position(),
                 )
                 begun = None
                 if sent.turn is not None:
@@ -297,7 +301,10 @@ class SessionManager:
         run = self.reader.get(Run, active.run_id)
         original = self._user_text(run) if run is not None else ""
         restart = await self.core.begin_attempt(
-            active.run_id, runner.binding.provider_thread_id, "steering_restart"
+            active.run_id,
+            runner.binding.provider_thread_id,
+            "steering_restart",
+            runner.journal_position(),
         )
         runner.restart = (restart, f"{original}\n\n{text}")
         try:

@@ -157,18 +157,35 @@ async def test_a_reattach_replays_the_journal_muted_then_live_every_event_once(
 
 
 def test_a_turn_is_sent_when_its_user_frame_comes_after_the_last_result_the_log_has() -> None:
+    """A turn whose row does not say how far the journal was read when it began (a
+    recovery begun on the process before, a row from before it was recorded)."""
     user = b'{"type":"user","session_id":"","message":{"role":"user","content":"x"}}'
     result = b'{"type":"result","subtype":"success","is_error":false}'
     # A tool result the CLI prints is a "user" frame too, but not one the daemon wrote.
     echoed = b'{"type":"user","message":{"role":"user","content":[]}}'
-    assert turn_sent([("in", 1, user)], 0)
-    assert not turn_sent([], 0)
+    assert turn_sent([("in", 1, user)], 0, None)
+    assert not turn_sent([], 0, None)
     # The previous turn ended in the log; the active one's input was never written.
-    assert not turn_sent([("in", 1, user), ("out", 2, echoed), ("out", 3, result)], 3)
-    assert turn_sent([("in", 1, user), ("out", 2, result), ("in", 3, user), ("out", 4, echoed)], 2)
+    assert not turn_sent([("in", 1, user), ("out", 2, echoed), ("out", 3, result)], 3, None)
+    sent = [("in", 1, user), ("out", 2, result), ("in", 3, user), ("out", 4, echoed)]
+    assert turn_sent(sent, 2, None)
     # The active turn ended while no daemon read the journal: it was sent all the same.
-    assert turn_sent([("in", 1, user), ("out", 2, echoed), ("out", 3, result)], 2)
-    assert not turn_sent([("out", 1, b'{"type":"system","subtype":"init"}')], 1)
+    assert turn_sent([("in", 1, user), ("out", 2, echoed), ("out", 3, result)], 2, None)
+    assert not turn_sent([("out", 1, b'{"type":"system","subtype":"init"}')], 1, None)
+
+
+def test_a_turn_is_sent_when_a_user_frame_is_journaled_after_the_point_it_was_begun_at() -> None:
+    user = b'{"type":"user","session_id":"","message":{"role":"user","content":"x"}}'
+    result = b'{"type":"result","subtype":"success","is_error":false}'
+    echoed = b'{"type":"user","message":{"role":"user","content":[]}}'
+    previous = [("in", 1, user), ("out", 2, echoed), ("out", 3, result)]
+    # Begun once the previous turn's end was read (3), whatever offset the log committed:
+    # never sent, even with that end not committed (0).
+    assert not turn_sent(previous, 0, 3)
+    assert not turn_sent([*previous, ("out", 4, echoed)], 0, 3)
+    # Sent: running, or ended while no daemon read the journal.
+    assert turn_sent([*previous, ("in", 4, user)], 0, 3)
+    assert turn_sent([*previous, ("in", 4, user), ("out", 5, result)], 3, 3)
 
 
 class _ReplayedProcess(FakeProcess):
