@@ -28,6 +28,7 @@ from adapters.protocol import NullRawSink, RequestAnswer, RuntimeConfig
 from adapters.transport import LaunchSpec
 from supervisor.holder.client import HeldProcess, HolderLauncher, ReattachLauncher
 from supervisor.holder.layout import HeldPaths
+from supervisor.holder.wire import Kind, Record, iter_file
 from t3orch.ingest.queue import EventQueue
 from t3orch.provider_events import (
     JournalOffset,
@@ -57,9 +58,18 @@ class _StandinLaunch:
     inner: HolderLauncher | ReattachLauncher
     events: EventQueue
     held: list[HeldProcess] = attrs.field(factory=list)
+    transcript: Path = TRANSCRIPT
+    speed: str = "0"
 
     async def launch(self, spec: LaunchSpec) -> HeldProcess:
-        argv = [sys.executable, "-m", "adapters.standin", str(TRANSCRIPT), "--speed", "0"]
+        argv = [
+            sys.executable,
+            "-m",
+            "adapters.standin",
+            str(self.transcript),
+            "--speed",
+            self.speed,
+        ]
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         held = await self.inner.launch(LaunchSpec(argv=argv, env=env, cwd="/tmp"))
         feed_offsets(held, held.holder_id, self.events)
@@ -92,11 +102,16 @@ async def _open(runtime: ClaudeRuntime) -> None:
 
 
 @asynccontextmanager
-async def _held_runtime(root: Path, events: Events) -> AsyncIterator[_Launched]:
+async def _held_runtime(
+    root: Path, events: Events, transcript: Path = TRANSCRIPT, speed: str = "0"
+) -> AsyncIterator[_Launched]:
     """A runtime whose CLI starts under a holder, its thread opened and its turn sent."""
     async with trio.open_nursery() as nursery:
         launch = _StandinLaunch(
-            HolderLauncher(nursery, root, 30, this_process().token()), events.queue
+            HolderLauncher(nursery, root, 30, this_process().token()),
+            events.queue,
+            transcript=transcript,
+            speed=speed,
         )
         async with ClaudeAdapter(ClaudeOptions()).open_runtime(
             CONFIG, launch, events.queue, NullRawSink()
@@ -156,6 +171,92 @@ async def test_a_reattach_replays_the_journal_muted_then_live_every_event_once(
     assert _canonical(before + after) == reference
 
 
+def _stderr_after_the_request(tmp: Path) -> Path:
+    """The transcript with the CLI writing on stderr a moment after it asks (played at
+    speed 1, every other step at once)."""
+    steps = [json.loads(line) for line in TRANSCRIPT.read_text().splitlines()]
+    for step in steps:
+        step.pop("afterMs", None)
+    ask = next(i for i, step in enumerate(steps) if '"can_use_tool"' in json.dumps(step))
+    noise = [{"step": "emit_stderr", "text": f"warming up {k}\n"} for k in range(3)]
+    noise[0]["afterMs"] = 300
+    path = tmp / "stderr_after_request.ndjson"
+    path.write_text(
+        "".join(json.dumps(s) + "\n" for s in [*steps[: ask + 1], *noise, *steps[ask + 1 :]])
+    )
+    return path
+
+
+def _stderr_a_moment_later(held: HeldProcess) -> None:
+    """The holder's socket brings the stderr records after the lines before them a moment
+    later (their own read): the reader has handed out the last line by then."""
+    receive = held._reader.receive
+    later: list[Record] = []
+
+    async def split() -> list[Record]:
+        nonlocal later
+        if later:
+            await trio.sleep(0.3)
+            records, later = later, []
+            return records
+        records = await receive()
+        cut = len(records)
+        while cut and records[cut - 1].kind is Kind.ERR:
+            cut -= 1
+        if 0 < cut < len(records):
+            records, later = records[:cut], records[cut:]
+        return records
+
+    held._reader.receive = split  # type: ignore[method-assign]
+
+
+async def test_a_replay_ending_on_stderr_is_over_at_its_end_an_answer_does_not_wait_the_bound(
+    tmp_path: Path,
+) -> None:
+    """What the journal held before the attach ends with stderr records, after the
+    permission request's line: the replay is over once they are handed out, not at the
+    next line (which never comes: the CLI waits for the answer)."""
+    transcript = _stderr_after_the_request(tmp_path)
+    first = Events(wait_s=15)
+    root = tmp_path / "held"
+    async with _held_runtime(root, first, transcript, speed="1") as (_, launch):
+        request = await first.until(RequestOpened)
+        (held,) = launch.held
+        with trio.fail_after(15):
+            while b"warming up 2" not in bytes(held._stderr_tail):  # noqa: ASYNC110
+                await trio.sleep(0.02)
+        held.report_delivered()
+        committed = max(e.offset for e in first.drain() if isinstance(e, JournalOffset))
+        first.queue.muted = True
+        held.on_mute = None
+        held.leave_running()
+    paths = HeldPaths(root / held.holder_id)
+    last = list(iter_file(str(paths.journal)))[-1][1]
+    assert last.kind is Kind.ERR  # the journal ends on stderr
+
+    second = Events(wait_s=15)
+    gate = trio.Event()
+    async with trio.open_nursery() as nursery:
+        launch = _StandinLaunch(
+            ReattachLauncher(nursery, paths, committed, gate),
+            second.queue,
+            transcript=transcript,
+            speed="1",
+        )
+        config = attrs.evolve(CONFIG, reattaching=True, request_timeout_s=30.0)
+        async with ClaudeAdapter(ClaudeOptions()).open_runtime(
+            config, launch, second.queue, NullRawSink()
+        ) as runtime:
+            (held,) = launch.held
+            _stderr_a_moment_later(held)
+            gate.set()
+            runtime.adopt(SESSION, None)
+            with trio.fail_after(10):  # not the request bound (30 s)
+                await runtime.respond(request.native_request_ref, RequestAnswer(decision="accept"))
+            await second.until(TurnCompleted)
+            await second.until(RuntimeExited)
+
+
 def test_a_turn_is_sent_when_its_user_frame_comes_after_the_last_result_the_log_has() -> None:
     """A turn whose row does not say how far the journal was read when it began (a
     recovery begun on the process before, a row from before it was recorded)."""
@@ -195,6 +296,7 @@ class _ReplayedProcess(FakeProcess):
     def __init__(self) -> None:
         super().__init__()
         self.on_input: Callable[[int, bytes], None] | None = None
+        self.on_replayed: Callable[[], None] | None = None
         self.replayed = False
 
 
