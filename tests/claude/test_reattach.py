@@ -28,7 +28,7 @@ from adapters.protocol import NullRawSink, RequestAnswer, RuntimeConfig
 from adapters.transport import LaunchSpec
 from supervisor.holder.client import HeldProcess, HolderLauncher, ReattachLauncher
 from supervisor.holder.layout import HeldPaths
-from supervisor.holder.wire import Kind, Record, iter_file
+from supervisor.holder.wire import Kind, iter_file
 from t3orch.ingest.queue import EventQueue
 from t3orch.provider_events import (
     JournalOffset,
@@ -38,6 +38,7 @@ from t3orch.provider_events import (
     RuntimeExited,
     TurnCompleted,
 )
+from tests.holder.seams import stderr_a_moment_later
 
 from .fake_process import FakeLauncher, FakeProcess
 from .support import Events
@@ -187,29 +188,6 @@ def _stderr_after_the_request(tmp: Path) -> Path:
     return path
 
 
-def _stderr_a_moment_later(held: HeldProcess) -> None:
-    """The holder's socket brings the stderr records after the lines before them a moment
-    later (their own read): the reader has handed out the last line by then."""
-    receive = held._reader.receive
-    later: list[Record] = []
-
-    async def split() -> list[Record]:
-        nonlocal later
-        if later:
-            await trio.sleep(0.3)
-            records, later = later, []
-            return records
-        records = await receive()
-        cut = len(records)
-        while cut and records[cut - 1].kind is Kind.ERR:
-            cut -= 1
-        if 0 < cut < len(records):
-            records, later = records[:cut], records[cut:]
-        return records
-
-    held._reader.receive = split  # type: ignore[method-assign]
-
-
 async def test_a_replay_ending_on_stderr_is_over_at_its_end_an_answer_does_not_wait_the_bound(
     tmp_path: Path,
 ) -> None:
@@ -248,7 +226,7 @@ async def test_a_replay_ending_on_stderr_is_over_at_its_end_an_answer_does_not_w
             config, launch, second.queue, NullRawSink()
         ) as runtime:
             (held,) = launch.held
-            _stderr_a_moment_later(held)
+            stderr_a_moment_later(held)
             gate.set()
             runtime.adopt(SESSION, None)
             with trio.fail_after(10):  # not the request bound (30 s)

@@ -1,0 +1,32 @@
+"""Seams on a held process's socket, for the reattach tests."""
+
+from __future__ import annotations
+
+import trio
+
+from supervisor.holder.client import HeldProcess
+from supervisor.holder.wire import Kind, Record
+
+
+def stderr_a_moment_later(held: HeldProcess, delay_s: float = 0.3) -> None:
+    """The holder's socket brings the stderr records that end a read a moment later, in a
+    read of their own (before ``held`` serves): the reader has handed out the lines before
+    them by then, as when the holder sent them in another write."""
+    receive = held._reader.receive
+    later: list[Record] = []
+
+    async def split() -> list[Record]:
+        nonlocal later
+        if later:
+            await trio.sleep(delay_s)
+            records, later = later, []
+            return records
+        records = await receive()
+        cut = len(records)
+        while cut and records[cut - 1].kind is Kind.ERR:
+            cut -= 1
+        if 0 < cut < len(records):
+            records, later = records[:cut], records[cut:]
+        return records
+
+    held._reader.receive = split  # type: ignore[method-assign]
