@@ -311,3 +311,27 @@ async def test_what_the_runtime_answers_itself_waits_for_the_replay_and_is_answe
         await trio.testing.wait_all_tasks_blocked()
         answered = [frame["response"]["request_id"] for frame in process.sent]
         assert sorted(answered) == ["h2", "h3"]
+
+
+async def test_what_the_runtime_answers_itself_is_answered_when_the_replay_ends_on_stderr() -> None:
+    """The journal's last records before the attach are stderr, after a hook the earlier
+    daemon had not answered: the held process says the replay ended (no line follows),
+    and the hook is answered then, not at the CLI's next line (it waits for the answer)."""
+    launcher = FakeLauncher(_ReplayedProcess)
+    config = attrs.evolve(CONFIG, reattaching=True)
+    async with ClaudeAdapter(ClaudeOptions()).open_runtime(
+        config, launcher, EventQueue(), NullRawSink()
+    ) as runtime:
+        (process,) = launcher.processes
+        assert isinstance(process, _ReplayedProcess)
+        runtime.adopt(SESSION, None)
+        process.emit(_hook("h1"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert process.sent == []  # held back while replaying
+        process.replayed = True  # the stderr records after it are handed out
+        assert process.on_replayed is not None
+        process.on_replayed()
+        with trio.fail_after(5):
+            while not process.sent:  # noqa: ASYNC110 (the fake has no event for it)
+                await trio.sleep(0.01)
+        assert [frame["response"]["request_id"] for frame in process.sent] == ["h1"]
