@@ -38,7 +38,7 @@ from t3orch.provider_events import (
     RuntimeExited,
     TurnCompleted,
 )
-from tests.holder.seams import stderr_a_moment_later
+from tests.holder.support import stderr_a_moment_later
 
 from .fake_process import FakeLauncher, FakeProcess
 from .support import Events
@@ -122,6 +122,18 @@ async def _held_runtime(
         nursery.cancel_scope.cancel()
 
 
+def _goes_away(events: Events, launch: _StandinLaunch) -> tuple[HeldPaths, int]:
+    """The daemon goes away, its provider left to the holder: its journal's paths and the
+    offset the log holds everything queued so far through."""
+    (held,) = launch.held
+    held.report_delivered()
+    committed = max(e.offset for e in events.drain() if isinstance(e, JournalOffset))
+    events.queue.muted = True
+    held.on_mute = None
+    held.leave_running()
+    return held.paths, committed
+
+
 async def _uninterrupted(root: Path) -> list[ProviderEvent]:
     events = Events(wait_s=15)
     async with _held_runtime(root, events) as (runtime, _):
@@ -141,14 +153,7 @@ async def test_a_reattach_replays_the_journal_muted_then_live_every_event_once(
     root = tmp_path / "held"
     async with _held_runtime(root, first) as (_, launch):
         await first.until(RequestOpened)
-        (held,) = launch.held
-        held.report_delivered()
-        # What the log has: everything queued so far, through this offset.
-        committed = max(e.offset for e in first.drain() if isinstance(e, JournalOffset))
-        first.queue.muted = True
-        held.on_mute = None
-        held.leave_running()
-    paths = HeldPaths(root / held.holder_id)
+        paths, committed = _goes_away(first, launch)
     before = first.seen
 
     # The next daemon: reattach, replay muted through `committed`, answer, run to the end.
@@ -203,12 +208,7 @@ async def test_a_replay_ending_on_stderr_is_over_at_its_end_an_answer_does_not_w
         with trio.fail_after(15):
             while b"warming up 2" not in bytes(held._stderr_tail):  # noqa: ASYNC110
                 await trio.sleep(0.02)
-        held.report_delivered()
-        committed = max(e.offset for e in first.drain() if isinstance(e, JournalOffset))
-        first.queue.muted = True
-        held.on_mute = None
-        held.leave_running()
-    paths = HeldPaths(root / held.holder_id)
+        paths, committed = _goes_away(first, launch)
     last = list(iter_file(str(paths.journal)))[-1][1]
     assert last.kind is Kind.ERR  # the journal ends on stderr
 
@@ -286,15 +286,23 @@ def _hook(request_id: str) -> dict[str, Any]:
     }
 
 
-async def test_what_the_runtime_answers_itself_waits_for_the_replay_and_is_answered_once() -> None:
+@asynccontextmanager
+async def _replaying() -> AsyncIterator[_ReplayedProcess]:
+    """A runtime reattached to a scripted CLI, adopted: its journal's replay begins."""
     launcher = FakeLauncher(_ReplayedProcess)
     config = attrs.evolve(CONFIG, reattaching=True)
     async with ClaudeAdapter(ClaudeOptions()).open_runtime(
         config, launcher, EventQueue(), NullRawSink()
     ) as runtime:
         (process,) = launcher.processes
-        assert isinstance(process, _ReplayedProcess) and process.on_input is not None
+        assert isinstance(process, _ReplayedProcess)
         runtime.adopt(SESSION, None)
+        yield process
+
+
+async def test_what_the_runtime_answers_itself_waits_for_the_replay_and_is_answered_once() -> None:
+    async with _replaying() as process:
+        assert process.on_input is not None
         # The journal: two hooks the CLI asked; the earlier daemon answered the first.
         process.emit(_hook("h1"))
         process.emit(_hook("h2"))
@@ -317,14 +325,7 @@ async def test_what_the_runtime_answers_itself_is_answered_when_the_replay_ends_
     """The journal's last records before the attach are stderr, after a hook the earlier
     daemon had not answered: the held process says the replay ended (no line follows),
     and the hook is answered then, not at the CLI's next line (it waits for the answer)."""
-    launcher = FakeLauncher(_ReplayedProcess)
-    config = attrs.evolve(CONFIG, reattaching=True)
-    async with ClaudeAdapter(ClaudeOptions()).open_runtime(
-        config, launcher, EventQueue(), NullRawSink()
-    ) as runtime:
-        (process,) = launcher.processes
-        assert isinstance(process, _ReplayedProcess)
-        runtime.adopt(SESSION, None)
+    async with _replaying() as process:
         process.emit(_hook("h1"))
         await trio.testing.wait_all_tasks_blocked()
         assert process.sent == []  # held back while replaying

@@ -16,12 +16,12 @@ import trio
 from adapters.ownership import this_process
 from supervisor import shared_codex
 from supervisor.holder import client
-from supervisor.holder.client import HeldProcess, holder_launchers, stop_all_holders
-from supervisor.holder.layout import HeldPaths, describe_held, held_root
+from supervisor.holder.client import HeldProcess, holder_launchers
+from supervisor.holder.layout import HeldPaths, held_root
 from supervisor.providers import standin_settings
 from supervisor.reattach import find_held
 from supervisor.shared_codex import HolderSettings
-from tests.holder.seams import stderr_a_moment_later
+from tests.holder.support import holders_stopped, stderr_a_moment_later
 from tests.supervisor.support import rig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,7 +92,7 @@ async def test_an_answer_right_after_the_reattach_waits_for_the_replay_and_is_ac
     tmp_path: Path, shared: bool
 ) -> None:
     state = tmp_path / "state"
-    try:
+    async with holders_stopped(state):
         async with _rig(tmp_path, shared) as r:
             tid = await r.thread()
             run_id = (await r.manager.send_message(tid, "touch it")).result["runId"]
@@ -114,11 +114,6 @@ async def test_an_answer_right_after_the_reattach_waits_for_the_replay_and_is_ac
             assert (await r2.wait_run(run_id, within=60)).status == "completed"
             (resolved,) = [q for q in r2.rows("runtime_request") if q.id == request.id]
             assert (resolved.status, resolved.decision) == ("resolved", "accept")
-    finally:
-        stop_all_holders(state)
-    with trio.fail_after(20):
-        while describe_held(state):  # noqa: ASYNC110 - the holders exit by themselves
-            await trio.sleep(0.05)
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["own-process", "shared-process"])
@@ -130,7 +125,7 @@ async def test_an_answer_right_after_a_reattach_whose_journal_ends_on_stderr_is_
     request bound (30 s) for a line the provider, waiting for it, never writes."""
     state = tmp_path / "state"
     transcript = _approval_then_stderr(tmp_path)
-    try:
+    async with holders_stopped(state):
         async with _rig(tmp_path, shared, transcript) as r:
             tid = await r.thread()
             run_id = (await r.manager.send_message(tid, "touch it")).result["runId"]
@@ -159,8 +154,3 @@ async def test_an_answer_right_after_a_reattach_whose_journal_ends_on_stderr_is_
             with trio.fail_after(10):
                 await r2.manager.respond(request.id, "accept")
             assert (await r2.wait_run(run_id, within=60)).status == "completed"
-    finally:
-        stop_all_holders(state)
-    with trio.fail_after(20):
-        while describe_held(state):  # noqa: ASYNC110 - the holders exit by themselves
-            await trio.sleep(0.05)

@@ -23,11 +23,12 @@ from adapters.claude.runtime import ClaudeRuntime
 from adapters.codex.runtime import CodexRuntime
 from adapters.offset_lines import OffsetLines
 from adapters.ownership import this_process
-from supervisor.holder.client import holder_launchers, stop_all_holders
-from supervisor.holder.layout import describe_held, held_root
+from supervisor.holder.client import holder_launchers
+from supervisor.holder.layout import held_root
 from supervisor.holder.wire import Kind, iter_file
 from supervisor.providers import ProviderSettings, standin_settings
 from supervisor.reattach import find_held
+from tests.holder.support import holders_stopped
 from tests.supervisor.support import rig
 
 OWNER = this_process().token()
@@ -94,7 +95,7 @@ async def test_a_turn_begun_but_never_sent_after_an_end_committed_without_its_of
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, provider: str
 ) -> None:
     state = tmp_path / "state"
-    try:
+    async with holders_stopped(state):
         async with _rig(tmp_path, provider) as r:
             tid = await r.thread(provider)
             first = (await r.manager.send_message(tid, "one")).result["runId"]
@@ -118,8 +119,3 @@ async def test_a_turn_begun_but_never_sent_after_an_end_committed_without_its_of
             assert await r2.manager.reattach_all(found) == []
             assert (await r2.wait_run(third, within=30)).status == "completed"
             assert _turn_requests(state, provider) == 3
-    finally:
-        stop_all_holders(state)
-    with trio.fail_after(20):
-        while describe_held(state):  # noqa: ASYNC110 - the holders exit by themselves
-            await trio.sleep(0.05)
