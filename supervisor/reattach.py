@@ -22,7 +22,9 @@ from adapters.ownership import OwnerMark
 from adapters.protocol import JournalLine
 from supervisor.holder.layout import HeldPaths, HolderState, held_root
 from supervisor.holder.wire import Kind, iter_file
+from t3orch.commands.delivery import SEPARATOR
 from t3orch.commands.reconcile import Held
+from t3orch.domain.context import ContextHandoff
 from t3orch.domain.provider import JournalCommitted, ProviderSession, ProviderThread, ProviderTurn
 from t3orch.domain.run import RunAttempt
 from t3orch.domain.vocab import ProviderKind
@@ -184,6 +186,18 @@ def _begun_after(turn: ProviderTurn, holder_id: str) -> int | None:
     was begun before this holder's process ran it, or the row does not say)."""
     mark = turn.begun_after
     return mark.offset if mark is not None and mark.holder_id == holder_id else None
+
+
+def begun_handoff(reader: ReadModel, run_id: str, provider_thread_id: str) -> str | None:
+    """The context handed off with ``run_id``'s turn to that provider thread, as it was
+    materialized when the turn began (``prepare_handoff``: its handoffs, in the order they
+    were delivered): a turn sent by the next daemon carries it as the first would have."""
+    pt = reader.get(ProviderThread, provider_thread_id)
+    if pt is None:
+        return None
+    handoffs = (reader.get(ContextHandoff, h) for h in pt.handoff_ids)
+    texts = [h.summary_text for h in handoffs if h is not None and h.target_run_id == run_id]
+    return SEPARATOR.join(texts) or None
 
 
 def held_of(reattaches: list[Reattach]) -> Held:

@@ -119,3 +119,41 @@ async def test_a_turn_begun_but_never_sent_after_an_end_committed_without_its_of
             assert await r2.manager.reattach_all(found) == []
             assert (await r2.wait_run(third, within=30)).status == "completed"
             assert _turn_requests(state, provider) == 3
+
+
+async def test_a_turn_begun_with_a_handoff_and_sent_after_the_restart_carries_the_handoff(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A provider switch: the thread's next run carries what the new provider missed (a
+    handoff, materialized with the turn's begin). Sent by the next daemon, it still does."""
+    state = tmp_path / "state"
+    providers = {"standin": standin_settings(), "claude": _claude_standin(tmp_path)}
+    options: dict[str, Any] = {
+        "providers": providers,
+        "launcher_factory": holder_launchers(held_root(state), 30, OWNER),
+        "state_dir": state,
+    }
+    async with holders_stopped(state):
+        async with rig(tmp_path / "e.db", **options) as r:
+            tid = await r.thread("standin")
+            first = (await r.manager.send_message(tid, "one")).result["runId"]
+            await r.wait_run(first)
+            await r.core.service.switch_provider(tid, "claude")
+            with monkeypatch.context() as seam:
+                _dies_before_sending(seam, "claude")
+                second = (await r.manager.send_message(tid, "two")).result["runId"]
+                await r.wait_for(lambda: r.row("run", second).status in ("starting", "running"))
+                assert r.manager.leave_held() == 1
+                await r.wait_for(lambda: not r.manager.runners)
+        async with rig(tmp_path / "e.db", **options) as r2:
+            found = find_held(r2.core.reader, state)
+            assert [h.unsent for h in found if h.session.provider == "claude"] == [True]
+            assert await r2.manager.reattach_all(found) == []
+            assert (await r2.wait_run(second, within=30)).status == "completed"
+            (sent,) = [
+                record.payload
+                for journal in held_root(state).glob("*/journal")
+                for _, record in iter_file(str(journal))
+                if record.kind is Kind.IN and TURN_REQUEST["claude"] in record.payload
+            ]
+            assert b"Context handoff" in sent and b"two" in sent
