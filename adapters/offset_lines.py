@@ -36,6 +36,8 @@ class OffsetLines:
         self._line_offsets: list[int] = []
         #: Given each replayed input, once the lines before it are handed out.
         self.on_input: Callable[[int, bytes], None] | None = None
+        #: Told when the replay's end is reached outside a read (``HeldReplay``).
+        self.on_replayed: Callable[[], None] | None = None
         #: Lines up to this offset are a replay of what the log holds already: before
         #: each batch, ``on_mute`` is told whether its lines are (a batch never mixes both).
         self.mute_through = 0

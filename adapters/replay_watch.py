@@ -27,6 +27,10 @@ class HeldReplay(Protocol):
     #: Told each line an earlier daemon wrote to the process, in journal order with the
     #: lines read.
     on_input: Callable[[int, bytes], None] | None
+    #: Told when :attr:`replayed` became true with no line handed out: the records the
+    #: journal held before the attach end with others than lines (stderr, the holder's
+    #: notes), and no read would look again until the next line.
+    on_replayed: Callable[[], None] | None
 
     @property
     def replayed(self) -> bool:
@@ -50,6 +54,11 @@ class ReplayWatch:
         #: The reader has lines it has not mapped yet.
         self._mapping = False
         self._moved = trio.Event()
+        #: Told once everything journaled before the attach is handed out, when that
+        #: happens outside a read (the reader looks again after each read by itself).
+        self.on_handed_out: Callable[[], None] | None = None
+        if self._held is not None:
+            self._held.on_replayed = self._handed_out_now
 
     @property
     def handed_out(self) -> bool:
@@ -80,6 +89,11 @@ class ReplayWatch:
         self._mapping = False
         self.moved()
 
+    def _handed_out_now(self) -> None:
+        self.moved()
+        if self.on_handed_out is not None:
+            self.on_handed_out()
+
     def moved(self) -> None:
         """The replay went on (a replayed input applied, a read mapped)."""
         if self._held is not None:
@@ -88,7 +102,7 @@ class ReplayWatch:
 
     async def wait(self, timeout_s: float) -> None:
         """Until the replay is over; no longer than ``timeout_s`` (a replay whose end is not
-        seen yet, e.g. one ending on stderr, does not hold a caller past a request's bound)."""
+        seen, a holder that stalls, does not hold a caller past a request's bound)."""
         if self.over:
             return
         with trio.move_on_after(timeout_s):

@@ -26,7 +26,7 @@ from supervisor.holder.client import ReattachLauncher, stop_holder
 from supervisor.holder.layout import describe_held
 from supervisor.launcher import LauncherFactory
 from supervisor.providers import ProviderSettings, adapter_for, runtime_config
-from supervisor.reattach import Reattach
+from supervisor.reattach import Reattach, begun_handoff
 from supervisor.session import RawSinkFactory, SessionFailed, SessionRunner
 from supervisor.shared_codex import (
     HolderSettings,
@@ -253,7 +253,11 @@ class SessionManager:
             # begun attempt that nobody starts (its run would hold the thread's queue).
             with trio.CancelScope(shield=True):
                 sent = await self.core.send_and_begin(
-                    thread_id, text, runner.binding.provider_thread_id, command_id=command_id
+                    thread_id,
+                    text,
+                    runner.binding.provider_thread_id,
+                    command_id=command_id,
+                    begun_after=runner.journal_position(),
                 )
                 begun = None
                 if sent.turn is not None:
@@ -297,7 +301,10 @@ class SessionManager:
         run = self.reader.get(Run, active.run_id)
         original = self._user_text(run) if run is not None else ""
         restart = await self.core.begin_attempt(
-            active.run_id, runner.binding.provider_thread_id, "steering_restart"
+            active.run_id,
+            runner.binding.provider_thread_id,
+            "steering_restart",
+            runner.journal_position(),
         )
         runner.restart = (restart, f"{original}\n\n{text}")
         try:
@@ -777,7 +784,11 @@ class SessionManager:
                 log.info(
                     "thread %s: sending run %s, begun before the restart", held.thread_id, run.id
                 )
-                await runner.start_turn(run.id, self._user_text(run), turn=held.turn)
+                pt_id = held.binding.provider_thread_id
+                handoff = None if pt_id is None else begun_handoff(self.reader, run.id, pt_id)
+                await runner.start_turn(
+                    run.id, self._user_text(run), turn=held.turn, handoff=handoff
+                )
 
         async def then_dispatch() -> None:
             await runner.wait_turn()

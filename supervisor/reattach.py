@@ -22,7 +22,9 @@ from adapters.ownership import OwnerMark
 from adapters.protocol import JournalLine
 from supervisor.holder.layout import HeldPaths, HolderState, held_root
 from supervisor.holder.wire import Kind, iter_file
+from t3orch.commands.delivery import SEPARATOR
 from t3orch.commands.reconcile import Held
+from t3orch.domain.context import ContextHandoff
 from t3orch.domain.provider import JournalCommitted, ProviderSession, ProviderThread, ProviderTurn
 from t3orch.domain.run import RunAttempt
 from t3orch.domain.vocab import ProviderKind
@@ -38,7 +40,7 @@ LIVE_SESSION = ("starting", "ready", "running", "waiting")
 SHARED_MARK = "shared-codex"
 
 #: Each held provider's reading of its journal: whether the active turn's input was sent.
-_TURN_SENT: Mapping[ProviderKind, Callable[[Iterable[JournalLine], int], bool]] = {
+_TURN_SENT: Mapping[ProviderKind, Callable[[Iterable[JournalLine], int, int | None], bool]] = {
     "codex": codex_journal.turn_sent,
     "standin": codex_journal.turn_sent,  # it speaks Codex's protocol
     "claude": claude_journal.turn_sent,
@@ -92,7 +94,7 @@ def find_held(reader: ReadModel, state_dir: Path, daemon_id: str | None = None) 
         best = threads.get(sid)
         if best is None or (candidate.last_run_ordinal or 0) > (best.last_run_ordinal or 0):
             threads[sid] = candidate
-    turns: dict[str, tuple[TurnBinding, str | None]] | None = None
+    turns: dict[str, tuple[TurnBinding, ProviderTurn]] | None = None
     for s in reader.select_by_status(ProviderSession, LIVE_SESSION):
         theirs = daemon_id is not None and s.owner_daemon_id not in (None, daemon_id)
         if s.holder is None or theirs:
@@ -108,15 +110,20 @@ def find_held(reader: ReadModel, state_dir: Path, daemon_id: str | None = None) 
         assert pt.app_thread_id is not None
         if turns is None:
             turns = _active_turns(reader)
-        turn, native_turn = turns.get(pt.id, (None, None))
+        turn, active = turns.get(pt.id, (None, None))
+        native_turn = None if active is None else active.native_turn_ref
         journal = reader.get(JournalCommitted, s.id)
         committed = (
             journal.offset if journal is not None and journal.holder_id == s.holder.holder_id else 0
         )
         unsent = (
-            turn is not None
+            active is not None
             and native_turn is None
-            and not _TURN_SENT[s.provider](_journal_lines(paths, pt.native_thread_ref), committed)
+            and not _TURN_SENT[s.provider](
+                _journal_lines(paths, pt.native_thread_ref),
+                committed,
+                _begun_after(active, s.holder.holder_id),
+            )
         )
         out.append(
             Reattach(
@@ -155,9 +162,9 @@ def _journal_lines(paths: HeldPaths, thread_ref: str | None) -> Iterator[Journal
             yield "out", record.offset, record.payload
 
 
-def _active_turns(reader: ReadModel) -> dict[str, tuple[TurnBinding, str | None]]:
-    """Provider thread id -> its active turn bound to its run, and the turn's native ref."""
-    out: dict[str, tuple[TurnBinding, str | None]] = {}
+def _active_turns(reader: ReadModel) -> dict[str, tuple[TurnBinding, ProviderTurn]]:
+    """Provider thread id -> its active turn bound to its run, and the turn."""
+    out: dict[str, tuple[TurnBinding, ProviderTurn]] = {}
     for turn in reader.select_by_status(ProviderTurn, ("pending", "running")):
         if turn.run_attempt_id is None or turn.provider_thread_id in out:
             continue
@@ -170,8 +177,27 @@ def _active_turns(reader: ReadModel) -> dict[str, tuple[TurnBinding, str | None]
             root_node_id=attempt.root_node_id,
             provider_turn_id=turn.id,
         )
-        out[turn.provider_thread_id] = (binding, turn.native_turn_ref)
+        out[turn.provider_thread_id] = (binding, turn)
     return out
+
+
+def _begun_after(turn: ProviderTurn, holder_id: str) -> int | None:
+    """How far the daemon had read this holder's journal when it began ``turn`` (None: it
+    was begun before this holder's process ran it, or the row does not say)."""
+    mark = turn.begun_after
+    return mark.offset if mark is not None and mark.holder_id == holder_id else None
+
+
+def begun_handoff(reader: ReadModel, run_id: str, provider_thread_id: str) -> str | None:
+    """The context handed off with ``run_id``'s turn to that provider thread, as it was
+    materialized when the turn began (``prepare_handoff``: its handoffs, in the order they
+    were delivered): a turn sent by the next daemon carries it as the first would have."""
+    pt = reader.get(ProviderThread, provider_thread_id)
+    if pt is None:
+        return None
+    handoffs = (reader.get(ContextHandoff, h) for h in pt.handoff_ids)
+    texts = [h.summary_text for h in handoffs if h is not None and h.target_run_id == run_id]
+    return SEPARATOR.join(texts) or None
 
 
 def held_of(reattaches: list[Reattach]) -> Held:

@@ -49,7 +49,7 @@ from supervisor.leftovers import process_clock, stop_turn_leftovers
 from supervisor.reattach import Reattach
 from supervisor.shared_codex import SharedChild, SharedLauncher
 from t3orch import timeline
-from t3orch.domain.provider import HolderRef
+from t3orch.domain.provider import HolderRef, JournalPosition
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.queue import EventQueue
@@ -654,7 +654,7 @@ class SessionRunner:
         if turn is None:
             # What this provider thread missed (a provider switch) is materialized now.
             handoff, turn = await self.core.begin_attempt_with_handoff(
-                run_id, self.binding.provider_thread_id
+                run_id, self.binding.provider_thread_id, self.journal_position()
             )
         assert self._stream is not None
         self._stream.turn_started(turn)
@@ -746,18 +746,21 @@ class SessionRunner:
     def left_held(self) -> bool:
         return self._left_held
 
+    def journal_position(self) -> JournalPosition | None:
+        """How far this runtime has read its holder's journal (None: not held): a turn
+        begun now has its input journaled after it (``ProviderTurn.begun_after``)."""
+        held = _held_lines(self.launcher.current if self.launcher else None)
+        if held is None or held.holder_id is None:
+            return None
+        return JournalPosition(holder_id=held.holder_id, offset=held.delivered)
+
     def leave_held(self) -> bool:
         """The daemon exits and leaves a held provider running: what the log has is kept,
         nothing more is committed (the next daemon replays the rest from the journal), the
         provider is sent nothing that would stop it. False when it is not held (or gone)."""
-        child = self.launcher.current if self.launcher else None
         # A thread on a held shared process leaves through its member; the process stays
         # with its holder (the pool leaves it).
-        held: HeldProcess | VirtualProcess | None = None
-        if isinstance(child, HeldProcess):
-            held = child
-        elif isinstance(child, SharedChild) and child.holder is not None:
-            held = None if child.member.left else child.member
+        held = _held_lines(self.launcher.current if self.launcher else None)
         if held is None or self.exited.is_set() or self._events is None:
             return False
         self._left_held = True
@@ -895,7 +898,10 @@ class SessionRunner:
             return
         try:
             turn = await self.core.begin_attempt(
-                active.run_id, self.binding.provider_thread_id, "provider_recovery"
+                active.run_id,
+                self.binding.provider_thread_id,
+                "provider_recovery",
+                self.journal_position(),
             )
         except CommandRejected:
             return
@@ -918,6 +924,16 @@ class SessionRunner:
             # The shared codex process it is on (issue 21), else its own.
             "process": child.process_name if isinstance(child, SharedChild) else None,
         }
+
+
+def _held_lines(current: object) -> HeldProcess | VirtualProcess | None:
+    """The held lines a runtime reads (its holder's process, or its thread's member of a
+    held shared process); None when not held."""
+    if isinstance(current, HeldProcess):
+        return current
+    if isinstance(current, SharedChild) and current.holder is not None:
+        return None if current.member.left else current.member
+    return None
 
 
 def _holder_of(current: object) -> HolderRef | None:

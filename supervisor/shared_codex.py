@@ -296,6 +296,7 @@ class SharedCodexPool:
                 continue
             mux = self._held_mux(child, shared_key(paths) or "")
             mux.replay = JournalReplay(child.welcome.journaled, _replayed(child))
+            child.on_replayed = mux.replay_handed_out
             for h in group:
                 self._reattached[h.session.id] = (
                     mux.join(h.session.id, committed=h.committed),

@@ -23,7 +23,7 @@ from t3orch.commands import (
 )
 from t3orch.commands import reconcile as reconcile_mod
 from t3orch.commands.specs import CreateThread
-from t3orch.domain.provider import HolderRef, ProcessOwner
+from t3orch.domain.provider import HolderRef, JournalPosition, ProcessOwner
 from t3orch.domain.vocab import (
     ContextHandoffStrategy,
     ProviderKind,
@@ -158,6 +158,7 @@ class CoreService:
         provider_thread_id: ProviderThreadId,
         *,
         command_id: str | None = None,
+        begun_after: JournalPosition | None = None,
     ) -> BegunSend:
         """:meth:`send_message`, then the run's handoff and first attempt on
         ``provider_thread_id`` (a live idle runtime's), in one transaction.
@@ -187,7 +188,7 @@ class CoreService:
             early=True,
         )
         attempt = await self.writer.enqueue(
-            runs.begin_attempt(run_id, provider_thread_id),
+            runs.begin_attempt(run_id, provider_thread_id, begun_after=begun_after),
             command_type="run.begin_attempt",
             early=True,
         )
@@ -248,9 +249,12 @@ class CoreService:
         run_id: str,
         provider_thread_id: ProviderThreadId,
         reason: RunAttemptReason = "initial",
+        begun_after: JournalPosition | None = None,
     ) -> TurnBinding:
         result = await self._run(
-            runs.begin_attempt(run_id, provider_thread_id, reason), None, "run.begin_attempt"
+            runs.begin_attempt(run_id, provider_thread_id, reason, begun_after),
+            None,
+            "run.begin_attempt",
         )
         assert isinstance(result.result, TurnBinding)
         return result.result
@@ -319,7 +323,10 @@ class CoreService:
         return result.result if isinstance(result.result, str) else None
 
     async def begin_attempt_with_handoff(
-        self, run_id: str, provider_thread_id: ProviderThreadId
+        self,
+        run_id: str,
+        provider_thread_id: ProviderThreadId,
+        begun_after: JournalPosition | None = None,
     ) -> tuple[str | None, TurnBinding]:
         """:meth:`prepare_handoff` then :meth:`begin_attempt`, committed together.
 
@@ -333,7 +340,8 @@ class CoreService:
             delivery.prepare_handoff(run_id, provider_thread_id), command_type="handoff.prepare"
         )
         attempt = await self.writer.enqueue(
-            runs.begin_attempt(run_id, provider_thread_id), command_type="run.begin_attempt"
+            runs.begin_attempt(run_id, provider_thread_id, begun_after=begun_after),
+            command_type="run.begin_attempt",
         )
         prepared, begun = await handoff.outcome(), await attempt.outcome()
         for outcome in (prepared, begun):

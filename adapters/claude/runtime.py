@@ -183,6 +183,7 @@ class ClaudeRuntime:
         session.initialized = True  # by the daemon that started it
         if isinstance(process, HeldReplay):
             session.replay = ReplayWatch(process)
+            session.replay.on_handed_out = lambda: self._release_held_back(session)
             process.on_input = lambda _offset, line: self._replayed_input(session, line)
 
     def adopt(self, native_thread_ref: str | None, native_turn_ref: str | None) -> None:

@@ -7,14 +7,22 @@ from collections.abc import Iterable
 from adapters.protocol import JournalLine
 
 
-def turn_sent(journal: Iterable[JournalLine], committed: int) -> bool:
-    """Whether the active turn's ``turn/start`` reached Codex: the journal's last one comes
-    after the last ``turn/completed`` the log has (at or below ``committed``; one after it
-    may be this very turn's, completed while no daemon read it)."""
+def turn_sent(journal: Iterable[JournalLine], committed: int, begun_after: int | None) -> bool:
+    """Whether the active turn's ``turn/start`` reached Codex.
+
+    With ``begun_after`` (how far the daemon had read this journal when it began the
+    turn): a ``turn/start`` journaled after it, which can only be this turn's. Without it
+    (a turn begun before this process ran it, or a row from before it was recorded): the
+    journal's last one comes after the last ``turn/completed`` the log has (at or below
+    ``committed``; one after it may be this very turn's, completed while no daemon read
+    it), which misses a previous turn's end committed before its offset was.
+    """
     last_start = last_end = 0
     for direction, offset, line in journal:
         if direction == "in" and b'"turn/start"' in line:
+            if begun_after is not None and offset > begun_after:
+                return True
             last_start = offset
         elif direction == "out" and offset <= committed and b'"turn/completed"' in line:
             last_end = offset
-    return last_start > last_end
+    return begun_after is None and last_start > last_end

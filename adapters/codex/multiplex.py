@@ -426,6 +426,14 @@ class CodexMultiplexer:
             self._opener = call.tag
             self._opener_free = trio.Event()
 
+    def replay_handed_out(self) -> None:
+        """The held process's replay ended outside a read (its journal's last records
+        before the attach are not lines: stderr): each member whose own replay is over
+        with it is told (no read of its would look again until its next line)."""
+        for member in list(self.members):
+            if member.on_replayed is not None and member.replayed:
+                member.on_replayed()
+
     def replayed(self, offset: int, line: bytes) -> None:
         """A line an earlier daemon wrote to this (held) process, from its journal:
         the state it left is rebuilt, and its member gets it back with its own id."""

@@ -424,6 +424,7 @@ class HeldProcess(OffsetLines):
 
     def _take(self, records: Iterable[Record]) -> None:
         arrived = False
+        replaying = not self.replayed
         for record in records:
             self.offset = record.offset
             match record.kind:
@@ -456,6 +457,10 @@ class HeldProcess(OffsetLines):
                     raise ProtocolError(f"a {record.kind.name} record from the holder")
         if arrived:
             self._arrived.set()
+        if replaying and self.replayed and self.on_replayed is not None:
+            # The replay ends on records that are not lines (stderr, notes): no read
+            # hands out its end, so its watcher is told here.
+            self.on_replayed()
 
     def _keep_stderr(self, chunk: bytes) -> None:
         self._stderr_tail += chunk

@@ -5,7 +5,7 @@ import msgspec
 from t3orch.commands.items import orchestration_refs
 from t3orch.commands.threads import require_thread
 from t3orch.domain.node import ExecutionNode
-from t3orch.domain.provider import ProviderThread, ProviderTurn
+from t3orch.domain.provider import JournalPosition, ProviderThread, ProviderTurn
 from t3orch.domain.run import Run, RunAttempt
 from t3orch.domain.turn_items import UserMessage
 from t3orch.domain.vocab import RUN_TERMINAL, RunAttemptReason
@@ -102,11 +102,13 @@ def begin_attempt(
     run_id: str,
     provider_thread_id: ProviderThreadId,
     reason: RunAttemptReason = "initial",
+    begun_after: JournalPosition | None = None,
 ) -> Decide:
     """Bind a queued run to a provider thread: a new attempt and provider turn.
 
     The result is the :class:`TurnBinding` the session feeds ingest with; its ids
     are derived from the run and the attempt ordinal, never from process memory.
+    ``begun_after``: how far the daemon had read a held runtime's journal (the turn's).
     """
 
     def decide(view: StateView) -> Decision:
@@ -145,6 +147,7 @@ def begin_attempt(
                 native_turn_ref=None,
                 ordinal=pt.turn_count + 1,
                 status="pending",
+                begun_after=begun_after,
             ),
         )
         ch.put(

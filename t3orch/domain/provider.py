@@ -80,6 +80,13 @@ class HolderRef(Wire):
     started_at: float
 
 
+class JournalPosition(Wire):
+    """A point in a held runtime's journal: the offset of a record of holder ``holder_id``."""
+
+    holder_id: str
+    offset: int
+
+
 class JournalCommitted(Wire):
     """How far the log holds a held runtime's journal (the ``journal`` row, per session)."""
 
@@ -132,3 +139,7 @@ class ProviderTurn(Wire):
     started_at: str | None = None
     completed_at: str | None = None
     error: str | None = None
+    #: A held runtime's turn: how far the daemon had read the journal when it began the
+    #: turn. Its input is the first turn request journaled after it (a reattach reads
+    #: whether it was sent from that, not from turn ends the log may lack the offset of).
+    begun_after: JournalPosition | None = None

@@ -32,7 +32,7 @@ def _journal(tmp_path: Path, shared: bool) -> HeldPaths:
 
 def _sent(paths: HeldPaths, thread_ref: str) -> bool:
     """With every frame of the journal committed."""
-    return turn_sent(_journal_lines(paths, thread_ref), committed=3)
+    return turn_sent(_journal_lines(paths, thread_ref), 3, None)
 
 
 def test_another_threads_turn_end_does_not_unsend_a_threads_turn(tmp_path: Path) -> None:
@@ -42,3 +42,13 @@ def test_another_threads_turn_end_does_not_unsend_a_threads_turn(tmp_path: Path)
     assert _sent(paths, "X")
     assert not _sent(paths, "Z")
     assert _sent(paths, "Y") is False
+
+
+def test_a_threads_turn_begun_after_a_point_is_sent_by_its_own_turn_start_only(
+    tmp_path: Path,
+) -> None:
+    paths = _journal(tmp_path, shared=True)
+    # Y's turn/start (2) is after 1 but not X's: begun after 1, X's turn was not sent.
+    assert not turn_sent(_journal_lines(paths, "X"), 0, 1)
+    assert turn_sent(_journal_lines(paths, "Y"), 0, 1)
+    assert turn_sent(_journal_lines(paths, "X"), 0, 0)

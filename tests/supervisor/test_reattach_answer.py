@@ -14,11 +14,14 @@ import pytest
 import trio
 
 from adapters.ownership import this_process
-from supervisor.holder.client import holder_launchers, stop_all_holders
-from supervisor.holder.layout import describe_held, held_root
+from supervisor import shared_codex
+from supervisor.holder import client
+from supervisor.holder.client import HeldProcess, holder_launchers
+from supervisor.holder.layout import HeldPaths, held_root
 from supervisor.providers import standin_settings
 from supervisor.reattach import find_held
 from supervisor.shared_codex import HolderSettings
+from tests.holder.support import holders_stopped, stderr_a_moment_later
 from tests.supervisor.support import rig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,10 +54,23 @@ def _long_journal_then_approval(tmp: Path) -> Path:
     return path
 
 
-def _rig(tmp_path: Path, shared: bool) -> Any:
+def _approval_then_stderr(tmp: Path) -> Path:
+    """The approval transcript with Codex writing on stderr a moment after it asks (the
+    journal held before the next attach ends on stderr records)."""
+    lines = APPROVAL.read_text().splitlines()
+    ask = next(i for i, line in enumerate(lines) if "requestApproval" in line)
+    noise = [{"step": "emit_stderr", "text": f"warming up {k}\n"} for k in range(3)]
+    noise[0]["afterMs"] = 300
+    played = [json.dumps(step) for step in noise]
+    path = tmp / "approval_then_stderr.ndjson"
+    path.write_text("\n".join([*lines[: ask + 1], *played, *lines[ask + 1 :]]) + "\n")
+    return path
+
+
+def _rig(tmp_path: Path, shared: bool, transcript: Path | None = None) -> Any:
     state = tmp_path / "state"
     root = held_root(state)
-    transcript = _long_journal_then_approval(tmp_path)
+    transcript = transcript or _long_journal_then_approval(tmp_path)
     options: dict[str, Any] = {}
     if shared:
         options = {
@@ -76,7 +92,7 @@ async def test_an_answer_right_after_the_reattach_waits_for_the_replay_and_is_ac
     tmp_path: Path, shared: bool
 ) -> None:
     state = tmp_path / "state"
-    try:
+    async with holders_stopped(state):
         async with _rig(tmp_path, shared) as r:
             tid = await r.thread()
             run_id = (await r.manager.send_message(tid, "touch it")).result["runId"]
@@ -98,8 +114,43 @@ async def test_an_answer_right_after_the_reattach_waits_for_the_replay_and_is_ac
             assert (await r2.wait_run(run_id, within=60)).status == "completed"
             (resolved,) = [q for q in r2.rows("runtime_request") if q.id == request.id]
             assert (resolved.status, resolved.decision) == ("resolved", "accept")
-    finally:
-        stop_all_holders(state)
-    with trio.fail_after(20):
-        while describe_held(state):  # noqa: ASYNC110 - the holders exit by themselves
-            await trio.sleep(0.05)
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["own-process", "shared-process"])
+async def test_an_answer_right_after_a_reattach_whose_journal_ends_on_stderr_is_not_held(
+    tmp_path: Path, shared: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay is over once the records journaled before the attach are handed out,
+    stderr ones last (brought by a later read of the socket): an answer does not wait the
+    request bound (30 s) for a line the provider, waiting for it, never writes."""
+    state = tmp_path / "state"
+    transcript = _approval_then_stderr(tmp_path)
+    async with holders_stopped(state):
+        async with _rig(tmp_path, shared, transcript) as r:
+            tid = await r.thread()
+            run_id = (await r.manager.send_message(tid, "touch it")).result["runId"]
+            (request,) = await r.wait_for(
+                lambda: [q for q in r.rows("runtime_request") if q.status == "pending"], 60
+            )
+            (journal,) = held_root(state).glob("*/journal")
+            with trio.fail_after(20):
+                while b"warming up 2" not in journal.read_bytes():  # noqa: ASYNC110
+                    await trio.sleep(0.02)
+            assert r.manager.leave_held() == 1
+            await r.wait_for(lambda: not r.manager.runners)
+
+        attach = client.attach
+
+        async def attach_split(paths: HeldPaths, after: int) -> HeldProcess:
+            held = await attach(paths, after)
+            stderr_a_moment_later(held)
+            return held
+
+        monkeypatch.setattr(client, "attach", attach_split)
+        monkeypatch.setattr(shared_codex, "attach", attach_split)
+        async with _rig(tmp_path, shared, transcript) as r2:
+            found = find_held(r2.core.reader, state)
+            assert await r2.manager.reattach_all(found) == []
+            with trio.fail_after(10):
+                await r2.manager.respond(request.id, "accept")
+            assert (await r2.wait_run(run_id, within=60)).status == "completed"

@@ -19,6 +19,7 @@ from supervisor.shared_codex import HolderSettings, held_with_threads
 from t3orch.cli.drill import long_reply
 from t3orch.store.open import open_reader
 from t3orch.store.sqlite.backend import SQLiteStore
+from tests.holder.support import holders_stopped
 from tests.supervisor.support import Rig, rig
 
 WORDS = [f"w{i} " for i in range(80)]
@@ -56,7 +57,7 @@ async def test_two_threads_on_a_held_shared_standin_process_survive_a_restart(
     tmp_path: Path,
 ) -> None:
     state = tmp_path / "state"
-    try:
+    async with holders_stopped(state):
         async with _rig(tmp_path) as r:
             a, b = await r.thread(), await r.thread()
             ra = (await r.manager.send_message(a, "one")).result["runId"]
@@ -91,11 +92,6 @@ async def test_two_threads_on_a_held_shared_standin_process_survive_a_restart(
             # A next turn goes to the same process, to its own thread.
             rc = (await r2.manager.send_message(a, "three")).result["runId"]
             assert (await r2.wait_run(rc, within=30)).status == "completed"
-    finally:
-        stop_all_holders(state)
-    with trio.fail_after(20):
-        while describe_held(state):  # noqa: ASYNC110 - the holders exit by themselves
-            await trio.sleep(0.05)
 
 
 async def test_a_shared_holder_whose_daemon_never_returns_stops_after_its_grace(
