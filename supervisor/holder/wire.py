@@ -32,10 +32,6 @@ PROTOCOL_VERSION = 1
 HEADER = struct.Struct("<BQI")
 #: A record's payload bound: a provider line can be megabytes (the line bound is 8 MiB).
 MAX_PAYLOAD = 64 * 1024 * 1024
-#: What one socket read asks for: under the C allocator's mmap threshold (128 KiB). A
-#: larger bound makes each read of a few hundred bytes map, fault in and unmap a buffer
-#: of that size (~20 µs a read, most of the socket's cost); a backlog takes more reads.
-READ_BYTES = 64 * 1024
 
 
 class Kind(IntEnum):
@@ -244,7 +240,7 @@ class RecordReader:
             if records:
                 del self._buffer[:used]
                 return records
-            chunk = await self._stream.receive_some(READ_BYTES)
+            chunk = await self._stream.receive_some(256 * 1024)
             if not chunk:
                 if self._buffer:
                     raise ProtocolError("the stream ended inside a record")
