@@ -3,6 +3,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import trio
+
 from supervisor import checkpointing, manager
 from tests.supervisor.support import rig
 
@@ -54,3 +56,29 @@ async def test_a_turn_on_an_idle_runtime_reads_the_log_four_times_in_the_manager
         finally:
             conn.set_trace_callback(None)
         assert len(statements) == 4, statements
+
+
+class _Spawned(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.names.append(task.name)
+
+
+async def test_waiting_for_a_turn_spawns_no_task(tmp_path: Path) -> None:
+    """The manager waits for each turn's end (``SessionRunner.wait_turn``) on one event:
+    a nursery of two tasks per turn was ~70 µs of the event loop's CPU (issue 17)."""
+    async with rig(tmp_path / "e.db") as r:
+        tid = await r.thread()
+        first = await r.manager.send_message(tid, "hello")
+        await r.wait_run(first.result["runId"])
+        spawned = _Spawned()
+        trio.lowlevel.add_instrument(spawned)
+        try:
+            second = await r.manager.send_message(tid, "again")
+            await r.wait_run(second.result["runId"])
+        finally:
+            trio.lowlevel.remove_instrument(spawned)
+        assert spawned.names, "the turn's dispatch is a task"
+        assert not [name for name in spawned.names if "wait_turn" in name]
