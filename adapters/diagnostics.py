@@ -39,13 +39,14 @@ import os
 import re
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from t3orch.clock import WallClock, iso, system_clock
+from t3orch.clock import WallClock, iso
 from t3orch.domain.raw import RawProviderEvent
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ids import ProviderSessionId, RawEventId
@@ -246,9 +247,10 @@ class RotatingRawLog:
             self._fail(exc)
         self._last_flush = time.monotonic()
         self._encoder = msgspec.json.Encoder()
-        # observedAt has millisecond resolution: format it once per millisecond.
-        self._stamp_ms = -1
-        self._stamp = ""
+        # observedAt has millisecond resolution; its date and time of day are formatted
+        # once a second, and each line only writes its milliseconds after them.
+        self._stamp_second = -1
+        self._stamp_prefix = ""
 
     def __enter__(self) -> RotatingRawLog:
         return self
@@ -292,12 +294,14 @@ class RotatingRawLog:
         return raw_id
 
     def _observed_at(self) -> str:
-        if self._clock is None:
-            ms = time.time_ns() // 1_000_000
-            if ms != self._stamp_ms:
-                self._stamp_ms, self._stamp = ms, iso(system_clock())
-            return self._stamp
-        return iso(self._clock())
+        if self._clock is not None:
+            return iso(self._clock())
+        second, ms = divmod(time.time_ns() // 1_000_000, 1000)
+        if second != self._stamp_second:
+            # iso's text up to its milliseconds: "2026-12-02T05:30:01" of ".000Z".
+            start = iso(datetime.fromtimestamp(second, UTC))
+            self._stamp_second, self._stamp_prefix = second, start[: -len(".000Z")]
+        return f"{self._stamp_prefix}.{ms:03d}Z"
 
     def _write(self, data: bytes) -> None:
         try:

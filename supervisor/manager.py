@@ -509,9 +509,7 @@ class SessionManager:
         except SessionFailed as exc:
             await self._fail_run(thread_id, run_id, str(exc))
             return
-        run = self.reader.get(Run, run_id)
-        if run is not None:
-            await self._run_turn(thread_id, run, begun.runner)
+        await self._run_turn(thread_id, run_id, begun.runner)
 
     async def _dispatch(self, thread_id: str, run: Run) -> None:
         runner = self.runners.get(thread_id)
@@ -570,10 +568,12 @@ class SessionManager:
             # It died between opening and this turn; its exit is recorded already.
             await self._fail_run(thread_id, run.id, str(exc))
             return
-        await self._run_turn(thread_id, run, runner)
+        await self._run_turn(thread_id, run.id, runner)
 
-    async def _run_turn(self, thread_id: str, run: Any, runner: SessionRunner) -> None:
-        """From the run's first ``turn/start`` until it ended (and was checkpointed)."""
+    async def _run_turn(self, thread_id: str, run_id: str, runner: SessionRunner) -> None:
+        """From the run's first ``turn/start`` until it ended (and was checkpointed).
+
+        It reads the log once, for how the run ended (a plain turn's only read here)."""
         await runner.wait_turn()
         if runner.left_held:
             return  # the run goes on in its holder, for the next daemon
@@ -581,17 +581,16 @@ class SessionManager:
         while runner.restart is not None and not runner.stopping:
             turn, combined = runner.restart
             runner.restart = None
-            await runner.start_turn(run.id, combined, turn=turn)
+            await runner.start_turn(run_id, combined, turn=turn)
             await runner.wait_turn()
         if runner.recovery is not None:
-            await self._recover(thread_id, run, runner)
+            await self._recover(thread_id, run_id, runner)
         # Completed runs were checkpointed at their barrier; an interrupted or failed
         # run is checkpointed here, before the next run is dispatched (not twice: a
-        # git probe per run is a subprocess).
-        with self.reader.snapshot():
-            ended = self.reader.row("run", run.id)
+        # git probe per run is a subprocess). One read needs no snapshot of its own.
+        ended = self.reader.row("run", run_id)
         if ended is None or ended.status != "completed":
-            await self.checkpointer.after_run(thread_id, run.id)
+            await self.checkpointer.after_run(thread_id, run_id)
 
     async def _checkpoint_at_barrier(
         self, thread_id: str, run_id: str, committed: Callable[[], Awaitable[None]]
@@ -657,7 +656,7 @@ class SessionManager:
             if released is not None:
                 await released.wait()
 
-    async def _recover(self, thread_id: str, run: Any, crashed: SessionRunner) -> None:
+    async def _recover(self, thread_id: str, run_id: str, crashed: SessionRunner) -> None:
         """Run the crashed turn again as its ``provider_recovery`` attempt on a new runtime."""
         turn, crashed.recovery = crashed.recovery, None
         assert turn is not None
@@ -666,25 +665,27 @@ class SessionManager:
             await released.wait()  # the crash is counted before the intensity check
         crashes = self.crashes_of(thread_id)
         if crashes.held:
-            await self._fail_run(thread_id, run.id, "provider restart intensity exceeded")
+            await self._fail_run(thread_id, run_id, "provider restart intensity exceeded")
             return
         delay = self.restart.backoff(len(self._recent(crashes)))
         log.info(
             "recovering run %s of thread %s on a new runtime (backoff %.1fs)",
-            run.id,
+            run_id,
             thread_id,
             delay,
         )
         await trio.sleep(delay)
         try:
-            runner = await self._open_runner(thread_id, run.id)
-            await runner.start_turn(run.id, self._user_text(run), turn=turn)
+            runner = await self._open_runner(thread_id, run_id)
+            run = self.reader.get(Run, run_id)
+            assert run is not None, f"run {run_id} of a recovered turn is not in the log"
+            await runner.start_turn(run_id, self._user_text(run), turn=turn)
         except SessionFailed as exc:
-            await self._fail_run(thread_id, run.id, str(exc))
+            await self._fail_run(thread_id, run_id, str(exc))
             return
         await runner.wait_turn()
         if runner.recovery is not None:
-            await self._recover(thread_id, run, runner)
+            await self._recover(thread_id, run_id, runner)
 
     def _user_text(self, run: Run) -> str:
         # The run's message is the item ``send_message`` made with it: read by its id,

@@ -367,6 +367,8 @@ class SessionRunner:
                 )
                 with trio.CancelScope(shield=True), trio.move_on_after(5):
                     await stream.commit([gone])
+            # Its turn is over too, however the stream ended (``wait_turn`` waits on it).
+            stream.turn_done.set()
             self.exited.set()
 
     async def _record_process(
@@ -687,18 +689,15 @@ class SessionRunner:
         return turn
 
     async def wait_turn(self) -> None:
-        """Until the active turn ends, or the runtime does (which ends every turn)."""
-        if self.exited.is_set():
-            return
-        async with trio.open_nursery() as nursery:
+        """Until the active turn ends, or the runtime does (which ends every turn).
 
-            async def first(event: trio.Event) -> None:
-                await event.wait()
-                nursery.cancel_scope.cancel()
-
-            if self._stream is not None:
-                nursery.start_soon(first, self._stream.turn_done)
-            nursery.start_soon(first, self.exited)
+        One event, no tasks: the runtime's end sets the turn's event as well (the
+        stream's record of the exit, or this runner's teardown)."""
+        stream = self._stream
+        if stream is None:
+            await self.exited.wait()
+        elif not self.exited.is_set():
+            await stream.turn_done.wait()
 
     async def interrupt(self) -> None:
         """Ask the provider to interrupt its turn; it must acknowledge within a bound.

@@ -226,12 +226,23 @@ class RecordSender:
             await self._stream.send_all(data)
 
 
+#: What one read of a stream of records asks for: under the C allocator's mmap threshold
+#: (128 KiB), or a process whose threshold has not grown (a holder) maps, faults in and
+#: unmaps a buffer of that size for each read of a few hundred bytes (strace: a holder's
+#: 256 KiB command reads did). A backlog takes a few more reads.
+READ_BYTES = 64 * 1024
+
+
 class RecordReader:
     """Records from a byte stream, a read's worth per call."""
 
     def __init__(self, stream: trio.abc.ReceiveStream) -> None:
         self._stream = stream
         self._buffer = bytearray()
+        #: A socket is read as :func:`write_now` writes it: by its fd, once readable.
+        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
+        #: The last read filled its bound: more is likely waiting (a backlog).
+        self._full = False
 
     async def receive(self) -> list[Record]:
         """The next complete records (at least one); ``[]`` at end of stream."""
@@ -240,12 +251,34 @@ class RecordReader:
             if records:
                 del self._buffer[:used]
                 return records
-            chunk = await self._stream.receive_some(256 * 1024)
+            chunk = await self._read()
+            self._full = len(chunk) == READ_BYTES
             if not chunk:
                 if self._buffer:
                     raise ProtocolError("the stream ended inside a record")
                 return []
             self._buffer += chunk
+
+    async def _read(self) -> bytes | bytearray:
+        """One read of the stream. A socket that the last read emptied is waited on
+        before it is read: trio's ``receive_some`` reads first, and a reader keeping up
+        (every read but a backlog's) paid a failed ``recv`` and its exception, and the
+        stream's conflict check, per read (issue 17)."""
+        sock = self._socket
+        if sock is None:
+            return await self._stream.receive_some(READ_BYTES)
+        if self._full:
+            await trio.lowlevel.checkpoint()
+        else:
+            await trio.lowlevel.wait_readable(sock)
+        while True:
+            fd = sock.fileno()
+            if fd < 0:
+                raise trio.ClosedResourceError("the socket is closed")
+            try:
+                return os.read(fd, READ_BYTES)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(sock)
 
     async def receive_one(self) -> Record | None:
         """One record (for the hello/welcome exchange; never reads past what it needs)."""

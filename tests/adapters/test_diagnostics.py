@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -12,6 +12,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adapters import diagnostics
 from adapters.diagnostics import (
     REDACTED,
     RotatingRawLog,
@@ -21,6 +22,7 @@ from adapters.diagnostics import (
     sensitive_key,
 )
 from adapters.replay import replay_events
+from t3orch.clock import iso
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "codex"
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
@@ -388,3 +390,28 @@ def test_a_raw_dir_that_cannot_be_made_is_a_failure_said_not_raised(tmp_path: Pa
     assert log.record("incoming", b"{}") == "raw_pss_test_1"
     log.stderr(b"x\n")
     log.close()
+
+
+def test_observed_at_formats_each_second_once_and_each_line_its_milliseconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the system clock, a line's stamp costs its milliseconds only (issue 17: the
+    date and time of day were formatted per line, the raw log's largest cost)."""
+    start = int(datetime(2026, 12, 2, 5, 59, 58, tzinfo=UTC).timestamp()) * 1000
+    times = [start + 7 * i for i in range(430)]  # 3.01 s: 4 seconds, 430 milliseconds
+    now = iter(times)
+    monkeypatch.setattr(diagnostics.time, "time_ns", lambda: next(now) * 1_000_000)
+    formatted: list[datetime] = []
+
+    def counted(moment: datetime) -> str:
+        formatted.append(moment)
+        return iso(moment)
+
+    monkeypatch.setattr(diagnostics, "iso", counted)
+    with RotatingRawLog(tmp_path / "raw", "codex", "pss_test") as log:
+        for i in range(len(times)):
+            log.record("incoming", b'{"method":"item/agentMessage/delta","params":{"n":%d}}' % i)
+        stamps = [r["observedAt"] for r in records(log)]
+    assert len(formatted) == 4
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    assert stamps == [iso(epoch + timedelta(milliseconds=ms)) for ms in times]
