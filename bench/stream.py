@@ -495,6 +495,14 @@ def _summary(
     return out
 
 
+def _codex_sharing(toml: str, threads: int | None) -> str:
+    if threads is None:
+        return toml
+    return toml.replace(
+        "[providers.codex]\n", f"[providers.codex]\nmax_threads_per_process = {threads}\n", 1
+    )
+
+
 def _wait_for_socket(path: Path, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + TIMEOUT_S
     while not path.exists():
@@ -531,6 +539,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="stamp each hop of a turn (T3ORCH_TIMELINE) and print where a plain turn's ms go",
     )
+    ap.add_argument(
+        "--codex-threads-per-process",
+        type=int,
+        default=None,
+        help="the daemon's providers.codex.max_threads_per_process (default 16: shared; 1: own)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     load_before = os.getloadavg()
@@ -552,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
                     else ""
                 )
                 + "\n"
-                + config_toml(config)
+                + _codex_sharing(config_toml(config), args.codex_threads_per_process)
             )
             state = root / "state"
             timeline_file = root / "timeline.txt" if args.timeline else None
