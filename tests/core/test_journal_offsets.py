@@ -34,6 +34,13 @@ async def until(done: Callable[[], bool]) -> None:
         await trio.sleep(0.01)
 
 
+async def turn_on_a_new_thread(core: Core) -> SessionBinding:
+    """A new thread's started turn (its binding)."""
+    binding = await started_turn(core.service, await new_thread(core.service))
+    assert binding.turn is not None
+    return binding
+
+
 @asynccontextmanager
 async def turn_stream(core: Core, binding: SessionBinding) -> AsyncIterator[EventQueue]:
     """An ingest stream on ``binding``'s started turn, running; its queue. The block ends
@@ -77,9 +84,7 @@ def test_an_offset_waits_for_the_deltas_buffered_before_it() -> None:
 
 async def test_the_committed_offset_is_stored_with_the_events_it_covers(tmp_path: Path) -> None:
     async with open_core(tmp_path / "e.db") as core:
-        tid = await new_thread(core.service)
-        binding = await started_turn(core.service, tid)
-        assert binding.turn is not None
+        binding = await turn_on_a_new_thread(core)
         sid = binding.provider_session_id
 
         def committed() -> JournalCommitted | None:
@@ -88,7 +93,7 @@ async def test_the_committed_offset_is_stored_with_the_events_it_covers(tmp_path
 
         def text() -> str:
             with core.reader.snapshot():
-                items = core.reader.select(AssistantMessage, thread_id=tid)
+                items = core.reader.select(AssistantMessage, thread_id=binding.thread_id)
             return items[0].text if items else ""
 
         async with turn_stream(core, binding) as queue:
@@ -134,9 +139,7 @@ async def test_the_offset_read_after_a_turn_end_commits_with_it(tmp_path: Path) 
     is stored in the turn end's transaction, not in a later one (a crash between the
     two would replay a turn end the log has)."""
     async with open_core(tmp_path / "e.db") as core:
-        tid = await new_thread(core.service)
-        binding = await started_turn(core.service, tid)
-        assert binding.turn is not None
+        binding = await turn_on_a_new_thread(core)
         batches = _committed_batches(core)
         async with turn_stream(core, binding) as queue:
             queue.put(JournalOffset(holder_id="h", offset=3))
@@ -153,9 +156,7 @@ async def test_offsets_alone_wait_for_what_follows_them(tmp_path: Path) -> None:
     offset on the queue. Queued alone, each was a transaction (an fsync the turn's end then
     waited for); now they commit with what follows: here, the turn's end."""
     async with open_core(tmp_path / "e.db") as core:
-        tid = await new_thread(core.service)
-        binding = await started_turn(core.service, tid)
-        assert binding.turn is not None
+        binding = await turn_on_a_new_thread(core)
         batches = _committed_batches(core)
         async with turn_stream(core, binding) as queue:
             await trio.sleep(0.02)  # the item started is committed
