@@ -17,7 +17,9 @@ after the send and its mean latency after the fake model wrote it (the fakes pac
 stream on a schedule, as a model server does, and note each write), the stored
 ``turn_item.delta`` rows of the reply (and per second), and the median time of
 ``--turns`` plain short turns (``hello``), each a send until the turn's end
-(direct: ``turn/completed`` / ``result``; t3orch: the run's ``completed`` event).
+(direct: ``turn/completed`` / ``result``; t3orch: the run's ``completed`` event), with
+the CPU a plain turn costs: the daemon's, the provider's and what of it the provider
+waited for a CPU (its threads' ``schedstat``), and every thread's on the machine.
 Targets (issue 17): first text ≤ direct + 10 ms, ≥ 40 updates/s, word arrival ≤
 direct + 10 ms, ≤ 4 stored rows per item per second, plain turn ≤ 1.05 × direct.
 
@@ -40,8 +42,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
 
@@ -57,7 +59,7 @@ from t3orch import timeline  # noqa: E402
 from t3orch.cli.client import ApiClient, ThreadView, connect  # noqa: E402
 from t3orch.cli.environment import config_toml, provider_environment  # noqa: E402
 from t3orch.cli.served import serve_daemon  # noqa: E402
-from t3orch.config import Config  # noqa: E402
+from t3orch.config import Config, load_config  # noqa: E402
 from t3orch.daemon import stop_agents  # noqa: E402
 
 STREAM_PROMPT = "STREAM: 200 50"
@@ -375,9 +377,17 @@ async def _compare(
             d_plain, t_plain = [], []
             t.spans.clear()
             cpu_before = _cpu_by_thread(daemon_pid)
+            mine = direct.p.proc.pid
+            provider = config.providers.codex if kind == "codex" else config.providers.claude
+            theirs = _same_provider(mine, provider.env)
+            d_sched, t_sched = [0, 0, 0], [0, 0, 0]
             for _ in range(turns):
+                before = _sched([mine])
                 d_plain.append(direct.turn("hello"))
+                _add(d_sched, before, _sched([mine]))
+                before = _sched(theirs)
                 t_plain.append((await t.turn("hello"))[0])
+                _add(t_sched, before, _sched(theirs))
             spans = list(t.spans)
             cpu_after = _cpu_by_thread(daemon_pid)
     finally:
@@ -387,6 +397,12 @@ async def _compare(
         "direct": _summary(d_streamed, d_plain, None),
         "t3orch": _summary(t_streamed, t_plain, (statistics.median(rows), per_s)),
     }
+    out["direct"]["provider_cpu_ms_per_turn"] = d_sched[0] / turns / 1e6
+    out["direct"]["provider_wait_ms_per_turn"] = d_sched[1] / turns / 1e6
+    out["t3orch"]["provider_cpu_ms_per_turn"] = t_sched[0] / turns / 1e6
+    out["t3orch"]["provider_wait_ms_per_turn"] = t_sched[1] / turns / 1e6
+    out["direct"]["machine_cpu_ms_per_turn"] = d_sched[2] / turns / 1e6
+    out["t3orch"]["machine_cpu_ms_per_turn"] = t_sched[2] / turns / 1e6
     by_thread = {
         name: (ns - cpu_before.get(name, 0)) / turns / 1e6 for name, ns in cpu_after.items()
     }
@@ -398,6 +414,50 @@ async def _compare(
         out["timeline"] = _timeline(timeline_file, spans)
         out["end"] = _the_end(timeline_file, spans)
     return out
+
+
+#: The provider env that names this run (the daemon sets others, e.g. a Claude TMPDIR).
+_THIS_RUN = ("CODEX_HOME", "ANTHROPIC_BASE_URL")
+
+
+def _same_provider(pid: int, env: Mapping[str, str]) -> list[int]:
+    """The other processes running ``pid``'s executable with this run's provider home or
+    fake (``env``): the daemon's providers, not another run's."""
+    exe = os.readlink(f"/proc/{pid}/exe")
+    wanted = {f"{k}={v}".encode() for k, v in env.items() if k in _THIS_RUN}
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != pid:
+            with suppress(OSError):
+                if os.readlink(proc / "exe") == exe and wanted <= set(
+                    (proc / "environ").read_bytes().split(b"\0")
+                ):
+                    out.append(int(proc.name))
+    return out
+
+
+def _sched(pids: list[int]) -> tuple[int, int, int]:
+    """(ns on a CPU, ns runnable but waiting for one) so far, over the threads of ``pids``
+    (``/proc/<pid>/task/*/schedstat``): the wait is the CPU the provider wanted and did
+    not get; and the ns on a CPU of every thread on the machine."""
+    run = wait = 0
+    for pid in pids:
+        with suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with suppress(OSError, ValueError, IndexError):
+                    fields = (task / "schedstat").read_text().split()
+                    run += int(fields[0])
+                    wait += int(fields[1])
+    machine = 0
+    for task in Path("/proc").glob("[0-9]*/task/[0-9]*/schedstat"):
+        with suppress(OSError, ValueError, IndexError):
+            machine += int(task.read_text().split()[0])
+    return run, wait, machine
+
+
+def _add(total: list[int], before: tuple[int, int, int], after: tuple[int, int, int]) -> None:
+    for i, (b, a) in enumerate(zip(before, after, strict=True)):
+        total[i] += a - b
 
 
 def _cpu_by_thread(pid: int) -> dict[str, int]:
@@ -517,6 +577,43 @@ def _wait_for_socket(path: Path, proc: subprocess.Popen[bytes]) -> None:
     trio.run(probe)
 
 
+@contextmanager
+def _fakes(root: Path, want: list[str], apart: bool) -> Iterator[tuple[Config, list[str], Path]]:
+    """The fake model servers: in this process (threads), or apart in a process of their
+    own (``t3orch fakes``), as a model server is on a machine of its own."""
+    if not apart:
+        from fixtures.fakes.codex_home import make_work_dir
+
+        work = make_work_dir(root / "work")
+        with provider_environment(work, root / "homes", want) as (config, kinds):
+            yield config, kinds, work
+        return
+    where = root / "fakes"
+    t3orch = Path(sys.executable).parent / "t3orch"
+    proc = subprocess.Popen(
+        [str(t3orch), "fakes", "--dir", str(where)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        kinds: list[str] = []
+        for raw in proc.stdout:
+            line = raw.decode()
+            if line.startswith("providers"):
+                kinds = line.split(None, 1)[1].split(" (")[0].split(", ")
+            if line.startswith("ready"):
+                break
+        else:
+            raise RuntimeError("t3orch fakes did not start")
+        yield load_config(where / "t3orch.toml"), kinds, where / "work"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--providers", default="codex,claude")
@@ -545,6 +642,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the daemon's providers.codex.max_threads_per_process (default 16: shared; 1: own)",
     )
+    ap.add_argument(
+        "--fakes-apart",
+        action="store_true",
+        help="run the fake model servers in a process of their own (no word latency then)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     load_before = os.getloadavg()
@@ -552,10 +654,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="t3bs", dir="/tmp"))
     results: dict[str, dict[str, Any]] = {}
     try:
-        from fixtures.fakes.codex_home import make_work_dir
-
-        work = make_work_dir(root / "work")
-        with provider_environment(work, root / "homes", want) as (config, kinds):
+        with _fakes(root, want, args.fakes_apart) as (config, kinds, work):
             kinds = [k for k in kinds if k in want]
             cfg = root / "t3orch.toml"
             cfg.write_text(
@@ -620,6 +719,9 @@ _ROWS = [
     ("stored delta rows (per s)", "stored_delta_rows", "{:.0f}"),
     ("plain turn, median (ms)", "plain_turn_ms", "{:.1f}"),
     ("daemon CPU per plain turn (ms)", "daemon_cpu_ms_per_turn", "{:.1f}"),
+    ("provider CPU per plain turn (ms)", "provider_cpu_ms_per_turn", "{:.1f}"),
+    ("provider waiting for a CPU (ms)", "provider_wait_ms_per_turn", "{:.1f}"),
+    ("every thread's CPU per plain turn (ms)", "machine_cpu_ms_per_turn", "{:.1f}"),
 ]
 
 
