@@ -659,7 +659,7 @@ class SessionRunner:
                 run_id, self.binding.provider_thread_id, self.journal_position()
             )
         assert self._stream is not None
-        self._stream.turn_started(turn)
+        self._stream.turn_started(turn, sent=False)
         self.last_activity = trio.current_time()
         self.turn_sent_at = process_clock()
         context = [c for c in (self.pending_context, handoff) if c]
@@ -669,6 +669,7 @@ class SessionRunner:
         try:
             timeline.stamp("provider.start_turn")
             await rt.start_turn(text)
+            self._stream.turn_sent()
             timeline.stamp("provider.started")
         except AdapterError as exc:
             why = str(exc)

@@ -46,6 +46,8 @@ class StandinOptions:
     ``close_stdout_after_frames``: close stdout and live on, reading stdin and
     answering nothing. ``slow_ms`` is added before every stdout line.
     ``exit_code`` replaces the final exit status (code or signal).
+    ``crash_on_request``: SIGKILL ourselves on reading a client request with that
+    method, before anything of it is played (a provider dying as the input arrives).
     """
 
     segment: int = 0
@@ -53,6 +55,7 @@ class StandinOptions:
     strict: bool = False
     loop_turns: bool = False
     crash_after_frames: int | None = None
+    crash_on_request: str | None = None
     hang_on_initialize: bool = False
     garbage_after_frames: int | None = None
     stop_after_frames: int | None = None
@@ -113,7 +116,7 @@ async def serve(
     player = make_player()
     outbound_send, outbound_receive = trio.open_memory_channel[bytes](math.inf)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_pump_stdin, stdin, outbound_send, options)
+        nursery.start_soon(_pump_stdin, stdin, outbound_send, options, crash)
         await sink.before_first_frame()
         status = await player.play(outbound_receive, sink)
         nursery.cancel_scope.cancel()
@@ -126,6 +129,7 @@ async def _pump_stdin(
     stdin: trio.abc.ReceiveStream,
     outbound: trio.MemorySendChannel[bytes],
     options: StandinOptions,
+    crash: Callable[[], None],
 ) -> None:
     """Client lines from stdin into the player's channel; closing it means stdin closed."""
     reader = BoundedLineReader(stdin, options.max_line_bytes)
@@ -140,7 +144,18 @@ async def _pump_stdin(
                 # forever, and even closing stdin changes nothing. Only a
                 # signal ends us, which is what the stop ladder must find out.
                 await trio.sleep_forever()
+            if options.crash_on_request is not None and _method(line) == options.crash_on_request:
+                log.warning("crashing on %s (--crash-on-request)", options.crash_on_request)
+                crash()
             await outbound.send(line)
+
+
+def _method(line: bytes) -> object:
+    try:
+        frame = msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        return None
+    return frame.get("method") if isinstance(frame, dict) else None
 
 
 def _is_initialize_line(line: bytes) -> bool:

@@ -51,6 +51,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[str, StandinOptions, 
         "--threads", action="store_true", help="host many threads, as a shared codex app-server"
     )
     parser.add_argument("--crash-after-frames", type=int, metavar="N", help="SIGKILL self")
+    parser.add_argument(
+        "--crash-on-request", metavar="METHOD", help="SIGKILL self on reading that request"
+    )
     parser.add_argument("--hang-on-initialize", action="store_true", help="never answer initialize")
     parser.add_argument(
         "--garbage-after-frames", type=int, metavar="N", help="write one non-JSON line"
@@ -86,6 +89,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[str, StandinOptions, 
         strict=args.strict,
         loop_turns=args.loop_turns,
         crash_after_frames=args.crash_after_frames,
+        crash_on_request=args.crash_on_request,
         hang_on_initialize=args.hang_on_initialize,
         garbage_after_frames=args.garbage_after_frames,
         stop_after_frames=args.stop_after_frames,

@@ -36,6 +36,11 @@ class SessionBinding:
     #: Ended turns whose subagents the provider still runs: their children's later
     #: events are bound to them, not to whatever turn is active now.
     lingering: tuple[TurnBinding, ...] = ()
+    #: ``turn``'s input may never have reached the provider: its start was not
+    #: acknowledged. A turn ending so gives back what was delivered with it
+    #: (``settle.give_back``). Not part of equality: a batch bound before the
+    #: acknowledgement still joins the ones after it.
+    turn_unsent: bool = attrs.field(default=False, eq=False)
 
     def with_turn(self, turn: TurnBinding | None) -> SessionBinding:
         return attrs.evolve(self, turn=turn)

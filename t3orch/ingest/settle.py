@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from t3orch.domain.provider import ProviderThread
 from t3orch.domain.request import NotResumableCapability
 from t3orch.domain.run import TokenUsage, add_usage
 from t3orch.domain.vocab import (
@@ -22,7 +23,8 @@ from t3orch.domain.vocab import (
     TURN_ITEM_TERMINAL,
     TURN_TERMINAL,
 )
-from t3orch.ids import NodeId, ProviderTurnId, TurnItemId, derived_id
+from t3orch.events import ContextTransferUpserted
+from t3orch.ids import ContextTransferId, NodeId, ProviderTurnId, TurnItemId, derived_id
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.changes import Changes
 from t3orch.ingest.subagents import settle_subagent, within
@@ -108,7 +110,11 @@ def close_turn(
         ch.put("run", msgspec.structs.replace(run, usage=add_usage(run.usage, usage)))
     if b.provider_thread_id is not None:
         pt = ch.get("provider_thread", b.provider_thread_id)
-        if pt is not None:
+        # A completed turn was had, whatever was acknowledged.
+        unsent = b.turn_unsent and t == b.turn and status != "completed"
+        if pt is not None and unsent:
+            give_back(ch, t.run_id, pt)
+        elif pt is not None:
             ch.put(
                 "provider_thread",
                 msgspec.structs.replace(
@@ -128,6 +134,43 @@ def close_turn(
             "provider_session",
             msgspec.structs.replace(s, status="ready", updated_at=now, last_activity_at=now),
         )
+
+
+def give_back(ch: Changes, run_id: str, pt: ProviderThread) -> None:
+    """``pt`` never saw ``run_id``'s input (its start failed): nor what came with it.
+
+    The handoffs delivered with the run are taken off ``pt``'s list, and ``pt`` keeps
+    the last run it saw, so the next run on it is told again: the run's own
+    provider handoff is recomputed then (``superseded`` now: it covers the same runs
+    or fewer than the next one's), any other (regenerated, merged back, a resume
+    fallback's summary) waits as ``pending`` for the next run, as a regenerated one
+    does. A provider that took the input after all is told twice, which it shows;
+    losing it shows nowhere.
+    """
+    now = ch.now()
+    own = derived_id(ContextTransferId, run_id, "provider_handoff")
+    kept = []
+    for handoff_id in pt.handoff_ids:
+        h = ch.get("context_handoff", handoff_id)
+        if h is None or h.target_run_id != run_id or h.status != "ready":
+            kept.append(handoff_id)
+            continue
+        back = "superseded" if h.transfer_id == own else "pending"
+        ch.put("context_handoff", msgspec.structs.replace(h, status=back, updated_at=now))
+        if h.transfer_id == own:
+            transfer = ch.get("context_transfer", own)
+            if transfer is not None:
+                replaced = msgspec.structs.replace(transfer, status="superseded")
+                ch.emit(ContextTransferUpserted(transfer=replaced))
+    ch.put(
+        "provider_thread",
+        msgspec.structs.replace(
+            pt,
+            status="idle" if pt.status == "active" else pt.status,
+            handoff_ids=kept,
+            updated_at=now,
+        ),
+    )
 
 
 def _ordinal(ch: Changes, t: TurnBinding) -> int | None:

@@ -57,6 +57,7 @@ from t3orch.provider_events import (
     JournalOffset,
     PlanUpdated,
     ProviderEvent,
+    RequestOpened,
     RuntimeExited,
     SubagentEnded,
     TurnCompleted,
@@ -202,6 +203,10 @@ def subagent_end(event: ProviderEvent) -> tuple[str | None] | None:
     return None
 
 
+#: Events only a provider working on a turn sends: its input reached it.
+_TURN_WORK = (TurnStarted, ItemStarted, ItemDelta, ItemCompleted, RequestOpened, TurnCompleted)
+
+
 @attrs.define(eq=False)
 class IngestStream:
     """One runtime's stream (see the module docstring). ``binding`` is replaced when
@@ -233,11 +238,21 @@ class IngestStream:
     _subagents: bool = False
     #: A mid-turn batch not queued yet, waiting for what follows.
     _held: _Held | None = None
+    #: The active turn's input is not acknowledged yet (:meth:`turn_started`).
+    _unsent: bool = False
 
-    def turn_started(self, turn: TurnBinding) -> None:
+    def turn_started(self, turn: TurnBinding, *, sent: bool = True) -> None:
+        """``turn`` is the active one. ``sent=False``: its input is being sent, and
+        until :meth:`turn_sent` an end of the turn (an exit, a refused start) says the
+        provider may never have had it (``SessionBinding.turn_unsent``)."""
         self.active_turn = turn
         self.turn_done = trio.Event()
         self._subagents = False
+        self._unsent = not sent
+
+    def turn_sent(self) -> None:
+        """The provider acknowledged the active turn's input."""
+        self._unsent = False
 
     async def run(
         self, queue: EventQueue, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -266,6 +281,8 @@ class IngestStream:
                         self.last_event_at = now
                     for event in batch:
                         lane.see(event, self.binding.thread_id, self.active_turn)
+                        if isinstance(event, _TURN_WORK):
+                            self._unsent = False  # the provider works on it: it has it
                     # Live text first: it is read before any of it can be committed.
                     lane.flush(now)
                     ready: list[ProviderEvent] = []
@@ -453,7 +470,7 @@ class IngestStream:
         name (an exit committed meanwhile may have cleared the active turn)."""
         await self._queue_held()
         ticket = await self.ingest.ingest_queued(
-            attrs.evolve(self.binding, turn=turn, lingering=()), [event]
+            attrs.evolve(self.binding, turn=turn, lingering=(), turn_unsent=True), [event]
         )
         await self._inflight.drain()
         await ticket.outcome()
@@ -465,7 +482,10 @@ class IngestStream:
         """The binding for the next events: the active turn, and the ended turns whose
         children still run (their events are bound to the turn that spawned them)."""
         lingering = tuple(dict.fromkeys(self.lingering.values()))
-        return attrs.evolve(self.binding, turn=self.active_turn, lingering=lingering)
+        unsent = self._unsent and self.active_turn is not None
+        return attrs.evolve(
+            self.binding, turn=self.active_turn, lingering=lingering, turn_unsent=unsent
+        )
 
     def _subagent_run(self, ended: tuple[str | None] | None) -> str | None:
         """The run whose subagent just ended (one that outlived its turn: that turn's)."""

@@ -1,0 +1,64 @@
+"""A handoff sent with a turn the provider never took is sent again with the next one.
+
+The provider switched to dies as the first ``turn/start`` reaches it (the stand-in's
+``--crash-on-request``): that run fails, and the history it was to be told is still
+owed to the provider thread. Before, the handoff counted as delivered and the thread
+as having seen the failed run, so the next run told it nothing: the earlier
+conversation was lost to the new provider, silently.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from supervisor.providers import standin_settings
+from tests.lineage.support import FrameLog, handoff_of, send_completed, standin_for_every_kind
+from tests.supervisor.standin_plan import ECHO_RESUME, launch_count, plan_settings
+from tests.supervisor.support import rig
+
+
+def _echo(*extra: str) -> list[str]:
+    return [str(ECHO_RESUME), "--loop-turns", *extra]
+
+
+async def test_a_handoff_whose_turn_never_reached_the_provider_goes_with_the_next(
+    tmp_path: Path,
+) -> None:
+    frames = FrameLog()
+    plan = tmp_path / "claude-plan.json"
+    providers = {
+        "codex": standin_settings(),
+        # The first claude process dies on its first turn/start; the next one behaves.
+        "claude": plan_settings(plan, _echo("--crash-on-request", "turn/start"), _echo()),
+    }
+    async with rig(
+        tmp_path / "e.db",
+        providers=providers,
+        adapter_factory=standin_for_every_kind,
+        raw_factory=frames,
+    ) as r:
+        tid = await r.thread("codex")
+        await send_completed(r, tid, "codex run 1 BANANA")
+        await r.manager.switch_provider(tid, "claude")
+
+        lost = str((await r.manager.send_message(tid, "claude run 2")).result["runId"])
+        failed = await r.wait_run(lost, ("completed", "failed", "interrupted", "cancelled"))
+        assert failed.status == "failed", failed
+        # The scenario: the history went with the turn that never started.
+        given = handoff_of(r, lost)
+        assert "codex run 1 BANANA" in given.summary_text
+        assert given.status == "superseded", "a turn the provider never took delivers nothing"
+        (written,) = frames.turn_texts("claude")  # what the process died reading
+        assert "codex run 1 BANANA" in written
+
+        again = await send_completed(r, tid, "claude run 3")
+        assert launch_count(plan) == 2
+        sent = frames.turn_texts("claude")[-1]
+        assert "codex run 1 BANANA" in sent, "the next turn carries the history"
+        assert sent.endswith("claude run 3")
+        handoff = handoff_of(r, again)
+        # All of the history so far, the failed run (the user said it) included.
+        assert handoff.status == "ready" and handoff.covered_run_ordinals.to == 2
+        pt = r.row("provider_thread", handoff.to_provider_thread_id)
+        assert pt.handoff_ids == [handoff.id], "the superseded one is not counted as given"
+        assert pt.last_run_ordinal == 3
