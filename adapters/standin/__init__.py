@@ -46,8 +46,9 @@ class StandinOptions:
     ``close_stdout_after_frames``: close stdout and live on, reading stdin and
     answering nothing. ``slow_ms`` is added before every stdout line.
     ``exit_code`` replaces the final exit status (code or signal).
-    ``crash_on_request``: SIGKILL ourselves on reading a client request with that
-    method, before anything of it is played (a provider dying as the input arrives).
+    ``crash_on_request``: ``METHOD`` or ``METHOD:N``: SIGKILL ourselves on reading the
+    first (or ``N``-th) client request with that method, before anything of it is
+    played (a provider dying as the input arrives).
     """
 
     segment: int = 0
@@ -133,6 +134,7 @@ async def _pump_stdin(
 ) -> None:
     """Client lines from stdin into the player's channel; closing it means stdin closed."""
     reader = BoundedLineReader(stdin, options.max_line_bytes)
+    crash_on = _crash_on(options.crash_on_request)
     async with outbound:
         while (line := await reader.receive_line()) is not None:
             if isinstance(line, OversizedLine):
@@ -144,10 +146,20 @@ async def _pump_stdin(
                 # forever, and even closing stdin changes nothing. Only a
                 # signal ends us, which is what the stop ladder must find out.
                 await trio.sleep_forever()
-            if options.crash_on_request is not None and _method(line) == options.crash_on_request:
-                log.warning("crashing on %s (--crash-on-request)", options.crash_on_request)
-                crash()
+            if crash_on is not None and _method(line) == crash_on[0]:
+                crash_on = (crash_on[0], crash_on[1] - 1)
+                if crash_on[1] == 0:
+                    log.warning("crashing on %s (--crash-on-request)", options.crash_on_request)
+                    crash()
             await outbound.send(line)
+
+
+def _crash_on(spec: str | None) -> tuple[str, int] | None:
+    """``METHOD`` or ``METHOD:N``: the method, and how many of its requests to read."""
+    if spec is None:
+        return None
+    method, _, count = spec.partition(":")
+    return method, int(count or 1)
 
 
 def _method(line: bytes) -> object:

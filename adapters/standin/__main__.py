@@ -52,7 +52,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[str, StandinOptions, 
     )
     parser.add_argument("--crash-after-frames", type=int, metavar="N", help="SIGKILL self")
     parser.add_argument(
-        "--crash-on-request", metavar="METHOD", help="SIGKILL self on reading that request"
+        "--crash-on-request",
+        metavar="METHOD[:N]",
+        help="SIGKILL self on reading the first (N-th) request with that method",
     )
     parser.add_argument("--hang-on-initialize", action="store_true", help="never answer initialize")
     parser.add_argument(
@@ -83,6 +85,13 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[str, StandinOptions, 
     args = parser.parse_args(argv)
     if args.speed < 0:
         parser.error("--speed must be >= 0")
+    if args.crash_on_request is not None:
+        method, colon, count = args.crash_on_request.partition(":")
+        if not method or (colon and not (count.isdigit() and int(count) > 0)):
+            parser.error(
+                "--crash-on-request takes METHOD or METHOD:N, N > 0 "
+                f"(got {args.crash_on_request!r})"
+            )
     options = StandinOptions(
         segment=args.segment,
         speed=args.speed,

@@ -62,3 +62,56 @@ async def test_a_handoff_whose_turn_never_reached_the_provider_goes_with_the_nex
         pt = r.row("provider_thread", handoff.to_provider_thread_id)
         assert pt.handoff_ids == [handoff.id], "the superseded one is not counted as given"
         assert pt.last_run_ordinal == 3
+
+
+async def test_a_regenerated_handoff_whose_turn_never_reached_the_provider_waits_again(
+    tmp_path: Path,
+) -> None:
+    frames = FrameLog()
+    plan = tmp_path / "codex-plan.json"
+    providers = {
+        # Codex's second process (back from claude, run 3) dies on its second turn/start;
+        # the third resumes the thread.
+        "codex": plan_settings(
+            plan,
+            _echo(),
+            _echo("--segment", "1", "--crash-on-request", "turn/start:2"),
+            _echo("--segment", "1"),
+        ),
+        "claude": standin_settings(),
+    }
+    async with rig(
+        tmp_path / "e.db",
+        providers=providers,
+        adapter_factory=standin_for_every_kind,
+        raw_factory=frames,
+    ) as r:
+        tid = await r.thread("codex")
+        await send_completed(r, tid, "codex run 1 MANGO")
+        await r.manager.switch_provider(tid, "claude")
+        await send_completed(r, tid, "claude run 2 PEAR")
+        await r.manager.switch_provider(tid, "codex")
+        run3 = await send_completed(r, tid, "codex run 3")
+        res = await r.core.service.regenerate_handoff(
+            r.row("run", run3).context_handoff_id, "full_thread_summary"
+        )
+        regenerated = res.result["handoffId"]
+
+        lost = str((await r.manager.send_message(tid, "codex run 4")).result["runId"])
+        failed = await r.wait_run(lost, ("completed", "failed", "interrupted", "cancelled"))
+        assert failed.status == "failed", failed
+        assert "MANGO" in frames.turn_texts("codex")[-1], "it went with the turn that died"
+        waiting = r.row("context_handoff", regenerated)
+        assert waiting.status == "pending", "not delivered: the provider never took it"
+
+        run5 = await send_completed(r, tid, "codex run 5")
+        assert launch_count(plan) == 3
+        sent = frames.turn_texts("codex")[-1]
+        assert "regenerated" in sent and "MANGO" in sent and sent.endswith("codex run 5")
+        delivered = r.row("context_handoff", regenerated)
+        assert (delivered.status, delivered.target_run_id) == ("ready", run5)
+        pt = r.row("provider_thread", delivered.to_provider_thread_id)
+        assert pt.handoff_ids.count(regenerated) == 1
+        # Delivered once: the run after gets nothing.
+        await send_completed(r, tid, "codex run 6")
+        assert "regenerated" not in frames.turn_texts("codex")[-1]
