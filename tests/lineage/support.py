@@ -59,6 +59,17 @@ async def send_completed(r: Rig, tid: str, text: str) -> str:
     return run_id
 
 
+async def there_and_back(r: Rig) -> tuple[str, str]:
+    """A codex thread (run 1 says MANGO), on claude for run 2 (PEAR), back on codex for
+    run 3, which gets a delta handoff: the thread's id and run 3's."""
+    tid = await r.thread("codex")
+    await send_completed(r, tid, "codex run 1 MANGO")
+    await r.manager.switch_provider(tid, "claude")
+    await send_completed(r, tid, "claude run 2 PEAR")
+    await r.manager.switch_provider(tid, "codex")
+    return tid, await send_completed(r, tid, "codex run 3")
+
+
 @attrs.define
 class FrameLog:
     """A raw-frame sink factory keeping every frame sent to a provider, per kind."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from t3orch.store.errors import CommandRejected
-from tests.lineage.support import FrameLog, send_completed, standin_rig
+from tests.lineage.support import FrameLog, send_completed, standin_rig, there_and_back
 from tests.supervisor.support import rig
 
 
@@ -27,12 +27,7 @@ async def test_a_regenerated_handoff_supersedes_the_old_and_goes_with_the_next_r
     frames = FrameLog()
     async with standin_rig(tmp_path, raw_factory=frames) as r:
         svc = r.core.service
-        tid = await r.thread("codex")
-        await send_completed(r, tid, "codex run 1 MANGO")
-        await r.manager.switch_provider(tid, "claude")
-        await send_completed(r, tid, "claude run 2 PEAR")
-        await r.manager.switch_provider(tid, "codex")
-        run3 = await send_completed(r, tid, "codex run 3")
+        tid, run3 = await there_and_back(r)
         old_id = r.row("run", run3).context_handoff_id
         old = r.row("context_handoff", old_id)
         assert old.strategy == "delta_since_target_last_seen"

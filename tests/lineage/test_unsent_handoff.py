@@ -9,16 +9,44 @@ conversation was lost to the new provider, silently.
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
-from supervisor.providers import standin_settings
-from tests.lineage.support import FrameLog, handoff_of, send_completed, standin_for_every_kind
+from supervisor.providers import ProviderSettings, standin_settings
+from tests.lineage.support import (
+    FrameLog,
+    handoff_of,
+    send_completed,
+    standin_for_every_kind,
+    there_and_back,
+)
 from tests.supervisor.standin_plan import ECHO_RESUME, launch_count, plan_settings
-from tests.supervisor.support import rig
+from tests.supervisor.support import Rig, rig
 
 
 def _echo(*extra: str) -> list[str]:
     return [str(ECHO_RESUME), "--loop-turns", *extra]
+
+
+def _rig(
+    tmp_path: Path, frames: FrameLog, **providers: ProviderSettings
+) -> AbstractAsyncContextManager[Rig]:
+    """The real supervisor, every kind the stand-in, ``providers`` replacing the defaults."""
+    every = {"codex": standin_settings(), "claude": standin_settings(), **providers}
+    return rig(
+        tmp_path / "e.db",
+        providers=every,
+        adapter_factory=standin_for_every_kind,
+        raw_factory=frames,
+    )
+
+
+async def _fails(r: Rig, thread_id: str, text: str) -> str:
+    """Send ``text``; the run's id once it failed (its turn never started)."""
+    run_id = str((await r.manager.send_message(thread_id, text)).result["runId"])
+    run = await r.wait_run(run_id, ("completed", "failed", "interrupted", "cancelled"))
+    assert run.status == "failed", run
+    return run_id
 
 
 async def test_a_handoff_whose_turn_never_reached_the_provider_goes_with_the_next(
@@ -26,24 +54,14 @@ async def test_a_handoff_whose_turn_never_reached_the_provider_goes_with_the_nex
 ) -> None:
     frames = FrameLog()
     plan = tmp_path / "claude-plan.json"
-    providers = {
-        "codex": standin_settings(),
-        # The first claude process dies on its first turn/start; the next one behaves.
-        "claude": plan_settings(plan, _echo("--crash-on-request", "turn/start"), _echo()),
-    }
-    async with rig(
-        tmp_path / "e.db",
-        providers=providers,
-        adapter_factory=standin_for_every_kind,
-        raw_factory=frames,
-    ) as r:
+    # The first claude process dies on its first turn/start; the next one behaves.
+    claude = plan_settings(plan, _echo("--crash-on-request", "turn/start"), _echo())
+    async with _rig(tmp_path, frames, claude=claude) as r:
         tid = await r.thread("codex")
         await send_completed(r, tid, "codex run 1 BANANA")
         await r.manager.switch_provider(tid, "claude")
 
-        lost = str((await r.manager.send_message(tid, "claude run 2")).result["runId"])
-        failed = await r.wait_run(lost, ("completed", "failed", "interrupted", "cancelled"))
-        assert failed.status == "failed", failed
+        lost = await _fails(r, tid, "claude run 2")
         # The scenario: the history went with the turn that never started.
         given = handoff_of(r, lost)
         assert "codex run 1 BANANA" in given.summary_text
@@ -69,37 +87,22 @@ async def test_a_regenerated_handoff_whose_turn_never_reached_the_provider_waits
 ) -> None:
     frames = FrameLog()
     plan = tmp_path / "codex-plan.json"
-    providers = {
-        # Codex's second process (back from claude, run 3) dies on its second turn/start;
-        # the third resumes the thread.
-        "codex": plan_settings(
-            plan,
-            _echo(),
-            _echo("--segment", "1", "--crash-on-request", "turn/start:2"),
-            _echo("--segment", "1"),
-        ),
-        "claude": standin_settings(),
-    }
-    async with rig(
-        tmp_path / "e.db",
-        providers=providers,
-        adapter_factory=standin_for_every_kind,
-        raw_factory=frames,
-    ) as r:
-        tid = await r.thread("codex")
-        await send_completed(r, tid, "codex run 1 MANGO")
-        await r.manager.switch_provider(tid, "claude")
-        await send_completed(r, tid, "claude run 2 PEAR")
-        await r.manager.switch_provider(tid, "codex")
-        run3 = await send_completed(r, tid, "codex run 3")
+    # Codex's second process (back from claude, run 3) dies on its second turn/start;
+    # the third resumes the thread.
+    codex = plan_settings(
+        plan,
+        _echo(),
+        _echo("--segment", "1", "--crash-on-request", "turn/start:2"),
+        _echo("--segment", "1"),
+    )
+    async with _rig(tmp_path, frames, codex=codex) as r:
+        tid, run3 = await there_and_back(r)
         res = await r.core.service.regenerate_handoff(
             r.row("run", run3).context_handoff_id, "full_thread_summary"
         )
         regenerated = res.result["handoffId"]
 
-        lost = str((await r.manager.send_message(tid, "codex run 4")).result["runId"])
-        failed = await r.wait_run(lost, ("completed", "failed", "interrupted", "cancelled"))
-        assert failed.status == "failed", failed
+        await _fails(r, tid, "codex run 4")
         assert "MANGO" in frames.turn_texts("codex")[-1], "it went with the turn that died"
         waiting = r.row("context_handoff", regenerated)
         assert waiting.status == "pending", "not delivered: the provider never took it"
