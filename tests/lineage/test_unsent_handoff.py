@@ -1,14 +1,15 @@
 """A handoff sent with a turn the provider never took is sent again with the next one.
 
 The provider switched to dies as the first ``turn/start`` reaches it (the stand-in's
-``--crash-on-request``): that run fails, and the history it was to be told is still
-owed to the provider thread. Before, the handoff counted as delivered and the thread
+``--crash-on-request``), or refuses it: that run fails, and the history it was to be
+told is still owed to the provider thread. Before, the handoff counted as delivered and the thread
 as having seen the failed run, so the next run told it nothing: the earlier
 conversation was lost to the new provider, silently.
 """
 
 from __future__ import annotations
 
+import json
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
@@ -39,6 +40,22 @@ def _rig(
         adapter_factory=standin_for_every_kind,
         raw_factory=frames,
     )
+
+
+def _refusing_first_turn(tmp_path: Path) -> Path:
+    """The echo transcript whose process answers its first ``turn/start`` with an error
+    (and plays the echo turn for the next ones)."""
+    lines = ECHO_RESUME.read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if '"method":"turn/start"' in line)
+    request = json.loads(lines[first])["frame"]
+    error = {"code": -32600, "message": "the test refuses this turn"}
+    refusal = [
+        json.dumps({"step": "expect_outbound", "frame": request}),
+        json.dumps({"step": "emit_inbound", "frame": {"id": request["id"], "error": error}}),
+    ]
+    path = tmp_path / "refusing.ndjson"
+    path.write_text("\n".join([*lines[:first], *refusal, *lines[first:]]) + "\n")
+    return path
 
 
 async def _fails(r: Rig, thread_id: str, text: str) -> str:
@@ -118,3 +135,24 @@ async def test_a_regenerated_handoff_whose_turn_never_reached_the_provider_waits
         # Delivered once: the run after gets nothing.
         await send_completed(r, tid, "codex run 6")
         assert "regenerated" not in frames.turn_texts("codex")[-1]
+
+
+async def test_a_handoff_whose_turn_the_provider_refused_goes_with_the_next(
+    tmp_path: Path,
+) -> None:
+    frames = FrameLog()
+    claude = standin_settings(_refusing_first_turn(tmp_path))
+    async with _rig(tmp_path, frames, claude=claude) as r:
+        tid = await r.thread("codex")
+        await send_completed(r, tid, "codex run 1 BANANA")
+        await r.manager.switch_provider(tid, "claude")
+
+        lost = await _fails(r, tid, "claude run 2")
+        assert "could not start" in (r.row("run", lost).last_error or "")
+        assert handoff_of(r, lost).status == "superseded"
+
+        await send_completed(r, tid, "claude run 3")  # the same process, alive
+        refused, sent = frames.turn_texts("claude")
+        assert "codex run 1 BANANA" in refused
+        assert "codex run 1 BANANA" in sent and sent.endswith("claude run 3")
+        assert len(r.rows("provider_session")) == 2, "one codex, one claude: no restart"
