@@ -24,8 +24,10 @@ between a frame's event and its commit:
   the assistant message, the stream's stop events, ``result``), and each batch queued
   alone was a transaction, whose fsync the turn's end then waited for. Bookkeeping
   (``_QUIET``: offsets, usage, diagnostics) waits for what follows it, at most
-  ``QUIET_LINGER_S``; the turn's items at most ``LINGER_S``; anything someone waits
-  for (a request, a session's refs, an end) goes at once, with what waited before it.
+  ``QUIET_LINGER_S``; the turn's opening (its start, the user's message) for the
+  provider's first output, at most ``OPENING_LINGER_S``; the turn's other items at most
+  ``LINGER_S``; anything someone waits for (a request, a session's refs, an end) goes
+  at once, with what waited before it.
 
 The owner of the process (the supervisor) learns what happened through
 :class:`StreamOwner`, which it implements; the stream never reads what the
@@ -43,9 +45,9 @@ import attrs
 import trio
 
 from t3orch import timeline
-from t3orch.domain.turn_items import Subagent
+from t3orch.domain.turn_items import Subagent, UserMessage
 from t3orch.ingest.binding import SessionBinding, TurnBinding
-from t3orch.ingest.coalesce import DeltaCoalescer
+from t3orch.ingest.coalesce import DEFAULT_WINDOW_S, DeltaCoalescer
 from t3orch.ingest.live import LiveLane
 from t3orch.ingest.queue import EventQueue
 from t3orch.live import LiveHub
@@ -80,6 +82,10 @@ LINGER_S = 0.002
 #: waits for) waits this long at most for what follows, mostly the turn's end or the
 #: next item; between turns it commits on its own after this.
 QUIET_LINGER_S = 0.1
+#: A turn's opening (its start, the user's message) waits for the provider's first
+#: output, up to this: the provider is building its model request then. The text
+#: coalescer's window: what is committed lags what happened by no more than text does.
+OPENING_LINGER_S = DEFAULT_WINDOW_S
 #: What may wait for what follows it, and how long; any other event is queued at
 #: once, with everything waiting before it.
 _QUIET = (JournalOffset, UsageUpdated, Diagnostic)
@@ -163,12 +169,23 @@ def _or_never(deadline: float | None) -> float:
     return math.inf if deadline is None else deadline
 
 
+def _opening(event: ProviderEvent) -> bool:
+    """A turn's opening: its start and the user's message echoed back."""
+    if isinstance(event, TurnStarted):
+        return True
+    return isinstance(event, ItemStarted | ItemCompleted) and isinstance(event.content, UserMessage)
+
+
 def _linger_until(events: Sequence[ProviderEvent], now: float, deadline: float) -> float:
     """How long ``events`` (arrived ``now``, after others due at ``deadline``) may wait
     for what follows; ``-inf``: not at all."""
     for event in events:
         if isinstance(event, _QUIET):
             deadline = min(deadline, now + QUIET_LINGER_S)
+        elif _opening(event):
+            # What waited before it (bookkeeping: the session's status, a warning) waits
+            # with it: the opening is what it was waiting for, and it waits itself.
+            deadline = max(deadline, now + OPENING_LINGER_S)
         elif isinstance(event, _LINGERING):
             deadline = min(deadline, now + LINGER_S)
         else:

@@ -25,7 +25,7 @@ from fixtures.fakes.codex_home import make_work_dir
 from fixtures.record.supervised import TranscriptLaunchers
 from t3orch import timeline
 from t3orch.domain.run import Run
-from t3orch.domain.turn_items import AssistantMessage, CheckpointItem
+from t3orch.domain.turn_items import AssistantMessage, CheckpointItem, UserMessage
 from t3orch.store.errors import StoreClosed, StoreNotDurable
 from tests.lineage.test_barrier_burst import PROVIDERS, _one_turn
 from tests.store.fsync import FsyncGate
@@ -116,6 +116,23 @@ async def test_a_turns_last_frames_commit_with_its_end(tmp_path: Path) -> None:
     assert usage and {b for b, _ in usage} == {end[0]}, (usage, end)
     between = [[e.type for e in batch] for batch in batches[last_item[0] + 1 : end[0]]]
     assert between == [], between
+
+
+async def test_a_turns_opening_commits_with_the_providers_first_output(tmp_path: Path) -> None:
+    """The recorded turn at its own pace: the turn's start and the user's message come
+    while Codex builds its model request; a transaction of their own then took CPU from
+    it. They commit with the first item the provider makes."""
+    run, batches = await _played_turn(tmp_path, speed=1)
+
+    def item(e: Any) -> bool:
+        return e.type == "turn_item.upserted" and e.payload.item.run_id == run.id
+
+    user = _where(batches, lambda e: item(e) and isinstance(e.payload.item, UserMessage))
+    made = _where(batches, lambda e: item(e) and not isinstance(e.payload.item, UserMessage))
+    started = _where(batches, lambda e: e.type == "provider_turn.upserted")
+    # The send's own message commits with the run; the provider's echo of it after.
+    echoed = [(b, n) for b, n in user if b >= started[0][0]]
+    assert echoed and {b for b, _ in echoed} == {min(made)[0]}, (user, made)
 
 
 async def test_a_send_to_an_idle_runtime_commits_with_its_attempt(tmp_path: Path) -> None:
