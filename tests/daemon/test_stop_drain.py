@@ -47,7 +47,9 @@ def _running_turn(d: Served, tmp: Path) -> tuple[str, str]:
     sent = rpc(d.state_dir, "run.send", {"commandId": "c2", "threadId": tid, "text": "hello"})
     run_id = sent["result"]["runId"]
     deadline = time.monotonic() + 30
-    while _runs(d.state_dir)[run_id].status != "running":
+    # "waiting" at once when the turn's first output is a request: the turn's start
+    # commits with it (a turn's opening waits for its first output).
+    while _runs(d.state_dir)[run_id].status not in ("running", "waiting"):
         assert time.monotonic() < deadline, "the run never started"
         time.sleep(0.02)
     return tid, run_id
