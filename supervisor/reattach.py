@@ -27,7 +27,7 @@ from t3orch.commands.reconcile import Held
 from t3orch.domain.context import ContextHandoff
 from t3orch.domain.provider import JournalCommitted, ProviderSession, ProviderThread, ProviderTurn
 from t3orch.domain.run import RunAttempt
-from t3orch.domain.vocab import ProviderKind
+from t3orch.domain.vocab import PROVIDER_THREAD_DEAD, ProviderKind
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.store.interface import ReadModel
 
@@ -92,7 +92,7 @@ def find_held(reader: ReadModel, state_dir: Path, daemon_id: str | None = None) 
         if candidate.app_thread_id is None or sid is None:
             continue
         best = threads.get(sid)
-        if best is None or (candidate.last_run_ordinal or 0) > (best.last_run_ordinal or 0):
+        if best is None or _serves_before(candidate, best):
             threads[sid] = candidate
     turns: dict[str, tuple[TurnBinding, ProviderTurn]] | None = None
     for s in reader.select_by_status(ProviderSession, LIVE_SESSION):
@@ -145,6 +145,22 @@ def find_held(reader: ReadModel, state_dir: Path, daemon_id: str | None = None) 
             )
         )
     return out
+
+
+def _serves_before(pt: ProviderThread, other: ProviderThread) -> bool:
+    """Whether ``pt`` rather than ``other`` (of one session) is the thread its runtime
+    serves: a root one (a subagent's child thread is not), one still in use (a resume
+    fallback's replacement, not the ``error``/``closed`` thread it replaced, which ran
+    more runs and still names the session), then the one that ran the latest run."""
+
+    def rank(p: ProviderThread) -> tuple[bool, bool, int]:
+        return (
+            p.owner_node_id is None,
+            p.status not in PROVIDER_THREAD_DEAD,
+            p.last_run_ordinal or 0,
+        )
+
+    return rank(pt) > rank(other)
 
 
 def _journal_lines(paths: HeldPaths, thread_ref: str | None) -> Iterator[JournalLine]:

@@ -31,6 +31,7 @@ from t3orch.domain.run import Run, RunAttempt
 from t3orch.domain.thread import AppThread, AppThreadLineage, ModelSelection
 from t3orch.domain.turn_items import Handoff
 from t3orch.domain.vocab import (
+    PROVIDER_THREAD_DEAD,
     RUN_TERMINAL,
     ContextHandoffStatus,
     ContextHandoffStrategy,
@@ -55,8 +56,6 @@ from t3orch.store.interface import Decide, Decision, StateView
 
 #: The summary keeps the most recent history that fits: providers truncate worse.
 MAX_SUMMARY_CHARS = 24_000
-#: Provider threads that can no longer be resumed (a replaced or closed one).
-_DEAD_PT = frozenset({"error", "closed", "archived"})
 
 
 # -- history, from the app's own records ---------------------------------------------
@@ -129,7 +128,11 @@ def resumable_provider_thread(
     """
     best: ProviderThread | None = None
     for pt in view.select(ProviderThread, thread_id=thread_id):
-        if pt.provider != provider or pt.owner_node_id is not None or pt.status in _DEAD_PT:
+        if (
+            pt.provider != provider
+            or pt.owner_node_id is not None
+            or pt.status in PROVIDER_THREAD_DEAD
+        ):
             continue
         if best is None or (pt.last_run_ordinal or 0, pt.created_at) >= (
             best.last_run_ordinal or 0,

@@ -60,6 +60,8 @@ NODE_TERMINAL: frozenset[str] = frozenset(
 
 ProviderSessionStatus = Literal["starting", "ready", "running", "waiting", "stopped", "error"]
 ProviderThreadStatus = Literal["not_loaded", "idle", "active", "archived", "closed", "error"]
+#: Provider threads that are not resumed any more (a replaced, rolled-back or closed one).
+PROVIDER_THREAD_DEAD: frozenset[str] = frozenset({"error", "closed", "archived"})
 ProviderTurnStatus = Literal[
     "pending", "running", "completed", "interrupted", "failed", "cancelled"
 ]
