@@ -792,7 +792,10 @@ class SessionManager:
                 )
 
         async def then_dispatch() -> None:
-            await runner.wait_turn()
+            if held.turn is not None:
+                # An idle runtime has no turn to end: its turn event is never set, and
+                # the thread's queued runs would wait for it until the runtime exits.
+                await runner.wait_turn()
             self.kick(held.thread_id)
 
         self._nursery.start_soon(then_dispatch)
