@@ -679,7 +679,14 @@ class SessionManager:
             runner = await self._open_runner(thread_id, run_id)
             run = self.reader.get(Run, run_id)
             assert run is not None, f"run {run_id} of a recovered turn is not in the log"
-            await runner.start_turn(run_id, self._user_text(run), turn=turn)
+            handoff = None
+            pt_id = None if runner.binding is None else runner.binding.provider_thread_id
+            crashed_pt = None if crashed.binding is None else crashed.binding.provider_thread_id
+            if pt_id is not None and pt_id != crashed_pt:
+                # Its stored thread was replaced (a resume fallback): the attempt, begun
+                # before, carries the replacement's summary (its handoff in the log).
+                handoff = await self.core.prepare_handoff(run_id, pt_id)
+            await runner.start_turn(run_id, self._user_text(run), turn=turn, handoff=handoff)
         except SessionFailed as exc:
             await self._fail_run(thread_id, run_id, str(exc))
             return

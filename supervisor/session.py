@@ -49,6 +49,7 @@ from supervisor.leftovers import process_clock, stop_turn_leftovers
 from supervisor.reattach import Reattach
 from supervisor.shared_codex import SharedChild, SharedLauncher
 from t3orch import timeline
+from t3orch.commands.delivery import SEPARATOR
 from t3orch.domain.provider import HolderRef, JournalPosition
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.binding import SessionBinding, TurnBinding
@@ -156,8 +157,6 @@ class SessionRunner:
     launcher_factory: LauncherFactory | None = None
     runtime: ProviderRuntime | None = None
     launcher: SupervisedLauncher | None = None
-    #: Text to prepend to the next turn (a resume-fallback summary), sent once.
-    pending_context: str | None = None
     last_activity: float = -math.inf
     exited: trio.Event = attrs.field(factory=trio.Event)
     exit_event: RuntimeExited | None = None
@@ -440,7 +439,8 @@ class SessionRunner:
         )
         if fresh is None:
             return binding
-        self.binding, self.pending_context, why, tag = fresh
+        # The summary is a handoff in the log: the run's first attempt sends it.
+        self.binding, why, tag = fresh
         code = _REPLACED_BECAUSE[tag]
         await self.core.note(binding.provider_session_id, "info", code, why)
         return self.binding
@@ -559,11 +559,10 @@ class SessionRunner:
             await self.core.note(
                 self.binding.provider_session_id, "warning", f"resume_failed.{exc.reason}", str(exc)
             )
-            binding, summary = await self.core.replace_provider_thread(
+            # The summary is a handoff in the log: the run's first attempt sends it.
+            self.binding = await self.core.replace_provider_thread(
                 self.thread_id, self.binding.provider_session_id, self.first_run_id, str(exc)
             )
-            self.binding = binding
-            self.pending_context = summary
             await rt.open_thread(None)
 
     async def _open_fork(self, rt: ProviderRuntime, fork: ForkThread) -> None:
@@ -584,10 +583,8 @@ class SessionRunner:
             else:
                 await self.core.resolve_fork_native(fork.transfer_id, pt_id, ref)
                 return
-        summary = await self.core.resolve_fork_portable(
-            fork.transfer_id, pt_id, self.first_run_id, reason
-        )
-        self.pending_context = summary
+        # The source's history is a handoff in the log: the run's first attempt sends it.
+        await self.core.resolve_fork_portable(fork.transfer_id, pt_id, self.first_run_id, reason)
         await rt.open_thread(None)
 
     async def _interrupt_for_stop(self) -> None:
@@ -648,7 +645,11 @@ class SessionRunner:
         handoff: str | None = None,
     ) -> TurnBinding:
         """Begin an attempt of ``run_id`` (or use ``turn``, already begun, with the
-        ``handoff`` prepared with it) and send its input."""
+        ``handoff`` prepared with it) and send its input, after that handoff.
+
+        The handoff is all the context it carries: what the provider thread missed,
+        and a summary its runtime was opened with (a resume fallback, a portable fork),
+        all read from the log as the attempt began (``prepare_handoff``)."""
         rt = self.runtime
         if rt is None or self.exited.is_set() or self.binding is None:
             raise SessionFailed(f"the {self.provider} runtime is not running")
@@ -662,10 +663,8 @@ class SessionRunner:
         self._stream.turn_started(turn, sent=False)
         self.last_activity = trio.current_time()
         self.turn_sent_at = process_clock()
-        context = [c for c in (self.pending_context, handoff) if c]
-        self.pending_context = None
-        if context:
-            text = "\n\n---\n\n".join([*context, text])
+        if handoff:
+            text = SEPARATOR.join([handoff, text])
         try:
             timeline.stamp("provider.start_turn")
             await rt.start_turn(text)

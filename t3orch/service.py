@@ -274,23 +274,26 @@ class CoreService:
 
     async def replace_provider_thread(
         self, thread_id: str, session_id: ProviderSessionId, run_id: str, reason: str
-    ) -> tuple[SessionBinding, str]:
-        """Resume failed: a new provider thread seeded with a full-thread summary."""
+    ) -> SessionBinding:
+        """Resume failed: a new provider thread seeded with a full-thread summary (a
+        handoff the run's first attempt on it sends, ``prepare_handoff``)."""
         decide = handoff.replace_provider_thread(
             thread_id, session_id, self.ids.new(ProviderThreadId), run_id, reason
         )
         result = await self._run(decide, None, "provider_thread.replace")
-        binding, summary, _, _ = result.result
-        return binding, summary
+        binding, _, _, _ = result.result
+        assert isinstance(binding, SessionBinding)
+        return binding
 
     async def replace_if_unusable(
         self, thread_id: str, session_id: ProviderSessionId, run_id: str, limit: int | None
-    ) -> tuple[SessionBinding, str, str, str] | None:
+    ) -> tuple[SessionBinding, str, str] | None:
         """Before resuming: a fresh provider thread when the thread's one is not to be resumed.
 
         Its settings conflict with the thread's, or its delta handoffs would pass
-        ``limit``. Returns the new binding, the full summary, why and the reason's tag
-        (``settings_changed``, ``handoff_overflow``); None when resuming is fine.
+        ``limit``. Returns the new binding, why and the reason's tag (``settings_changed``,
+        ``handoff_overflow``); None when resuming is fine. The full summary is a handoff
+        the run's first attempt on the new thread sends (``prepare_handoff``).
         """
         decide = handoff.replace_provider_thread(
             thread_id,
@@ -304,8 +307,8 @@ class CoreService:
         result = await self._run(decide, None, "provider_thread.replace")
         if result.result is None:
             return None
-        binding, summary, why, tag = result.result
-        return binding, summary, why, tag
+        binding, _, why, tag = result.result
+        return binding, why, tag
 
     async def switch_provider(
         self, thread_id: str, provider: ProviderKind, *, command_id: str | None = None
@@ -405,11 +408,11 @@ class CoreService:
 
     async def resolve_fork_portable(
         self, transfer_id: str, provider_thread_id: str, run_id: str, reason: str
-    ) -> str | None:
-        """Seed the fork's first run with the source history; returns the summary."""
+    ) -> None:
+        """Seed the fork's first run with the source history (a handoff its first
+        attempt sends, ``prepare_handoff``)."""
         decide = lineage.resolve_fork_portable(transfer_id, provider_thread_id, run_id, reason)
-        result = await self._run(decide, None, "fork.resolve")
-        return None if result.result is None else str(result.result["summary"])
+        await self._run(decide, None, "fork.resolve")
 
     async def record_checkpoint(
         self,

@@ -5,6 +5,9 @@ Called just before a run's first attempt, once its provider thread is known:
 * what this provider thread missed on its own app thread (a provider switch):
   ``delta_since_target_last_seen`` for the runs since it last ran, or a
   ``full_thread_summary`` the first time; this is the run's ``contextHandoffId``;
+* or the run's ``contextHandoffId`` made before its provider thread was opened (a
+  resume fallback's or a settings replacement's summary, a portable fork's history),
+  delivered with the run's first attempt on that provider thread;
 * handoffs waiting for this provider thread: a regenerated one (``pending``
   until delivered, see ``commands.regenerate``) and pending ``merge_back``
   transfers into this app thread (``commands.mergeback``).
@@ -160,6 +163,29 @@ def _missed_handoff(ch: Changes, view: StateView, run: Run, pt: ProviderThread) 
     return summary
 
 
+def _from_providers(view: StateView, h: ContextHandoff) -> list[str]:
+    return sorted(
+        {
+            p.provider
+            for p in (view.get(ProviderThread, i) for i in h.from_provider_thread_ids)
+            if p is not None
+        }
+    )
+
+
+def _undelivered_own(ch: Changes, view: StateView, run: Run, pt: ProviderThread) -> str | None:
+    """The run's own handoff, made for ``pt`` before its first attempt (a resume fallback's
+    or a settings replacement's summary, a portable fork's history) and not delivered on
+    it yet: it goes with this attempt, which delivers it (``pt``'s list), so never twice."""
+    h = view.get(ContextHandoff, run.context_handoff_id) if run.context_handoff_id else None
+    if h is None or h.status != "ready" or h.to_provider_thread_id != pt.id:
+        return None
+    if h.target_run_id != run.id or h.id in pt.handoff_ids:
+        return None
+    deliver(ch, h, run, pt, from_providers=_from_providers(view, h))
+    return h.summary_text
+
+
 def _waiting(ch: Changes, view: StateView, run: Run, pt: ProviderThread) -> list[str]:
     """Regenerated handoffs for ``pt`` not delivered yet: they go with this run."""
     texts = []
@@ -173,14 +199,7 @@ def _waiting(ch: Changes, view: StateView, run: Run, pt: ProviderThread) -> list
         now = ch.now()
         ready = msgspec.structs.replace(h, status="ready", target_run_id=run.id, updated_at=now)
         ch.put("context_handoff", ready)
-        from_providers = sorted(
-            {
-                p.provider
-                for p in (view.get(ProviderThread, i) for i in h.from_provider_thread_ids)
-                if p is not None
-            }
-        )
-        deliver(ch, ready, run, pt, from_providers=from_providers)
+        deliver(ch, ready, run, pt, from_providers=_from_providers(view, h))
         texts.append(h.summary_text)
     return texts
 
@@ -189,7 +208,9 @@ def prepare_handoff(run_id: str, provider_thread_id: str) -> Decide:
     """Materialize what ``run_id``'s provider thread is to be told; the text, or None.
 
     A run that already has its handoff (a resume fallback, a portable fork) gets no
-    second one of its own; waiting regenerated and merge-back handoffs still go.
+    second one of its own: that one goes with the run's first attempt on its provider
+    thread (it is durable, so a daemon that dies before the turn is sent loses nothing),
+    and is delivered then. Waiting regenerated and merge-back handoffs still go.
     """
 
     def decide(view: StateView) -> Decision:
@@ -201,8 +222,10 @@ def prepare_handoff(run_id: str, provider_thread_id: str) -> Decide:
         texts: list[str] = []
         if run.context_handoff_id is None:
             own = _missed_handoff(ch, view, run, pt)
-            if own is not None:
-                texts.append(own)
+        else:
+            own = _undelivered_own(ch, view, run, pt)
+        if own is not None:
+            texts.append(own)
         texts.extend(_waiting(ch, view, run, pt))
         texts.extend(mergeback.materialize(ch, view, run, pt))
         if not texts:

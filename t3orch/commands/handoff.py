@@ -7,8 +7,11 @@ with settings the run cannot use on it, a cwd that changed since (it becomes
 better context).
 The old provider thread is kept (with its native ref, for audit); a
 ``provider_handoff`` ContextTransfer records why, and a ``full_thread_summary``
-ContextHandoff carries the summary the next run sends to the new thread. A
-handoff the run had before (an earlier attempt's) is ``superseded``.
+ContextHandoff carries the summary the run sends to the new thread: it is in the log
+before the new thread is opened, and delivered (the thread's list, a ``handoff`` item)
+with the run's first attempt on it (``delivery.prepare_handoff``), so a daemon that dies
+in between leaves it to the next one. A handoff the run had before (an earlier
+attempt's) is ``superseded``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from __future__ import annotations
 import msgspec
 
 from t3orch.commands.delivery import delta_overflow
-from t3orch.commands.items import orchestration_refs
 from t3orch.commands.lineage import MAX_SUMMARY_CHARS, history, render
 from t3orch.commands.threads import require_thread
 from t3orch.domain.context import (
@@ -29,7 +31,6 @@ from t3orch.domain.context import (
 from t3orch.domain.provider import ProviderThread
 from t3orch.domain.run import Run
 from t3orch.domain.thread import AppThread
-from t3orch.domain.turn_items import Handoff
 from t3orch.events import ContextHandoffUpserted, ContextTransferUpserted
 from t3orch.ids import (
     ContextHandoffId,
@@ -38,7 +39,6 @@ from t3orch.ids import (
     ProviderThreadId,
     RunId,
     ThreadId,
-    TurnItemId,
     derived_id,
 )
 from t3orch.ingest.binding import SessionBinding
@@ -151,7 +151,8 @@ def replace_provider_thread(
                 status="not_loaded",
                 first_run_ordinal=run.ordinal,
                 last_run_ordinal=None,
-                handoff_ids=[handoff_id],
+                # Delivered with the run's first attempt on it (``delivery.prepare_handoff``).
+                handoff_ids=[],
                 forked_from=None,
                 created_at=now,
                 updated_at=now,
@@ -211,17 +212,6 @@ def replace_provider_thread(
             )
         )
         ch.put("run", msgspec.structs.replace(run, context_handoff_id=handoff_id))
-        ch.put(
-            "turn_item",
-            Handoff(
-                id=derived_id(TurnItemId, handoff_id),
-                **orchestration_refs(ThreadId(thread.id), run.id, run.root_node_id, now),
-                handoff_id=handoff_id,
-                strategy="full_thread_summary",
-                from_providers=[old.provider],
-                to_provider=old.provider,
-            ),
-        )
         binding = SessionBinding(
             provider=old.provider,
             provider_session_id=session_id,

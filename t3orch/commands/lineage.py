@@ -206,11 +206,14 @@ def record_handoff(
     created_by: CreatedBy = "system",
     handoff_id: ContextHandoffId | None = None,
     handoff_status: ContextHandoffStatus = "ready",
+    delivered: bool = True,
 ) -> ContextHandoff:
     """Record a transfer, its materialized handoff, the run's link and a ``handoff`` item.
 
     The run's ``contextHandoffId`` names the first handoff it got; a merge-back or a
     regenerated handoff delivered with the same run keeps its own ``targetRunId``.
+    Not ``delivered`` (a ready one made before the run's provider thread was opened):
+    only the run's link; ``delivery.prepare_handoff`` delivers it with the run's attempt.
     """
     now = ch.now()
     handoff_id = handoff_id or derived_id(ContextHandoffId, transfer_id)
@@ -252,9 +255,18 @@ def record_handoff(
         updated_at=now,
     )
     ch.put("context_handoff", handoff)
-    if handoff_status == "ready":
+    if handoff_status == "ready" and delivered:
         deliver(ch, handoff, run, target, from_providers=sorted({p.provider for p in from_pts}))
+    elif handoff_status == "ready":
+        _link_run(ch, run, handoff)
     return handoff
+
+
+def _link_run(ch: Changes, run: Run, handoff: ContextHandoff) -> None:
+    """The run's ``contextHandoffId``, when it has none yet."""
+    current = ch.get("run", run.id) or run
+    if current.context_handoff_id is None:
+        ch.put("run", msgspec.structs.replace(current, context_handoff_id=handoff.id))
 
 
 def deliver(
@@ -267,9 +279,7 @@ def deliver(
 ) -> None:
     """The handoff goes to ``run``: the run's link, the provider thread's list, an item."""
     now = ch.now()
-    current = ch.get("run", run.id) or run
-    if current.context_handoff_id is None:
-        ch.put("run", msgspec.structs.replace(current, context_handoff_id=handoff.id))
+    _link_run(ch, run, handoff)
     pt = ch.get("provider_thread", target.id) or target
     if handoff.id not in pt.handoff_ids:
         ch.put(
@@ -504,6 +514,9 @@ def resolve_fork_portable(
             summary=summary,
             status="resolved_portable",
             created_by="user",
+            # Sent with the run's first attempt, which delivers it (a daemon that dies
+            # before that leaves it to the next one).
+            delivered=False,
         )
         return Decision(ch.drafts, {"summary": summary, "reason": reason})
 
