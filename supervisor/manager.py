@@ -793,7 +793,7 @@ class SessionManager:
                     "thread %s: sending run %s, begun before the restart", held.thread_id, run.id
                 )
                 pt_id = held.binding.provider_thread_id
-                handoff = None if pt_id is None else begun_handoff(self.reader, run.id, pt_id)
+                handoff = None if pt_id is None else begun_handoff(self.reader, held.turn, pt_id)
                 await runner.start_turn(
                     run.id, self._user_text(run), turn=held.turn, handoff=handoff
                 )

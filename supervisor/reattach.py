@@ -24,6 +24,7 @@ from supervisor.holder.layout import HeldPaths, HolderState, held_root
 from supervisor.holder.wire import Kind, iter_file
 from t3orch.commands.delivery import SEPARATOR
 from t3orch.commands.reconcile import Held
+from t3orch.commands.runs import run_attempts
 from t3orch.domain.context import ContextHandoff
 from t3orch.domain.provider import JournalCommitted, ProviderSession, ProviderThread, ProviderTurn
 from t3orch.domain.run import RunAttempt
@@ -204,15 +205,23 @@ def _begun_after(turn: ProviderTurn, holder_id: str) -> int | None:
     return mark.offset if mark is not None and mark.holder_id == holder_id else None
 
 
-def begun_handoff(reader: ReadModel, run_id: str, provider_thread_id: str) -> str | None:
-    """The context handed off with ``run_id``'s turn to that provider thread, as it was
-    materialized when the turn began (``prepare_handoff``: its handoffs, in the order they
-    were delivered): a turn sent by the next daemon carries it as the first would have."""
+def begun_handoff(reader: ReadModel, turn: TurnBinding, provider_thread_id: str) -> str | None:
+    """The context handed off with ``turn`` (its run's attempt) to that provider thread, as
+    it was materialized when the turn began (``prepare_handoff``: its handoffs, in the order
+    they were delivered, a resume fallback's summary among them): a turn sent by the next
+    daemon carries it as the first would have.
+
+    ``prepare_handoff`` goes with the run's first attempt on the provider thread only: a
+    later one (a steering restart) carries none, or the provider would be told twice.
+    """
     pt = reader.get(ProviderThread, provider_thread_id)
     if pt is None:
         return None
+    on_pt = [a.id for a in run_attempts(reader, turn.run_id) if a.provider_thread_id == pt.id]
+    if on_pt[:1] != [turn.attempt_id]:
+        return None
     handoffs = (reader.get(ContextHandoff, h) for h in pt.handoff_ids)
-    texts = [h.summary_text for h in handoffs if h is not None and h.target_run_id == run_id]
+    texts = [h.summary_text for h in handoffs if h is not None and h.target_run_id == turn.run_id]
     return SEPARATOR.join(texts) or None
 
 

@@ -22,7 +22,7 @@ from t3orch.ids import (
 from t3orch.ingest.binding import TurnBinding
 from t3orch.ingest.changes import Changes
 from t3orch.store.errors import CommandRejected
-from t3orch.store.interface import Decide, Decision, StateView
+from t3orch.store.interface import Decide, Decision, ReadModel, StateView
 
 
 def send_message(thread_id: str, text: str, run_id: RunId) -> Decide:
@@ -86,7 +86,7 @@ def send_message(thread_id: str, text: str, run_id: RunId) -> Decide:
     return decide
 
 
-def run_attempts(view: StateView, run_id: str) -> list[RunAttempt]:
+def run_attempts(view: StateView | ReadModel, run_id: str) -> list[RunAttempt]:
     """The run's attempts in order. Their ids are derived from the run and the ordinal
     (``begin_attempt`` alone makes them, 1, 2, …): a run's few, read by id, not its
     thread's every attempt, which grows with each turn."""
