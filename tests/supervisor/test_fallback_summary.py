@@ -1,0 +1,133 @@
+"""A resume fallback's summary survives the daemon's death before the turn is sent.
+
+The stored provider thread cannot be resumed (the provider answers ``thread/resume``
+with "no rollout found"): a replacement is started, seeded with a full summary of the
+thread's history (a ``full_thread_summary`` handoff aimed at the run). The daemon dies
+before the run's turn reaches the provider (before the turn is begun in the log, or
+after it was begun but before ``turn/start`` was written); the provider stays with its
+holder. The next daemon reattaches and sends the turn: with the summary, exactly once,
+on the replacement thread.
+
+The stand-in plays the Codex transcript recorded for the resume failure
+(``fixtures/lineage``), one segment a launch, under a real holder; the seams are where
+the daemon stops (it never writes the turn's input, or never begins the turn).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from adapters.codex.runtime import CodexRuntime
+from adapters.ownership import this_process
+from supervisor.holder.client import holder_launchers
+from supervisor.holder.layout import held_root
+from supervisor.holder.wire import Kind, iter_file
+from supervisor.reattach import find_held
+from supervisor.session import SessionRunner
+from supervisor.startup import settle_previous_run
+from tests.holder.support import holders_stopped
+from tests.supervisor.standin_plan import plan_settings
+from tests.supervisor.support import rig
+
+OWNER = this_process().token()
+REPO = Path(__file__).resolve().parents[2]
+#: Segment 0: thread/start and a turn; segment 1: a failing thread/resume, a thread/start
+#: and a turn.
+RESUME_FAILS = (
+    REPO / "fixtures/lineage/resume_failure_on_return_falls_back_to_a_full_summary.codex.ndjson"
+)
+#: What the replacement's summary opens with (``t3orch.commands.handoff``).
+SUMMARY = b"could not be resumed"
+
+
+def _options(tmp_path: Path) -> dict[str, Any]:
+    state = tmp_path / "state"
+    settings = plan_settings(
+        tmp_path / "plan.json",
+        [str(RESUME_FAILS), "--segment", "0", "--loop-turns", "--speed", "0"],
+        [str(RESUME_FAILS), "--segment", "1", "--loop-turns", "--speed", "0"],
+    )
+    return {
+        "providers": {"standin": settings},
+        "launcher_factory": holder_launchers(held_root(state), 30, OWNER),
+        "state_dir": state,
+    }
+
+
+def _turn_inputs(state: Path) -> list[bytes]:
+    """Every ``turn/start`` the daemons wrote to a provider, in the journals of the holders
+    still there (a holder whose provider exited takes its directory with it)."""
+    return [
+        record.payload
+        for journal in sorted(held_root(state).glob("*/journal"))
+        for _, record in iter_file(str(journal))
+        if record.kind is Kind.IN and b'"turn/start"' in record.payload
+    ]
+
+
+def _dies_before_the_turn(seam: pytest.MonkeyPatch, begun: bool) -> trio.Event:
+    """The daemon stops before the next turn's ``turn/start`` is written (``begun``: after
+    the turn was begun in the log; else before it was). Set once it got there."""
+    there = trio.Event()
+
+    async def stuck(*args: Any, **kwargs: Any) -> Any:
+        there.set()
+        await trio.sleep_forever()
+
+    if begun:
+        seam.setattr(CodexRuntime, "start_turn", stuck)
+    else:
+        seam.setattr(SessionRunner, "start_turn", stuck)
+    return there
+
+
+@pytest.mark.parametrize("begun", [False, True], ids=["not_begun", "begun"])
+async def test_a_resume_fallback_summary_is_sent_by_the_next_daemon_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, begun: bool
+) -> None:
+    state = tmp_path / "state"
+    options = _options(tmp_path)
+    async with holders_stopped(state):
+        async with rig(tmp_path / "e.db", **options) as r:
+            tid = await r.thread("standin")
+            first = (await r.manager.send_message(tid, "remember the word PAPAYA")).result
+            old_pt = (await r.wait_run(first["runId"])).provider_thread_id
+            # The runtime goes (as after an idle reap): the next run resumes its thread,
+            # which the provider no longer has.
+            await r.manager.retire(r.manager.runners[tid], "idle")
+            with monkeypatch.context() as seam:
+                there = _dies_before_the_turn(seam, begun)
+                second = (await r.manager.send_message(tid, "two")).result["runId"]
+                with trio.fail_after(20):
+                    await there.wait()
+                new_pt = r.row("thread", tid).active_provider_thread_id
+                assert new_pt != old_pt
+                assert r.row("provider_thread", old_pt).status == "error"
+                # The replacement's ref is in the log before the daemon goes.
+                await r.wait_for(lambda: r.row("provider_thread", new_pt).native_thread_ref)
+                status = r.row("run", second).status
+                assert status == ("starting" if begun else "queued")
+                assert r.manager.leave_held() == 1
+                await r.wait_for(lambda: not r.manager.runners)
+        # Only the held runtime's journal is left (its holder's); nothing was sent on it.
+        assert len(list(held_root(state).glob("*/journal"))) == 1
+        assert _turn_inputs(state) == []
+
+        async with rig(tmp_path / "e.db", **options) as r2:
+            found = find_held(r2.core.reader, state)
+            assert [(h.binding.provider_thread_id, h.unsent) for h in found] == [(new_pt, begun)]
+            await settle_previous_run(r2.core.service, r2.core.reader, state_dir=state, held=found)
+            assert await r2.manager.reattach_all(found) == []
+            run = await r2.wait_run(second, within=30)
+            assert run.provider_thread_id == new_pt
+            handoff = r2.row("context_handoff", run.context_handoff_id)
+            assert (handoff.strategy, handoff.status) == ("full_thread_summary", "ready")
+            assert r2.row("provider_thread", new_pt).handoff_ids == [handoff.id]
+            # Once, with the summary of the earlier history before the run's own text.
+            (sent,) = _turn_inputs(state)
+            assert SUMMARY in sent and b"remember the word PAPAYA" in sent
+            assert sent.count(SUMMARY) == 1 and sent.index(b"PAPAYA") < sent.index(b"two")
