@@ -281,7 +281,7 @@ class CoreService:
             thread_id, session_id, self.ids.new(ProviderThreadId), run_id, reason
         )
         result = await self._run(decide, None, "provider_thread.replace")
-        binding, _, _, _ = result.result
+        binding, _, _ = result.result
         assert isinstance(binding, SessionBinding)
         return binding
 
@@ -307,7 +307,7 @@ class CoreService:
         result = await self._run(decide, None, "provider_thread.replace")
         if result.result is None:
             return None
-        binding, _, why, tag = result.result
+        binding, why, tag = result.result
         return binding, why, tag
 
     async def switch_provider(

@@ -94,11 +94,11 @@ def replace_provider_thread(
 ) -> Decide:
     """Replace the thread's active provider thread for ``target_run_id``.
 
-    The result: (binding, summary, why, tag). ``unusable_only``: replace it only if
-    it is not to be resumed for the run (else decide nothing, None): its settings
-    conflict with the thread's (tag ``settings_changed``) or, with ``delta_limit``,
-    the delta it would get would take its delta handoffs past that many characters
-    (tag ``handoff_overflow``). Otherwise resuming it failed (``resume_fallback``).
+    The result: (binding, why, tag); the summary is the run's handoff in the log.
+    ``unusable_only``: replace it only if it is not to be resumed for the run (else
+    decide nothing, None): its settings conflict with the thread's (tag
+    ``settings_changed``) or, with ``delta_limit``, the delta it would get would take its
+    delta handoffs past that many characters (tag ``handoff_overflow``). Otherwise resuming it failed (``resume_fallback``).
     """
 
     def decide(view: StateView) -> Decision:
@@ -218,7 +218,7 @@ def replace_provider_thread(
             provider_thread_id=new_provider_thread_id,
             thread_id=ThreadId(thread.id),
         )
-        return Decision(ch.drafts, (binding, summary, why, tag))
+        return Decision(ch.drafts, (binding, why, tag))
 
     return decide
 
