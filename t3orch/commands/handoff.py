@@ -98,7 +98,8 @@ def replace_provider_thread(
     ``unusable_only``: replace it only if it is not to be resumed for the run (else
     decide nothing, None): its settings conflict with the thread's (tag
     ``settings_changed``) or, with ``delta_limit``, the delta it would get would take its
-    delta handoffs past that many characters (tag ``handoff_overflow``). Otherwise resuming it failed (``resume_fallback``).
+    delta handoffs past that many characters (tag ``handoff_overflow``). Otherwise
+    resuming it failed (``resume_fallback``).
     """
 
     def decide(view: StateView) -> Decision:
