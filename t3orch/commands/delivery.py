@@ -135,6 +135,7 @@ def _missed_handoff(ch: Changes, view: StateView, run: Run, pt: ProviderThread) 
     if pt.last_run_ordinal is None:
         strategy: ContextHandoffStrategy = "full_thread_summary"
         covered = RunOrdinalRange(from_=1, to=earlier[-1].ordinal)
+        _supersede_covered(ch, run, pt, covered)
         summary = (
             f"Context handoff: this conversation was held with another provider "
             f"({providers}) until now. Here is the conversation so far, from the "
@@ -161,6 +162,31 @@ def _missed_handoff(ch: Changes, view: StateView, run: Run, pt: ProviderThread) 
         status="resolved_portable",
     )
     return summary
+
+
+def _supersede_covered(ch: Changes, run: Run, pt: ProviderThread, covered: RunOrdinalRange) -> None:
+    """The system's summaries of this thread's history waiting for ``pt`` that the full
+    summary about to be made for ``run`` (``covered``) tells all of: ``superseded``.
+
+    One is waiting when a replacement's first turn never reached it (``give_back``):
+    the replacement has still seen no run, so the next run on it gets a full summary of
+    everything before it, the given-back one's runs and the failed run's own message
+    included. Sending both told the provider the history twice. A fork's history or a
+    merged-back handoff is not this thread's history up to a run, so it still goes.
+    """
+    now = ch.now()
+    for h in ch.select("context_handoff", thread_id=run.thread_id):
+        if h.status != "pending" or h.to_provider_thread_id != pt.id:
+            continue
+        if h.strategy != "full_thread_summary" or h.created_by_provider is not None:
+            continue
+        if h.covered_run_ordinals.to > covered.to:
+            continue
+        transfer = ch.get("context_transfer", h.transfer_id)
+        if transfer is None or transfer.type != "provider_handoff":
+            continue
+        ch.put("context_handoff", msgspec.structs.replace(h, status="superseded", updated_at=now))
+        ch.put("context_transfer", msgspec.structs.replace(transfer, status="superseded"))
 
 
 def _from_providers(view: StateView, h: ContextHandoff) -> list[str]:

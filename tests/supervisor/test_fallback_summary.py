@@ -30,6 +30,7 @@ from supervisor.reattach import find_held
 from supervisor.session import SessionRunner
 from supervisor.startup import settle_previous_run
 from tests.holder.support import holders_stopped
+from tests.lineage.support import FrameLog, send_completed
 from tests.supervisor.standin_plan import plan_settings
 from tests.supervisor.support import rig
 
@@ -131,3 +132,44 @@ async def test_a_resume_fallback_summary_is_sent_by_the_next_daemon_once(
             (sent,) = _turn_inputs(state)
             assert SUMMARY in sent and b"remember the word PAPAYA" in sent
             assert sent.count(SUMMARY) == 1 and sent.index(b"PAPAYA") < sent.index(b"two")
+
+
+async def test_a_replacement_whose_first_turn_died_unsent_is_told_the_history_once(
+    tmp_path: Path,
+) -> None:
+    """The replacement's process dies reading its first ``turn/start`` (no holder, one
+    daemon): that run fails, its summary is given back; the next run starts the
+    replacement afresh and must carry the history once — not the given-back summary and
+    a full summary of the replacement's own beside it."""
+    frames = FrameLog()
+    settings = plan_settings(
+        tmp_path / "plan.json",
+        [str(RESUME_FAILS), "--segment", "0", "--loop-turns", "--speed", "0"],
+        [
+            *(str(RESUME_FAILS), "--segment", "1", "--loop-turns", "--speed", "0"),
+            *("--crash-on-request", "turn/start"),
+        ],
+        [str(RESUME_FAILS), "--segment", "0", "--loop-turns", "--speed", "0"],
+    )
+    async with rig(tmp_path / "e.db", providers={"standin": settings}, raw_factory=frames) as r:
+        tid = await r.thread("standin")
+        await send_completed(r, tid, "remember the word PAPAYA")
+        await r.manager.retire(r.manager.runners[tid], "idle")
+
+        second = str((await r.manager.send_message(tid, "two")).result["runId"])
+        failed = await r.wait_run(second, ("completed", "failed", "interrupted", "cancelled"))
+        assert failed.status == "failed", failed
+        (died,) = frames.turn_texts()[1:]  # what the replacement died reading
+        assert "could not be resumed" in died and "PAPAYA" in died
+
+        third = await send_completed(r, tid, "three")
+        sent = frames.turn_texts()[-1]
+        assert r.row("run", third).provider_thread_id == failed.provider_thread_id
+        assert sent.count("User: remember the word PAPAYA") == 1, sent
+        assert "User: two" in sent and sent.endswith("three")
+        pt = r.row("provider_thread", failed.provider_thread_id)
+        given = [r.row("context_handoff", h) for h in pt.handoff_ids]
+        assert [h.status for h in given] == ["ready"], "one summary given, the other superseded"
+        assert given[0].covered_run_ordinals.to == 2
+        waiting = [h for h in r.rows("context_handoff") if h.status == "pending"]
+        assert waiting == [], "nothing left to send twice later"
