@@ -9,12 +9,23 @@ provider, or the daemon, is dead. They are read from ``/proc/PID/environ``
 really is a dead daemon's leftover and not an unrelated one that reused an id;
 a provider's exit takes the spawn id to find the helpers that left its group.
 A process that scrubs its environment loses the marks: it is not found.
+
+**Start times are on the boot clock**, seconds since boot, read from the kernel's
+``starttime`` (``/proc/PID/stat``): a pid with its start time names one process
+forever. Not ``psutil.Process.create_time()``: that adds the kernel's boot time,
+which is the wall clock minus the time since boot, in whole seconds, so it moves
+when the wall clock is stepped (NTP's first sync, a VM resumed, an administrator's
+``date``) — measured here: a second between a holder's start and ``t3orch
+stop-agents``, which then took the live holder for a reused pid and left it
+running. A start recorded by an earlier version (the wall clock, > 1e9) is still
+understood, to the second.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import time
 
 import attrs
 import psutil
@@ -23,20 +34,66 @@ import psutil
 OWNER_ENV = "T3ORCH_OWNER"
 #: The environment variable that names one launch of a provider.
 SPAWN_ENV = "T3ORCH_SPAWN"
-#: Start times are compared to this precision (psutil reports 10 ms clock ticks).
+#: Start times are compared to this precision (the kernel keeps them in 10 ms ticks).
 START_TIME_TOLERANCE_S = 0.05
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+#: A recorded start time above this is an earlier version's, on the wall clock.
+_WALL_CLOCK = 1e9
 
 
 def _centiseconds(t: float) -> float:
     return round(t, 2)
 
 
+def _stat(pid: int) -> tuple[bytes, float] | None:
+    """``pid``'s state letter and start (seconds since boot); None if there is none."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: fields follow its last ")".
+    fields = data.rpartition(b")")[2].split()
+    return fields[0], _centiseconds(int(fields[19]) / _TICKS_PER_S)
+
+
+def started_at(pid: int) -> float | None:
+    """When ``pid`` started, in seconds since boot (the boot clock); None if it is gone."""
+    stat = _stat(pid)
+    return None if stat is None else stat[1]
+
+
+def boot_clock() -> float:
+    """Now, on the clock of :func:`started_at`."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def _on_boot_clock(recorded: float) -> tuple[float, float]:
+    """A recorded start on the boot clock, and the precision to compare it to."""
+    if recorded > _WALL_CLOCK:  # an earlier version's: boot time (whole seconds) + since boot
+        return recorded - psutil.boot_time(), 1.0 + START_TIME_TOLERANCE_S
+    return recorded, START_TIME_TOLERANCE_S
+
+
+def same_start(start: float, recorded: float) -> bool:
+    """Whether a process that started at ``start`` is the one recorded at ``recorded``."""
+    at, precision = _on_boot_clock(recorded)
+    return abs(start - at) <= precision
+
+
+def started_since(start: float, recorded: float) -> bool:
+    """Whether a process that started at ``start`` started at or after ``recorded``."""
+    at, precision = _on_boot_clock(recorded)
+    return start >= at - precision
+
+
 @attrs.frozen
 class OwnerMark:
     """A daemon process, named forever by its pid and the kernel's start time.
 
-    The start time is kept to the kernel's clock tick (10 ms), so a mark read
-    back from an environment equals the one it was written from.
+    The start time (the boot clock, :func:`started_at`) is kept to the kernel's clock
+    tick (10 ms), so a mark read back from an environment equals the one it was
+    written from.
     """
 
     pid: int
@@ -47,13 +104,8 @@ class OwnerMark:
 
     def alive(self) -> bool:
         """Whether this very process still runs (not a zombie, not a reuse of its pid)."""
-        try:
-            proc = psutil.Process(self.pid)
-            if abs(proc.create_time() - self.started_at) > START_TIME_TOLERANCE_S:
-                return False
-            return bool(proc.status() != psutil.STATUS_ZOMBIE)
-        except psutil.Error:
-            return False
+        stat = _stat(self.pid)
+        return stat is not None and stat[0] != b"Z" and same_start(stat[1], self.started_at)
 
     @staticmethod
     def parse(token: str) -> OwnerMark | None:
@@ -72,7 +124,9 @@ def this_process() -> OwnerMark:
     global _self
     pid = os.getpid()
     if _self is None or _self[0] != pid:
-        _self = (pid, OwnerMark(pid, float(psutil.Process(pid).create_time())))
+        start = started_at(pid)
+        assert start is not None, "this process has a /proc entry"
+        _self = (pid, OwnerMark(pid, start))
     return _self[1]
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-import psutil
 import trio
 
+from adapters.ownership import started_at
 from adapters.process import ChildProcess, StopResult, TrioProcessLauncher
 from adapters.transport import ExitStatus, LaunchSpec, ProviderProcess
 from t3orch.domain.vocab import ProviderKind
@@ -46,13 +46,9 @@ LauncherFactory = Callable[[ProviderKind, trio.Nursery], SupervisedLauncher]
 
 
 def process_start_time(pid: int | None) -> float | None:
-    """The kernel's start time of ``pid``: with the pid it names one process, forever."""
-    if pid is None:
-        return None
-    try:
-        return float(psutil.Process(pid).create_time())
-    except psutil.Error:
-        return None
+    """The kernel's start time of ``pid`` (the boot clock, ``adapters.ownership``): with
+    the pid it names one process, forever."""
+    return None if pid is None else started_at(pid)
 
 
 class RecordingLauncher:

@@ -25,7 +25,7 @@ import attrs
 import psutil
 import trio
 
-from adapters.ownership import START_TIME_TOLERANCE_S
+from adapters.ownership import START_TIME_TOLERANCE_S, boot_clock, started_at
 
 #: How long an interrupted turn's command has after SIGTERM before SIGKILL.
 TERM_GRACE_S = 2.0
@@ -59,12 +59,8 @@ class TurnLeftovers:
 
 
 def process_clock() -> float:
-    """Now, on the clock of ``psutil.Process.create_time`` (boot time + time since boot).
-
-    Not ``time.time()``: the kernel's boot time is whole seconds, so a process's
-    create time can read up to a second off the wall clock.
-    """
-    return float(psutil.boot_time()) + time.clock_gettime(time.CLOCK_BOOTTIME)
+    """Now, on the clock of a process's start time (the boot clock, ``adapters.ownership``)."""
+    return boot_clock()
 
 
 def _command(proc: psutil.Process) -> str:
@@ -84,7 +80,9 @@ def _started_during_turn(provider_pid: int, since: float, until: float) -> list[
         try:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
-            started = proc.create_time()
+            started = started_at(proc.pid)
+            if started is None:
+                continue
             if not since - START_TIME_TOLERANCE_S <= started <= until + START_TIME_TOLERANCE_S:
                 continue  # not this turn's: an earlier helper, or the next turn's work
         except psutil.Error:

@@ -35,9 +35,11 @@ import trio
 
 from adapters.ownership import (
     SPAWN_ENV,
-    START_TIME_TOLERANCE_S,
     OwnerMark,
     mark_of,
+    same_start,
+    started_at,
+    started_since,
     this_process,
 )
 from supervisor.holder.client import HOLDER_ENV
@@ -76,13 +78,16 @@ class _Proc:
 def _process_table() -> dict[int, _Proc]:
     table: dict[int, _Proc] = {}
     for proc in psutil.process_iter():
+        pid = proc.pid
+        start = started_at(pid)
+        if start is None:
+            continue
         try:
-            pid = proc.pid
             table[pid] = _Proc(
                 proc,
                 os.getpgid(pid),
                 os.getsid(pid),
-                float(proc.create_time()),
+                start,
                 proc.status() == psutil.STATUS_ZOMBIE,
             )
         except (psutil.Error, OSError):
@@ -101,7 +106,7 @@ def _group(
     started = s.process_started_at
     leader = table.get(pid)
     if leader is not None:
-        if started is not None and abs(leader.started_at - started) > START_TIME_TOLERANCE_S:
+        if started is not None and not same_start(leader.started_at, started):
             return None  # the pid names another process now (and so does the group id)
         return [p for p in table.values() if p.pgid == pid and not p.zombie]
     if started is None or owner is None:
@@ -109,10 +114,7 @@ def _group(
     members = [
         p
         for p in table.values()
-        if p.pgid == pid
-        and p.sid == pid
-        and not p.zombie
-        and p.started_at >= started - START_TIME_TOLERANCE_S
+        if p.pgid == pid and p.sid == pid and not p.zombie and started_since(p.started_at, started)
     ]
     if members and not any(mark_of(p.proc) == owner for p in members):
         log.warning(
@@ -137,7 +139,7 @@ def _marked(
         if p.zombie:
             continue
         mark = mark_of(p.proc)
-        if mark in dead and p.started_at >= mark.started_at - START_TIME_TOLERANCE_S:
+        if mark in dead and started_since(p.started_at, mark.started_at):
             if spared is not None and spared.spares(p.proc):
                 continue
             out.append(p)

@@ -10,6 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from adapters.ownership import OwnerMark
 from supervisor.holder.layout import HeldPaths
 
 #: The real PostgreSQL server fixtures (`pg_server`, `pg_url`), for any test that asks.
@@ -31,12 +32,9 @@ def _live_holders(tmp: Path) -> list[psutil.Process]:
         found = paths.read_state()
         if found is None:
             continue
-        try:
-            proc = psutil.Process(found.holder_pid)
-            if abs(proc.create_time() - found.holder_started_at) < 0.05:
-                out.append(proc)
-        except psutil.Error:
-            continue
+        if OwnerMark(found.holder_pid, found.holder_started_at).alive():
+            with contextlib.suppress(psutil.Error):
+                out.append(psutil.Process(found.holder_pid))
     return out
 
 

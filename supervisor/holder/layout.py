@@ -20,6 +20,8 @@ from pathlib import Path
 import attrs
 import msgspec
 
+from adapters.ownership import OwnerMark
+
 HELD_DIR = "held"
 #: Longest socket path bound or connected to directly (sun_path holds 108 bytes).
 _SUN_PATH_MAX = 100
@@ -135,20 +137,12 @@ def describe_held(state_dir: Path) -> list[dict[str, object]]:
     left (``t3orch status``, ``t3orch held``). Read from their files, no daemon needed."""
     import time
 
-    import psutil
-
     out: list[dict[str, object]] = []
     for paths in held_dirs(state_dir):
         state = paths.read_state()
         if state is None or not paths.serves():
             continue
-        try:
-            proc = psutil.Process(state.holder_pid)
-            if abs(proc.create_time() - state.holder_started_at) > 0.05:
-                continue
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-        except psutil.Error:
+        if not OwnerMark(state.holder_pid, state.holder_started_at).alive():
             continue
         left = None
         if state.alone_since is not None:

@@ -34,10 +34,10 @@ import struct
 import time
 
 import msgspec
-import psutil
 import trio
 
 from adapters.diagnostics import redact_stderr
+from adapters.ownership import started_at, this_process
 from adapters.process import ChildProcess, run_child_process
 from adapters.transport import LaunchSpec, OversizedLine
 from supervisor.holder.layout import HeldPaths, HeldSpec, HolderState, socket_address, write_private
@@ -433,10 +433,7 @@ async def _listen(paths: HeldPaths) -> trio.SocketListener:
 def _started_at(pid: int) -> float:
     """The provider's start time; 0 when it has already exited and been reaped (a provider
     that fails at once: its exit and stderr are journaled all the same)."""
-    try:
-        return float(psutil.Process(pid).create_time())
-    except psutil.Error:
-        return 0.0
+    return started_at(pid) or 0.0
 
 
 def _report(ready_fd: int, message: dict[str, object]) -> None:
@@ -472,11 +469,10 @@ async def hold(paths: HeldPaths, spec: HeldSpec, ready_fd: int) -> int:
                 return 1
             holder.child = child
             child.tee_stderr(holder.journal_stderr)
-            me = psutil.Process()
             holder.state = HolderState(
                 holder_id=spec.holder_id,
-                holder_pid=me.pid,
-                holder_started_at=me.create_time(),
+                holder_pid=os.getpid(),
+                holder_started_at=this_process().started_at,
                 provider_pid=child.pid,
                 provider_started_at=_started_at(child.pid),
                 spawn_id=child.spawn_id or "",

@@ -11,7 +11,7 @@ from pathlib import Path
 import attrs
 import psutil
 
-from adapters.ownership import OWNER_ENV, OwnerMark
+from adapters.ownership import OWNER_ENV, OwnerMark, started_at
 from supervisor.startup import sweep_orphans
 from t3orch.core import Core, open_core
 from t3orch.domain.provider import ProcessOwner
@@ -24,6 +24,12 @@ DEAD = ProcessOwner(
 HERE = ProcessOwner(
     daemon_pid=os.getpid(), daemon_started_at=2.0, state_dir="/here", state_dir_id="2:2"
 )
+
+
+def _start(pid: int) -> float:
+    start = started_at(pid)
+    assert start is not None, pid
+    return start
 
 
 @attrs.frozen
@@ -49,7 +55,7 @@ def provider_group(mark: ProcessOwner | None, *, leader_exits: bool) -> Iterator
     )
     assert leader.stdout is not None and leader.stdin is not None
     member = psutil.Process(int(leader.stdout.readline()))
-    started = psutil.Process(leader.pid).create_time()
+    started = _start(leader.pid)
     if leader_exits:
         leader.stdin.close()
         leader.wait(timeout=10)  # reaped: the group lives on in its member only
@@ -115,7 +121,7 @@ async def test_processes_of_a_live_daemon_are_left_alone_and_the_copy_is_said(
     try:
         owner = ProcessOwner(
             daemon_pid=original.pid,
-            daemon_started_at=psutil.Process(original.pid).create_time(),
+            daemon_started_at=_start(original.pid),
             state_dir="/original",
             state_dir_id="3:3",
         )
