@@ -50,7 +50,7 @@ from supervisor.reattach import Reattach
 from supervisor.shared_codex import SharedChild, SharedLauncher
 from t3orch import timeline
 from t3orch.commands.delivery import SEPARATOR
-from t3orch.domain.provider import HolderRef, JournalPosition
+from t3orch.domain.provider import HolderRef, JournalPosition, ProviderThread
 from t3orch.domain.vocab import ProviderKind
 from t3orch.ingest.binding import SessionBinding, TurnBinding
 from t3orch.ingest.queue import EventQueue
@@ -182,6 +182,9 @@ class SessionRunner:
     on_subagent_ended: Callable[[str, str, str | None], Awaitable[None]] | None = None
     #: The ``provider_recovery`` attempt prepared when this runtime crashed mid-turn.
     recovery: TurnBinding | None = None
+    #: This runtime started its provider thread's conversation afresh, over one that was
+    #: never confirmed (:meth:`_start_afresh`): a recovered attempt is told the history.
+    started_afresh: bool = False
     #: No frame for this long during a turn is a stall: reported (G3).
     stall_after_s: float = 60.0
     #: No frame for this long (in all) during a turn, with no request waiting for the
@@ -551,6 +554,7 @@ class SessionRunner:
                 resume: ResumeRefs | None = ResumeRefs(ref, head)
             case StartFresh():
                 resume = None
+                await self._start_afresh()
         try:
             await rt.open_thread(resume)
         except ResumeError as exc:
@@ -564,6 +568,15 @@ class SessionRunner:
                 self.thread_id, self.binding.provider_session_id, self.first_run_id, str(exc)
             )
             await rt.open_thread(None)
+
+    async def _start_afresh(self) -> None:
+        """A fresh start on a provider thread that had a conversation (never confirmed by a
+        completed turn, so not resumed): what that one was told is told again."""
+        assert self.binding is not None and self.binding.provider_thread_id is not None
+        pt = self.reader.get(ProviderThread, self.binding.provider_thread_id)
+        if pt is not None and pt.native_thread_ref is not None:
+            await self.core.forget_conversation(pt.id)
+            self.started_afresh = True
 
     async def _open_fork(self, rt: ProviderRuntime, fork: ForkThread) -> None:
         """Resolve a fork lazily, now that its first run's provider is known."""

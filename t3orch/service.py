@@ -318,6 +318,12 @@ class CoreService:
             lineage.switch_provider(thread_id, provider), command_id, "thread.switchProvider"
         )
 
+    async def forget_conversation(self, provider_thread_id: str) -> None:
+        """The provider thread's conversation starts afresh (``delivery.forget_conversation``)."""
+        await self._run(
+            delivery.forget_conversation(provider_thread_id), None, "provider_thread.start_afresh"
+        )
+
     async def prepare_handoff(self, run_id: str, provider_thread_id: str) -> str | None:
         """The context ``run_id``'s provider thread missed, recorded as a handoff; or None."""
         result = await self._run(

@@ -230,6 +230,34 @@ def _waiting(ch: Changes, view: StateView, run: Run, pt: ProviderThread) -> list
     return texts
 
 
+def forget_conversation(provider_thread_id: str) -> Decide:
+    """The provider thread's native conversation is started afresh: the new one was told
+    nothing.
+
+    A runtime starts a provider thread anew when no turn ever completed on its stored
+    conversation (the ref is not trusted, so it is not resumed): the provider's first
+    turn died mid-way, say. Whatever that conversation was told (a switch's or a resume
+    fallback's summary, the runs it saw) went with it. The thread's list and its last
+    run go, so the next run there is told the history again (a full summary,
+    ``_missed_handoff``) and a run's own handoff goes with its next attempt
+    (``_undelivered_own``). The handoffs stay ``ready``: they were delivered, to the
+    conversation that is gone.
+    """
+
+    def decide(view: StateView) -> Decision:
+        pt = view.get(ProviderThread, provider_thread_id)
+        if pt is None or (pt.last_run_ordinal is None and not pt.handoff_ids):
+            return Decision([], None)
+        ch = Changes(view)
+        forgotten = msgspec.structs.replace(
+            pt, last_run_ordinal=None, handoff_ids=[], updated_at=ch.now()
+        )
+        ch.put("provider_thread", forgotten)
+        return Decision(ch.drafts, None)
+
+    return decide
+
+
 def prepare_handoff(run_id: str, provider_thread_id: str) -> Decide:
     """Materialize what ``run_id``'s provider thread is to be told; the text, or None.
 
@@ -266,6 +294,7 @@ __all__ = [
     "accumulated_delta_chars",
     "delta_overflow",
     "delta_summary",
+    "forget_conversation",
     "missed_runs",
     "prepare_handoff",
 ]

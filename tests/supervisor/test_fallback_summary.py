@@ -26,6 +26,7 @@ from adapters.ownership import this_process
 from supervisor.holder.client import holder_launchers
 from supervisor.holder.layout import held_root
 from supervisor.holder.wire import Kind, iter_file
+from supervisor.providers import ProviderSettings
 from supervisor.reattach import find_held
 from supervisor.session import SessionRunner
 from supervisor.startup import settle_previous_run
@@ -173,3 +174,54 @@ async def test_a_replacement_whose_first_turn_died_unsent_is_told_the_history_on
         assert given[0].covered_run_ordinals.to == 2
         waiting = [h for h in r.rows("context_handoff") if h.status == "pending"]
         assert waiting == [], "nothing left to send twice later"
+
+
+def _dies_mid_turn(tmp_path: Path) -> ProviderSettings:
+    """Run 1's process; a replacement's that dies once its first turn has started (after
+    ``turn/started``: the provider had the summary); then a process that starts afresh."""
+    return plan_settings(
+        tmp_path / "plan.json",
+        [str(RESUME_FAILS), "--segment", "0", "--loop-turns", "--speed", "0"],
+        [
+            *(str(RESUME_FAILS), "--segment", "1", "--loop-turns", "--speed", "0"),
+            *("--crash-after-frames", "9"),
+        ],
+        [str(RESUME_FAILS), "--segment", "0", "--loop-turns", "--speed", "0"],
+    )
+
+
+@pytest.mark.parametrize("recover", [False, True], ids=["next_run", "recovered_attempt"])
+async def test_a_replacement_that_died_mid_turn_starts_afresh_and_is_told_again(
+    tmp_path: Path, recover: bool
+) -> None:
+    """The replacement took its summary and died before its first turn completed: its
+    conversation is not resumed (no turn confirmed it) but started afresh on the same
+    provider thread, which had been told everything — so the fresh one was told nothing
+    and the history was lost to the provider. What starts afresh is told again: the
+    run's own summary with its recovered attempt, or a full summary with the next run."""
+    frames = FrameLog()
+    providers = {"standin": _dies_mid_turn(tmp_path)}
+    async with rig(
+        tmp_path / "e.db", providers=providers, raw_factory=frames, recover_runs=recover
+    ) as r:
+        tid = await r.thread("standin")
+        await send_completed(r, tid, "remember the word PAPAYA")
+        await r.manager.retire(r.manager.runners[tid], "idle")
+        second = str((await r.manager.send_message(tid, "two")).result["runId"])
+        run = await r.wait_run(second, ("completed", "failed", "interrupted", "cancelled"))
+        assert run.status == ("completed" if recover else "failed"), run
+        told, *later = frames.turn_texts()[1:]
+        assert "could not be resumed" in told and told.endswith("two")
+
+        if recover:
+            (sent,) = later  # the recovered attempt, on the fresh conversation
+            assert sent == told, "the run's own summary again, with its message"
+        else:
+            assert later == []
+            await send_completed(r, tid, "three")
+            sent = frames.turn_texts()[-1]
+            assert "User: two" in sent and sent.endswith("three")
+        assert sent.count("User: remember the word PAPAYA") == 1, sent
+        pt = r.row("provider_thread", run.provider_thread_id)
+        assert r.row("run", second).provider_thread_id == pt.id
+        assert pt.resume_ref_confirmed and len(pt.handoff_ids) == 1
