@@ -41,6 +41,11 @@ class ExitStatus:
         return f"exited with code {self.code}"
 
 
+#: What a process left running for the next daemon (a held provider the daemon leaves to
+#: its holder) says when waited on: neither a code nor a signal, and at once.
+LEFT_RUNNING = ExitStatus(code=None, signal=None)
+
+
 @attrs.frozen
 class OversizedLine:
     """A stdout line longer than the bound; its bytes were skipped up to the newline."""

@@ -53,6 +53,7 @@ from adapters.errors import (
 from adapters.protocol import RawFrameSink, RequestAnswer, ResumeRefs, RuntimeConfig
 from adapters.replay_watch import HeldReplay, ReplayWatch
 from adapters.transport import (
+    LEFT_RUNNING,
     ExitStatus,
     LaunchSpec,
     OversizedLine,
@@ -346,13 +347,19 @@ class ClaudeRuntime:
                 await session.exited.wait()
 
     async def shutdown(self) -> None:
-        """Kill every process; wait (bounded) until its reader has queued the exit (shielded)."""
+        """Kill every process; wait (bounded) until its reader has queued the exit (shielded).
+
+        A process left running for the next daemon (``LEFT_RUNNING``: a held CLI the
+        daemon leaves to its holder) is not killed and never exits here: its output
+        does not end, so waiting for its reader held every daemon restart the whole
+        bound (5 s) per Claude runtime.
+        """
         for session in self._sessions:
             if not session.exited.is_set():
                 await session.process.kill()
         with trio.move_on_after(TEARDOWN_TIMEOUT_S):
             for session in self._sessions:
-                await session.exited.wait()
+                await _exited_or_left(session)
         self._report_held_exit()
 
     async def _caught_up(self) -> _Session:
@@ -666,3 +673,22 @@ def _last_line(text: str, needle: str) -> str:
         if needle in line:
             return line.strip()
     return needle
+
+
+async def _exited_or_left(session: _Session) -> None:
+    """Until the session's reader has queued its exit, or its process says it was left
+    running (then no exit comes)."""
+    if session.exited.is_set():
+        return
+    async with trio.open_nursery() as nursery:
+
+        async def exited() -> None:
+            await session.exited.wait()
+            nursery.cancel_scope.cancel()
+
+        async def left() -> None:
+            if await session.process.wait() == LEFT_RUNNING:
+                nursery.cancel_scope.cancel()
+
+        nursery.start_soon(exited)
+        nursery.start_soon(left)

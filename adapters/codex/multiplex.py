@@ -46,7 +46,13 @@ import msgspec
 import trio
 
 from adapters.offset_lines import Input, OffsetLines, OffsetReads
-from adapters.transport import ExitStatus, OversizedLine, ProviderProcess, line_reads
+from adapters.transport import (
+    LEFT_RUNNING,
+    ExitStatus,
+    OversizedLine,
+    ProviderProcess,
+    line_reads,
+)
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +97,6 @@ UNCLAIMED_MAX = 1000
 #: The "offset" of a line that is not in a journal (a child's, or one the multiplexer
 #: answers itself): never muted, never reported.
 UNJOURNALED = -1
-#: A held process's end as a member sees it after :meth:`VirtualProcess.leave_running`.
-LEFT_RUNNING = ExitStatus(code=None, signal=None)
 
 
 def global_id(tag: str, local_id: int | str) -> str:
@@ -703,7 +707,6 @@ class CodexMultiplexer:
 
 
 __all__ = [
-    "LEFT_RUNNING",
     "THREAD_OPENERS",
     "CodexMultiplexer",
     "JournalReplay",

@@ -29,7 +29,7 @@ from adapters.diagnostics import redact_stderr
 from adapters.offset_lines import Input, OffsetLines
 from adapters.ownership import OWNER_ENV, OwnerMark
 from adapters.process import STDERR_TAIL_BYTES, StopResult, stop_ladder
-from adapters.transport import ExitStatus, LaunchSpec, OversizedLine
+from adapters.transport import LEFT_RUNNING, ExitStatus, LaunchSpec, OversizedLine
 from supervisor.holder.layout import HeldPaths, HeldSpec, held_dirs, socket_address
 from supervisor.holder.wire import (
     PROTOCOL_VERSION,
@@ -53,8 +53,6 @@ from t3orch.domain.vocab import ProviderKind
 
 log = logging.getLogger(__name__)
 
-#: What :meth:`HeldProcess.wait` says of a provider left running for the next daemon.
-LEFT_RUNNING = ExitStatus(code=None, signal=None)
 #: The environment variable naming the holder a process is (the orphan sweep reads it).
 HOLDER_ENV = "T3ORCH_HOLDER"
 #: How long a holder may take to start its provider and say so.

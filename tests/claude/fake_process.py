@@ -9,9 +9,14 @@ from typing import Any
 
 import trio
 
-from adapters.transport import ExitStatus, LaunchSpec, OversizedLine
+from adapters.transport import LEFT_RUNNING, ExitStatus, LaunchSpec, OversizedLine
 
 WAIT_S = 5.0
+
+
+async def _first(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 class FakeProcess:
@@ -27,6 +32,7 @@ class FakeProcess:
         self._exited = trio.Event()
         #: Exit by itself when stdin closes (what the CLI does).
         self.exit_on_stdin_close = True
+        self._left = trio.Event()
 
     # -- ProviderProcess ---------------------------------------------------------
 
@@ -55,8 +61,11 @@ class FakeProcess:
             self.exit(ExitStatus(code=0, signal=None))
 
     async def wait(self) -> ExitStatus:
-        await self._exited.wait()
-        assert self.status is not None
+        async with trio.open_nursery() as nursery:
+            for event in (self._exited, self._left):
+                nursery.start_soon(_first, event, nursery.cancel_scope)
+        if self.status is None:
+            return LEFT_RUNNING
         return self.status
 
     def stderr_tail(self) -> str:
@@ -64,7 +73,13 @@ class FakeProcess:
 
     async def kill(self) -> None:
         await trio.lowlevel.checkpoint()
-        self.exit(ExitStatus(code=None, signal=int(signal.SIGKILL)))
+        if not self._left.is_set():
+            self.exit(ExitStatus(code=None, signal=int(signal.SIGKILL)))
+
+    def leave_running(self) -> None:
+        """Left to its holder, as a held CLI is when the daemon exits: never killed, and
+        its output does not end; waited on, it says ``LEFT_RUNNING``."""
+        self._left.set()
 
     # -- the test's side ------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import trio.testing
 
 from adapters.claude import ClaudeAdapter, ClaudeOptions
 from adapters.claude.control import HookCall, McpCall
-from adapters.claude.runtime import ClaudeRuntime
+from adapters.claude.runtime import TEARDOWN_TIMEOUT_S, ClaudeRuntime
 from adapters.errors import NotSupported, ProviderGone, ResumeError, StaleRequest
 from adapters.protocol import NullRawSink, RequestAnswer, ResumeRefs, RuntimeConfig
 from adapters.transport import ExitStatus, OversizedLine
@@ -430,6 +430,20 @@ async def test_close_closes_stdin_and_leaving_kills() -> None:
         _, process = await open_new(runtime, launcher)
         process.exit_on_stdin_close = False
     assert process.status == ExitStatus(code=None, signal=9)
+
+
+async def test_leaving_does_not_wait_for_a_process_left_running(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A held CLI the daemon leaves to its holder never exits here: leaving the runtime
+    does not kill it, nor wait the teardown bound for an exit (it held every daemon
+    restart 5 s per Claude runtime)."""
+    async with running() as (runtime, launcher, _):
+        _, process = await open_new(runtime, launcher)
+        process.leave_running()
+        left_at = trio.current_time()
+    assert trio.current_time() - left_at < TEARDOWN_TIMEOUT_S / 10
+    assert process.status is None, "not killed"
 
 
 async def test_close_kills_a_process_that_ignores_stdin_close() -> None:
