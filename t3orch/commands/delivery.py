@@ -136,10 +136,15 @@ def _missed_handoff(ch: Changes, view: StateView, run: Run, pt: ProviderThread) 
         strategy: ContextHandoffStrategy = "full_thread_summary"
         covered = RunOrdinalRange(from_=1, to=earlier[-1].ordinal)
         _supersede_covered(ch, run, pt, covered)
+        # A replacement, or a conversation started afresh, follows one of its own kind.
+        where = (
+            f"in an earlier {pt.provider} conversation"
+            if {src.provider for src in from_pts} == {pt.provider}
+            else f"with another provider ({providers})"
+        )
         summary = (
-            f"Context handoff: this conversation was held with another provider "
-            f"({providers}) until now. Here is the conversation so far, from the "
-            "application's own history:\n\n"
+            f"Context handoff: this conversation was held {where} until now. Here is the "
+            "conversation so far, from the application's own history:\n\n"
             + render(history(view, run.thread_id, up_to_ordinal=earlier[-1].ordinal))
         )
     else:

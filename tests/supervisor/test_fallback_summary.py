@@ -221,6 +221,7 @@ async def test_a_replacement_that_died_mid_turn_starts_afresh_and_is_told_again(
             await send_completed(r, tid, "three")
             sent = frames.turn_texts()[-1]
             assert "User: two" in sent and sent.endswith("three")
+            assert sent.startswith("Context handoff: this conversation was held in an earlier")
         assert sent.count("User: remember the word PAPAYA") == 1, sent
         pt = r.row("provider_thread", run.provider_thread_id)
         assert r.row("run", second).provider_thread_id == pt.id
