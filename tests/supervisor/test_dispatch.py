@@ -36,6 +36,9 @@ async def test_a_turn_on_an_idle_runtime_reads_the_log_four_times_in_the_manager
         tid = await r.thread()
         first = await r.manager.send_message(tid, "hello")
         await r.wait_run(first.result["runId"])
+        # The first run's dispatcher reads how it ended after the run's end is committed:
+        # a send before it is done queues behind it (and its reads would be counted).
+        await r.wait_for(lambda: tid not in r.manager._dispatching)
         statements: list[str] = []
 
         def by_the_manager(sql: str) -> None:
