@@ -9,7 +9,9 @@ mode) against the loopback fake model servers (``fixtures/fakes/``), whose reply
   as by default, or ``--synchronous NORMAL``) over the Unix socket API: ``subscribe
   threadDetail``, then ``run.send``;
   text is what a client shows from ``liveText`` frames and committed events
-  (``ThreadView``, as ``t3orch watch`` does).
+  (``ThreadView``, as ``t3orch watch`` does);
+* **floor** (``--floor``): through ``bench/relay.py``, the least a durable relay in
+  between must do (decode each line, commit and fsync a turn's start and end).
 
 Printed side by side, per provider: first text after the send (median of
 ``--rounds``), text updates a second at the client, the mean arrival of each word
@@ -23,7 +25,8 @@ waited for a CPU (its threads' ``schedstat``), and every thread's on the machine
 Targets (issue 17): first text ≤ direct + 10 ms, ≥ 40 updates/s, word arrival ≤
 direct + 10 ms, ≤ 4 stored rows per item per second, plain turn ≤ 1.05 × direct.
 
-Run: ``python bench/stream.py [--providers codex,claude] [--rounds 3] [--turns 20] [--json]``
+Run: ``python bench/stream.py [--providers codex,claude] [--rounds 3] [--turns 20] [--floor]
+[--json]``
 (``export T3ORCH_CODEX_BIN=$(scripts/install-codex | tail -n1)``; claude from
 ``claude-agent-sdk`` or ``T3ORCH_CLAUDE_BIN``). Not a timed test.
 """
@@ -114,9 +117,15 @@ class Trace:
 
 
 class LineProcess:
-    """A provider on stdio: JSON lines in, JSON lines read on a thread."""
+    """A provider on stdio: JSON lines in, JSON lines read on a thread; or, with
+    ``relay``, the same through ``bench/relay.py`` logging to that file (the floor)."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+    def __init__(
+        self, argv: list[str], env: dict[str, str], cwd: Path, relay: Path | None = None
+    ) -> None:
+        if relay is not None:
+            argv = [sys.executable, str(REPO / "bench" / "relay.py"), str(relay), "--", *argv]
+        self.relayed = relay is not None
         self.proc = subprocess.Popen(
             argv,
             cwd=cwd,
@@ -131,6 +140,14 @@ class LineProcess:
         self._reader = threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True)
         self._reader.start()
         self._ids = 0
+
+    def provider_pids(self) -> list[int]:
+        """The provider's process: this child, or the relay's child."""
+        if not self.relayed:
+            return [self.proc.pid]
+        # Listed by the thread that forked it (trio spawns from a worker thread).
+        tasks = Path(f"/proc/{self.proc.pid}/task").glob("*/children")
+        return [int(pid) for task in tasks for pid in task.read_text().split()]
 
     def _read(self, stream: IO[bytes]) -> None:
         for line in stream:
@@ -170,10 +187,10 @@ def _ignore(frame: Frame) -> None:
 
 
 class DirectCodex:
-    def __init__(self, config: Config, work: Path) -> None:
+    def __init__(self, config: Config, work: Path, relay: Path | None = None) -> None:
         c = config.providers.codex
         assert c.command is not None
-        self.p = LineProcess([*c.command, "app-server"], {**os.environ, **c.env}, work)
+        self.p = LineProcess([*c.command, "app-server"], {**os.environ, **c.env}, work, relay)
         self.p.send({"id": 0, "method": "initialize", "params": {"clientInfo": _CLIENT}})
         self.p.until(lambda f: f.get("id") == 0, _ignore)
         self.p.send({"method": "initialized"})
@@ -211,11 +228,11 @@ _CLIENT = {"name": "t3orch-bench", "title": "t3orch bench", "version": "0"}
 
 
 class DirectClaude:
-    def __init__(self, config: Config, work: Path) -> None:
+    def __init__(self, config: Config, work: Path, relay: Path | None = None) -> None:
         c = config.providers.claude
         assert c.command is not None
         argv = claude_argv(c.command[0], model=c.model or "claude-sonnet-4-5")
-        self.p = LineProcess(argv, dict(c.env), work)
+        self.p = LineProcess(argv, dict(c.env), work, relay)
         self.p.send(
             {
                 "type": "control_request",
@@ -355,36 +372,54 @@ async def _compare(
     turns: int,
     timeline_file: Path | None,
     daemon_pid: int,
+    floor: Path | None,
 ) -> dict[str, dict[str, Any]]:
-    """Both ways, turn by turn in turn: the machine's load falls on both alike."""
-    direct = (DirectCodex if kind == "codex" else DirectClaude)(config, work)
+    """Both ways (three with ``floor``: through ``bench/relay.py`` logging there), turn
+    by turn in turn: the machine's load falls on all alike."""
+    driver = DirectCodex if kind == "codex" else DirectClaude
+    direct = driver(config, work)
+    relayed = driver(config, work, floor) if floor is not None else None
     try:
         async with connect(socket) as client:
             t = await ThroughT3orch.open(client, kind, work)
             # Warm: a first turn pays for the process's start.
             direct.turn("hello")
             await t.turn("hello")
-            d_streamed, t_streamed, rows, seconds = [], [], [], []
+            if relayed is not None:
+                relayed.turn("hello")
+            d_streamed, t_streamed, f_streamed, rows, seconds = [], [], [], [], []
             for _ in range(rounds):
                 trace = Trace()
                 direct.turn(STREAM_PROMPT, trace)
                 d_streamed.append(trace.figures(_reply_text()))
+                if relayed is not None:
+                    trace = Trace()
+                    relayed.turn(STREAM_PROMPT, trace)
+                    f_streamed.append(trace.figures(_reply_text()))
                 trace = Trace()
                 _, item = await t.turn(STREAM_PROMPT, trace)
                 t_streamed.append(trace.figures(_reply_text()))
                 rows.append(await t.stored_deltas(item))
                 seconds.append(trace.updates[-1][0] - trace.updates[0][0])
-            d_plain, t_plain = [], []
+            d_plain, t_plain, f_plain = [], [], []
             t.spans.clear()
             cpu_before = _cpu_by_thread(daemon_pid)
             mine = direct.p.proc.pid
             provider = config.providers.codex if kind == "codex" else config.providers.claude
-            theirs = _same_provider(mine, provider.env)
-            d_sched, t_sched = [0, 0, 0], [0, 0, 0]
+            relay = [] if relayed is None else relayed.p.provider_pids()
+            theirs = [pid for pid in _same_provider(mine, provider.env) if pid not in relay]
+            d_sched, t_sched, f_sched = [0, 0, 0], [0, 0, 0], [0, 0, 0]
+            f_cpu = 0
             for _ in range(turns):
                 before = _sched([mine])
                 d_plain.append(direct.turn("hello"))
                 _add(d_sched, before, _sched([mine]))
+                if relayed is not None:
+                    before = _sched(relay)
+                    relay_before = _sched([relayed.p.proc.pid])[0]
+                    f_plain.append(relayed.turn("hello"))
+                    _add(f_sched, before, _sched(relay))
+                    f_cpu += _sched([relayed.p.proc.pid])[0] - relay_before
                 before = _sched(theirs)
                 t_plain.append((await t.turn("hello"))[0])
                 _add(t_sched, before, _sched(theirs))
@@ -392,6 +427,8 @@ async def _compare(
             cpu_after = _cpu_by_thread(daemon_pid)
     finally:
         direct.close()
+        if relayed is not None:
+            relayed.close()
     per_s = statistics.median(r / s for r, s in zip(rows, seconds, strict=True) if s)
     out = {
         "direct": _summary(d_streamed, d_plain, None),
@@ -403,6 +440,12 @@ async def _compare(
     out["t3orch"]["provider_wait_ms_per_turn"] = t_sched[1] / turns / 1e6
     out["direct"]["machine_cpu_ms_per_turn"] = d_sched[2] / turns / 1e6
     out["t3orch"]["machine_cpu_ms_per_turn"] = t_sched[2] / turns / 1e6
+    if relayed is not None:
+        out["floor"] = _summary(f_streamed, f_plain, None)
+        out["floor"]["daemon_cpu_ms_per_turn"] = f_cpu / turns / 1e6
+        out["floor"]["provider_cpu_ms_per_turn"] = f_sched[0] / turns / 1e6
+        out["floor"]["provider_wait_ms_per_turn"] = f_sched[1] / turns / 1e6
+        out["floor"]["machine_cpu_ms_per_turn"] = f_sched[2] / turns / 1e6
     by_thread = {
         name: (ns - cpu_before.get(name, 0)) / turns / 1e6 for name, ns in cpu_after.items()
     }
@@ -647,6 +690,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run the fake model servers in a process of their own (no word latency then)",
     )
+    ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="drive the providers a third way, through bench/relay.py: a relay that decodes "
+        "each line and commits a turn's start and end (fsynced), and nothing else",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     load_before = os.getloadavg()
@@ -686,6 +735,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.turns,
                         timeline_file,
                         daemon.pid,
+                        root / "floor.db" if args.floor else None,
                     )
                     if timeline_file is not None:
                         timeline_file.write_text("")
@@ -731,22 +781,25 @@ def _print(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None
         f"{args.turns} turns; daemon.synchronous = {args.synchronous}"
     )
     width = max(len(label) for label, _, _ in _ROWS) + 2
-    head = f"{'':{width}}" + "".join(f"{k + ' direct':>16}{k + ' t3orch':>16}" for k in results)
+    ways = ["direct", "floor", "t3orch"] if args.floor else ["direct", "t3orch"]
+    head = f"{'':{width}}" + "".join(f"{k + ' ' + way:>16}" for k in results for way in ways)
     print(head)
     for label, key, fmt in _ROWS:
         line = f"{label:{width}}"
         for r in results.values():
-            d = r["direct"].get(key)
-            t = r["t3orch"].get(key)
-            line += f"{fmt.format(d) if d is not None else '-':>16}"
-            cell = fmt.format(t) if t is not None else "-"
-            if key == "stored_delta_rows" and t is not None:
-                cell += f" ({r['t3orch']['stored_rows_per_s']:.1f})"
-            line += f"{cell:>16}"
+            for way in ways:
+                v = r[way].get(key)
+                cell = fmt.format(v) if v is not None else "-"
+                if key == "stored_delta_rows" and v is not None:
+                    cell += f" ({r[way]['stored_rows_per_s']:.1f})"
+                line += f"{cell:>16}"
         print(line)
     for kind, r in results.items():
         ratio = r["t3orch"]["plain_turn_ms"] / r["direct"]["plain_turn_ms"]
         print(f"{kind}: plain turn through t3orch = {ratio:.3f} × direct (target ≤ 1.05)")
+        if "floor" in r:
+            floor = r["floor"]["plain_turn_ms"] / r["direct"]["plain_turn_ms"]
+            print(f"{kind}: plain turn through the floor relay = {floor:.3f} × direct")
     for kind, r in results.items():
         if "timeline" in r:
             print(f"{kind}: a plain turn's timeline, median ms after the client's send")
