@@ -686,7 +686,7 @@ class SessionManager:
                 # Its stored thread was replaced (a resume fallback), or its conversation
                 # started afresh: the attempt, begun before, carries what the new one
                 # must be told (the replacement's summary: its handoff in the log).
-                handoff = await self.core.prepare_handoff(run_id, pt_id)
+                handoff = await self.core.prepare_handoff(run_id, pt_id, turn.provider_turn_id)
             await runner.start_turn(run_id, self._user_text(run), turn=turn, handoff=handoff)
         except SessionFailed as exc:
             await self._fail_run(thread_id, run_id, str(exc))

@@ -22,7 +22,7 @@ from adapters.ownership import OwnerMark
 from adapters.protocol import JournalLine
 from supervisor.holder.layout import HeldPaths, HolderState, held_root
 from supervisor.holder.wire import Kind, iter_file
-from t3orch.commands.delivery import SEPARATOR
+from t3orch.commands.delivery import SEPARATOR, carried_by
 from t3orch.commands.reconcile import Held
 from t3orch.commands.runs import run_attempts
 from t3orch.domain.context import ContextHandoff
@@ -211,18 +211,22 @@ def begun_handoff(reader: ReadModel, turn: TurnBinding, provider_thread_id: str)
     they were delivered, a resume fallback's summary among them): a turn sent by the next
     daemon carries it as the first would have.
 
-    ``prepare_handoff`` goes with the run's first attempt on the provider thread only: a
-    later one (a steering restart) carries none, or the provider would be told twice.
+    Each handoff's item names the turn whose input it went with: a later attempt on the
+    same conversation (a steering restart) carries none, or the provider would be told
+    twice; a recovered attempt on a conversation started afresh carries what it was given
+    again. Items that name no turn (written before they did) go with the run's first
+    attempt on the provider thread.
     """
-    pt = reader.get(ProviderThread, provider_thread_id)
-    if pt is None:
-        return None
-    on_pt = [a.id for a in run_attempts(reader, turn.run_id) if a.provider_thread_id == pt.id]
-    if on_pt[:1] != [turn.attempt_id]:
-        return None
-    handoffs = (reader.get(ContextHandoff, h) for h in pt.handoff_ids)
-    texts = [h.summary_text for h in handoffs if h is not None and h.target_run_id == turn.run_id]
-    return SEPARATOR.join(texts) or None
+    carried = carried_by(reader, provider_thread_id, turn.run_id, turn.provider_turn_id)
+    if carried is None:
+        attempts = run_attempts(reader, turn.run_id)
+        on_pt = [a.id for a in attempts if a.provider_thread_id == provider_thread_id]
+        if on_pt[:1] != [turn.attempt_id]:
+            return None
+        pt = reader.get(ProviderThread, provider_thread_id)
+        handoffs = (reader.get(ContextHandoff, h) for h in pt.handoff_ids) if pt else ()
+        carried = [h for h in handoffs if h is not None and h.target_run_id == turn.run_id]
+    return SEPARATOR.join(h.summary_text for h in carried) or None
 
 
 def held_of(reattaches: list[Reattach]) -> Held:

@@ -39,6 +39,7 @@ from t3orch.ids import (
     IdFactory,
     ProviderSessionId,
     ProviderThreadId,
+    ProviderTurnId,
     RunId,
     ThreadId,
     TurnItemId,
@@ -324,10 +325,13 @@ class CoreService:
             delivery.forget_conversation(provider_thread_id), None, "provider_thread.start_afresh"
         )
 
-    async def prepare_handoff(self, run_id: str, provider_thread_id: str) -> str | None:
-        """The context ``run_id``'s provider thread missed, recorded as a handoff; or None."""
+    async def prepare_handoff(
+        self, run_id: str, provider_thread_id: str, turn_id: ProviderTurnId | None = None
+    ) -> str | None:
+        """The context ``run_id``'s provider thread missed, recorded as a handoff going with
+        ``turn_id``'s input (default: the run's next attempt's); or None."""
         result = await self._run(
-            delivery.prepare_handoff(run_id, provider_thread_id), None, "handoff.prepare"
+            delivery.prepare_handoff(run_id, provider_thread_id, turn_id), None, "handoff.prepare"
         )
         return result.result if isinstance(result.result, str) else None
 

@@ -21,13 +21,15 @@ import msgspec
 
 from t3orch.commands import mergeback
 from t3orch.commands.lineage import deliver, history, record_handoff, render
+from t3orch.commands.runs import next_turn_id
 from t3orch.domain.context import ContextHandoff, ContextSourcePoint, RunOrdinalRange
 from t3orch.domain.provider import ProviderThread
 from t3orch.domain.run import Run
+from t3orch.domain.turn_items import Handoff
 from t3orch.domain.vocab import ContextHandoffStrategy
-from t3orch.ids import ContextTransferId, ThreadId, derived_id
+from t3orch.ids import ContextTransferId, ProviderTurnId, ThreadId, TurnItemId, derived_id
 from t3orch.ingest.changes import Changes
-from t3orch.store.interface import Decide, Decision, StateView
+from t3orch.store.interface import Decide, Decision, ReadModel, StateView
 
 #: Between the texts of several handoffs delivered with one run (and the message).
 SEPARATOR = "\n\n---\n\n"
@@ -109,7 +111,9 @@ def _providers(view: StateView, runs: list[Run]) -> str:
     return ", ".join(sorted(kinds)) or "another provider"
 
 
-def _missed_handoff(ch: Changes, view: StateView, run: Run, pt: ProviderThread) -> str | None:
+def _missed_handoff(
+    ch: Changes, view: StateView, run: Run, pt: ProviderThread, carrier: ProviderTurnId
+) -> str | None:
     missed = missed_runs(view, run, pt)
     if not missed:
         return None
@@ -165,6 +169,7 @@ def _missed_handoff(ch: Changes, view: StateView, run: Run, pt: ProviderThread) 
         covered=covered,
         summary=summary,
         status="resolved_portable",
+        carrier=carrier,
     )
     return summary
 
@@ -204,7 +209,9 @@ def _from_providers(view: StateView, h: ContextHandoff) -> list[str]:
     )
 
 
-def _undelivered_own(ch: Changes, view: StateView, run: Run, pt: ProviderThread) -> str | None:
+def _undelivered_own(
+    ch: Changes, view: StateView, run: Run, pt: ProviderThread, carrier: ProviderTurnId
+) -> str | None:
     """The run's own handoff, made for ``pt`` before its first attempt (a resume fallback's
     or a settings replacement's summary, a portable fork's history) and not delivered on
     it yet: it goes with this attempt, which delivers it (``pt``'s list), so never twice."""
@@ -213,11 +220,13 @@ def _undelivered_own(ch: Changes, view: StateView, run: Run, pt: ProviderThread)
         return None
     if h.target_run_id != run.id or h.id in pt.handoff_ids:
         return None
-    deliver(ch, h, run, pt, from_providers=_from_providers(view, h))
+    deliver(ch, h, run, pt, from_providers=_from_providers(view, h), carrier=carrier)
     return h.summary_text
 
 
-def _waiting(ch: Changes, view: StateView, run: Run, pt: ProviderThread) -> list[str]:
+def _waiting(
+    ch: Changes, view: StateView, run: Run, pt: ProviderThread, carrier: ProviderTurnId
+) -> list[str]:
     """Regenerated handoffs for ``pt`` not delivered yet: they go with this run."""
     texts = []
     waiting = [
@@ -230,7 +239,7 @@ def _waiting(ch: Changes, view: StateView, run: Run, pt: ProviderThread) -> list
         now = ch.now()
         ready = msgspec.structs.replace(h, status="ready", target_run_id=run.id, updated_at=now)
         ch.put("context_handoff", ready)
-        deliver(ch, ready, run, pt, from_providers=_from_providers(view, h))
+        deliver(ch, ready, run, pt, from_providers=_from_providers(view, h), carrier=carrier)
         texts.append(h.summary_text)
     return texts
 
@@ -263,13 +272,19 @@ def forget_conversation(provider_thread_id: str) -> Decide:
     return decide
 
 
-def prepare_handoff(run_id: str, provider_thread_id: str) -> Decide:
+def prepare_handoff(
+    run_id: str, provider_thread_id: str, turn_id: ProviderTurnId | None = None
+) -> Decide:
     """Materialize what ``run_id``'s provider thread is to be told; the text, or None.
 
     A run that already has its handoff (a resume fallback, a portable fork) gets no
     second one of its own: that one goes with the run's first attempt on its provider
     thread (it is durable, so a daemon that dies before the turn is sent loses nothing),
     and is delivered then. Waiting regenerated and merge-back handoffs still go.
+
+    What is delivered goes with the input of ``turn_id`` (default: the turn of the run's
+    next attempt, begun after this in the same batch): each handoff's item names it, so
+    a turn the next daemon sends carries what was prepared for it (``carried_by``).
     """
 
     def decide(view: StateView) -> Decision:
@@ -277,16 +292,17 @@ def prepare_handoff(run_id: str, provider_thread_id: str) -> Decide:
         pt = view.get(ProviderThread, provider_thread_id)
         if run is None or pt is None:
             return Decision([], None)
+        carrier = turn_id if turn_id is not None else next_turn_id(view, run.id, pt.id)
         ch = Changes(view)
         texts: list[str] = []
         if run.context_handoff_id is None:
-            own = _missed_handoff(ch, view, run, pt)
+            own = _missed_handoff(ch, view, run, pt, carrier)
         else:
-            own = _undelivered_own(ch, view, run, pt)
+            own = _undelivered_own(ch, view, run, pt, carrier)
         if own is not None:
             texts.append(own)
-        texts.extend(_waiting(ch, view, run, pt))
-        texts.extend(mergeback.materialize(ch, view, run, pt))
+        texts.extend(_waiting(ch, view, run, pt, carrier))
+        texts.extend(mergeback.materialize(ch, view, run, pt, carrier))
         if not texts:
             return Decision([], None)
         return Decision(ch.drafts, SEPARATOR.join(texts))
@@ -294,9 +310,31 @@ def prepare_handoff(run_id: str, provider_thread_id: str) -> Decide:
     return decide
 
 
+def carried_by(
+    view: StateView | ReadModel, provider_thread_id: str, run_id: str, turn_id: str
+) -> list[ContextHandoff] | None:
+    """The run's handoffs delivered to that provider thread with ``turn_id``'s input, in
+    the order they were; None when none of the run's handoffs there names its turn (items
+    written before they did)."""
+    pt = view.get(ProviderThread, provider_thread_id)
+    if pt is None:
+        return []
+    carried, named = [], False
+    for handoff_id in pt.handoff_ids:
+        handoff = view.get(ContextHandoff, handoff_id)
+        item = view.get(Handoff, derived_id(TurnItemId, handoff_id))
+        if handoff is None or handoff.target_run_id != run_id or item is None:
+            continue
+        named = named or item.provider_turn_id is not None
+        if item.provider_turn_id == turn_id:
+            carried.append(handoff)
+    return carried if named else None
+
+
 __all__ = [
     "SEPARATOR",
     "accumulated_delta_chars",
+    "carried_by",
     "delta_overflow",
     "delta_summary",
     "forget_conversation",

@@ -22,14 +22,19 @@ class OrchestrationRefs(TypedDict):
 
 
 def orchestration_refs(
-    thread_id: ThreadId, run_id: RunId, node_id: NodeId | None, now: str
+    thread_id: ThreadId,
+    run_id: RunId,
+    node_id: NodeId | None,
+    now: str,
+    provider_turn_id: ProviderTurnId | None = None,
 ) -> OrchestrationRefs:
-    """An item of the run's root node, complete when written: no provider turn made it."""
+    """An item of the run's root node, complete when written: no provider turn made it
+    (``provider_turn_id``: the turn whose input it went with, a handoff's)."""
     return OrchestrationRefs(
         thread_id=thread_id,
         run_id=run_id,
         node_id=node_id,
-        provider_turn_id=None,
+        provider_turn_id=provider_turn_id,
         native_item_ref=None,
         status="completed",
         created_at=now,

@@ -45,6 +45,7 @@ from t3orch.ids import (
     ContextHandoffId,
     ContextTransferId,
     DaemonId,
+    ProviderTurnId,
     RunId,
     ThreadId,
     TurnItemId,
@@ -207,6 +208,7 @@ def record_handoff(
     handoff_id: ContextHandoffId | None = None,
     handoff_status: ContextHandoffStatus = "ready",
     delivered: bool = True,
+    carrier: ProviderTurnId | None = None,
 ) -> ContextHandoff:
     """Record a transfer, its materialized handoff, the run's link and a ``handoff`` item.
 
@@ -214,6 +216,7 @@ def record_handoff(
     regenerated handoff delivered with the same run keeps its own ``targetRunId``.
     Not ``delivered`` (a ready one made before the run's provider thread was opened):
     only the run's link; ``delivery.prepare_handoff`` delivers it with the run's attempt.
+    ``carrier``: the provider turn whose input it goes with (``deliver``).
     """
     now = ch.now()
     handoff_id = handoff_id or derived_id(ContextHandoffId, transfer_id)
@@ -256,7 +259,8 @@ def record_handoff(
     )
     ch.put("context_handoff", handoff)
     if handoff_status == "ready" and delivered:
-        deliver(ch, handoff, run, target, from_providers=sorted({p.provider for p in from_pts}))
+        providers = sorted({p.provider for p in from_pts})
+        deliver(ch, handoff, run, target, from_providers=providers, carrier=carrier)
     elif handoff_status == "ready":
         _link_run(ch, run, handoff)
     return handoff
@@ -276,8 +280,11 @@ def deliver(
     target: ProviderThread,
     *,
     from_providers: Sequence[str],
+    carrier: ProviderTurnId | None,
 ) -> None:
-    """The handoff goes to ``run``: the run's link, the provider thread's list, an item."""
+    """The handoff goes to ``run``: the run's link, the provider thread's list, an item
+    naming ``carrier``, the provider turn whose input carries it (None: none named; a
+    turn the next daemon sends carries what names it, ``delivery.carried_by``)."""
     now = ch.now()
     _link_run(ch, run, handoff)
     pt = ch.get("provider_thread", target.id) or target
@@ -290,7 +297,7 @@ def deliver(
         "turn_item",
         Handoff(
             id=derived_id(TurnItemId, handoff.id),
-            **orchestration_refs(handoff.thread_id, run.id, run.root_node_id, now),
+            **orchestration_refs(handoff.thread_id, run.id, run.root_node_id, now, carrier),
             handoff_id=handoff.id,
             strategy=handoff.strategy,
             from_providers=list(from_providers),

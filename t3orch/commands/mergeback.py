@@ -30,7 +30,7 @@ from t3orch.domain.provider import ProviderThread
 from t3orch.domain.run import Run
 from t3orch.domain.thread import AppThread
 from t3orch.events import ContextTransferUpserted
-from t3orch.ids import ContextTransferId, ThreadId
+from t3orch.ids import ContextTransferId, ProviderTurnId, ThreadId
 from t3orch.ingest.changes import Changes
 from t3orch.store.errors import CommandRejected
 from t3orch.store.interface import Decide, Decision, StateView
@@ -153,8 +153,11 @@ def merge_back(
     return decide
 
 
-def materialize(ch: Changes, view: StateView, run: Run, pt: ProviderThread) -> list[str]:
-    """The pending merge-backs into ``run``'s thread become handoffs delivered with it."""
+def materialize(
+    ch: Changes, view: StateView, run: Run, pt: ProviderThread, carrier: ProviderTurnId
+) -> list[str]:
+    """The pending merge-backs into ``run``'s thread become handoffs delivered with it
+    (with the input of ``carrier``, its provider turn)."""
     texts = []
     pending = [
         t
@@ -202,6 +205,7 @@ def materialize(ch: Changes, view: StateView, run: Run, pt: ProviderThread) -> l
             summary=text,
             status="resolved_portable",
             created_by="user",
+            carrier=carrier,
         )
         texts.append(text)
     return texts

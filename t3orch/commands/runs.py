@@ -98,6 +98,16 @@ def run_attempts(view: StateView | ReadModel, run_id: str) -> list[RunAttempt]:
     return attempts
 
 
+def attempt_turn_id(provider_thread_id: str, run_id: str, ordinal: int) -> ProviderTurnId:
+    """The provider turn of the run's ``ordinal``-th attempt (derived, as the attempt is)."""
+    return derived_id(ProviderTurnId, provider_thread_id, run_id, str(ordinal))
+
+
+def next_turn_id(view: StateView, run_id: str, provider_thread_id: str) -> ProviderTurnId:
+    """The provider turn the run's next attempt on that thread begins (``begin_attempt``)."""
+    return attempt_turn_id(provider_thread_id, run_id, len(run_attempts(view, run_id)) + 1)
+
+
 def begin_attempt(
     run_id: str,
     provider_thread_id: ProviderThreadId,
@@ -133,7 +143,7 @@ def begin_attempt(
                 moved_on = "failed" if reason == "provider_recovery" else "superseded"
                 ch.put("run_attempt", msgspec.structs.replace(a, status=moved_on, completed_at=now))
         attempt_id = derived_id(RunAttemptId, run.id, str(ordinal))
-        turn_id = derived_id(ProviderTurnId, provider_thread_id, run.id, str(ordinal))
+        turn_id = attempt_turn_id(provider_thread_id, run.id, ordinal)
         root = run.root_node_id
         if root is None:  # every run is created with its root node (send_message)
             raise CommandRejected("run_without_root", f"run {run_id} has no root node")

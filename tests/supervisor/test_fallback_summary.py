@@ -33,7 +33,7 @@ from supervisor.startup import settle_previous_run
 from tests.holder.support import holders_stopped
 from tests.lineage.support import FrameLog, send_completed
 from tests.supervisor.standin_plan import plan_settings
-from tests.supervisor.support import rig
+from tests.supervisor.support import Rig, rig
 
 OWNER = this_process().token()
 REPO = Path(__file__).resolve().parents[2]
@@ -87,6 +87,15 @@ def _dies_before_the_turn(seam: pytest.MonkeyPatch, begun: bool) -> trio.Event:
     return there
 
 
+async def _reattached(r: Rig, state: Path, held: list[tuple[str, bool]]) -> None:
+    """The next daemon finds the runtimes left held (their provider threads, and whether
+    their turn is unsent), settles the previous run and reattaches to them all."""
+    found = find_held(r.core.reader, state)
+    assert [(h.binding.provider_thread_id, h.unsent) for h in found] == held
+    await settle_previous_run(r.core.service, r.core.reader, state_dir=state, held=found)
+    assert await r.manager.reattach_all(found) == []
+
+
 @pytest.mark.parametrize("begun", [False, True], ids=["not_begun", "begun"])
 async def test_a_resume_fallback_summary_is_sent_by_the_next_daemon_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, begun: bool
@@ -120,10 +129,7 @@ async def test_a_resume_fallback_summary_is_sent_by_the_next_daemon_once(
         assert _turn_inputs(state) == []
 
         async with rig(tmp_path / "e.db", **options) as r2:
-            found = find_held(r2.core.reader, state)
-            assert [(h.binding.provider_thread_id, h.unsent) for h in found] == [(new_pt, begun)]
-            await settle_previous_run(r2.core.service, r2.core.reader, state_dir=state, held=found)
-            assert await r2.manager.reattach_all(found) == []
+            await _reattached(r2, state, [(new_pt, begun)])
             run = await r2.wait_run(second, within=30)
             assert run.provider_thread_id == new_pt
             handoff = r2.row("context_handoff", run.context_handoff_id)
@@ -226,3 +232,55 @@ async def test_a_replacement_that_died_mid_turn_starts_afresh_and_is_told_again(
         pt = r.row("provider_thread", run.provider_thread_id)
         assert r.row("run", second).provider_thread_id == pt.id
         assert pt.resume_ref_confirmed and len(pt.handoff_ids) == 1
+
+
+async def test_a_recovered_attempt_on_a_fresh_conversation_sent_by_the_next_daemon_is_told_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, the recovered attempt: its conversation started afresh and was given the
+    run's summary again (the attempt is the run's second on that provider thread, begun
+    before the conversation was forgotten), then the daemon died before its
+    ``turn/start``. The next daemon sends it with that summary, once."""
+    state = tmp_path / "state"
+    options: dict[str, Any] = {
+        "providers": {"standin": _dies_mid_turn(tmp_path)},
+        "launcher_factory": holder_launchers(held_root(state), 30, OWNER),
+        "state_dir": state,
+        "recover_runs": True,
+    }
+    starts = 0
+    start_turn = CodexRuntime.start_turn
+    there = trio.Event()
+
+    async def recovered_stuck(self: CodexRuntime, text: str) -> None:
+        nonlocal starts
+        starts += 1
+        if starts == 1:  # run 2's first attempt; its recovered one is stuck
+            return await start_turn(self, text)
+        there.set()
+        await trio.sleep_forever()
+
+    async with holders_stopped(state):
+        async with rig(tmp_path / "e.db", **options) as r:
+            tid = await r.thread("standin")
+            await send_completed(r, tid, "remember the word PAPAYA")
+            await r.manager.retire(r.manager.runners[tid], "idle")
+            with monkeypatch.context() as seam:
+                seam.setattr(CodexRuntime, "start_turn", recovered_stuck)
+                second = str((await r.manager.send_message(tid, "two")).result["runId"])
+                with trio.fail_after(30):
+                    await there.wait()
+                attempts = [a for a in r.rows("run_attempt") if a.run_id == second]
+                assert [a.reason for a in attempts] == ["initial", "provider_recovery"]
+                pt = attempts[1].provider_thread_id
+                assert attempts[0].provider_thread_id == pt
+                assert r.manager.leave_held() == 1
+                await r.wait_for(lambda: not r.manager.runners)
+
+        async with rig(tmp_path / "e.db", **options) as r2:
+            await _reattached(r2, state, [(pt, True)])
+            run = await r2.wait_run(second, within=30)
+            assert run.status == "completed", run
+            (sent,) = _turn_inputs(state)  # the recovered attempt's, on the fresh conversation
+            assert sent.count(SUMMARY) == 1, sent
+            assert sent.count(b"User: remember the word PAPAYA") == 1, sent
