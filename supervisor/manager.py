@@ -682,10 +682,16 @@ class SessionManager:
             handoff = None
             pt_id = None if runner.binding is None else runner.binding.provider_thread_id
             crashed_pt = None if crashed.binding is None else crashed.binding.provider_thread_id
-            if pt_id is not None and (pt_id != crashed_pt or runner.started_afresh):
-                # Its stored thread was replaced (a resume fallback), or its conversation
-                # started afresh: the attempt, begun before, carries what the new one
-                # must be told (the replacement's summary: its handoff in the log).
+            if pt_id is not None and pt_id != crashed_pt:
+                # Its stored thread was replaced (a resume fallback): the run goes on there,
+                # as a recovery attempt of the replacement's own with its summary (the one
+                # begun on the crashed thread was never sent: superseded).
+                handoff, turn = await self.core.begin_attempt_with_handoff(
+                    run_id, pt_id, runner.journal_position(), "provider_recovery"
+                )
+            elif pt_id is not None and runner.started_afresh:
+                # Its conversation started afresh: the attempt, begun before, carries what
+                # the new one must be told again (the run's handoffs, given back).
                 handoff = await self.core.prepare_handoff(run_id, pt_id, turn.provider_turn_id)
             await runner.start_turn(run_id, self._user_text(run), turn=turn, handoff=handoff)
         except SessionFailed as exc:

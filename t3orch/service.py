@@ -340,6 +340,7 @@ class CoreService:
         run_id: str,
         provider_thread_id: ProviderThreadId,
         begun_after: JournalPosition | None = None,
+        reason: RunAttemptReason = "initial",
     ) -> tuple[str | None, TurnBinding]:
         """:meth:`prepare_handoff` then :meth:`begin_attempt`, committed together.
 
@@ -353,7 +354,7 @@ class CoreService:
             delivery.prepare_handoff(run_id, provider_thread_id), command_type="handoff.prepare"
         )
         attempt = await self.writer.enqueue(
-            runs.begin_attempt(run_id, provider_thread_id, begun_after=begun_after),
+            runs.begin_attempt(run_id, provider_thread_id, reason, begun_after),
             command_type="run.begin_attempt",
         )
         prepared, begun = await handoff.outcome(), await attempt.outcome()

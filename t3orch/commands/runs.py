@@ -138,9 +138,12 @@ def begin_attempt(
         now = view.now()
         for a in attempts:
             if a.status in ("pending", "running"):
-                # The attempt a recovery replaces failed (its provider crashed); any
-                # other replacement (a steering restart) supersedes it.
-                moved_on = "failed" if reason == "provider_recovery" else "superseded"
+                # The attempt a recovery replaces failed (its provider crashed); any other
+                # replacement supersedes it: a steering restart, or a recovery moved to
+                # the thread that replaced the crashed one (it was begun there, never sent).
+                moved = a.reason == "provider_recovery" and a.provider_thread_id != pt.id
+                crashed = reason == "provider_recovery" and not moved
+                moved_on = "failed" if crashed else "superseded"
                 ch.put("run_attempt", msgspec.structs.replace(a, status=moved_on, completed_at=now))
         attempt_id = derived_id(RunAttemptId, run.id, str(ordinal))
         turn_id = attempt_turn_id(provider_thread_id, run.id, ordinal)

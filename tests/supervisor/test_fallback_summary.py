@@ -284,3 +284,47 @@ async def test_a_recovered_attempt_on_a_fresh_conversation_sent_by_the_next_daem
             (sent,) = _turn_inputs(state)  # the recovered attempt's, on the fresh conversation
             assert sent.count(SUMMARY) == 1, sent
             assert sent.count(b"User: remember the word PAPAYA") == 1, sent
+
+
+async def test_a_recovered_attempt_whose_thread_cannot_be_resumed_goes_on_a_replacement(
+    tmp_path: Path,
+) -> None:
+    """The provider crashed mid-turn and the recovery's runtime cannot resume the thread
+    (no rollout): the run goes on as a recovery attempt of the replacement's own, with its
+    summary; the attempt begun on the crashed thread, never sent, is superseded. The run,
+    its attempt and its provider turn name the thread the turn ran on."""
+    frames = FrameLog()
+    settings = plan_settings(
+        tmp_path / "plan.json",
+        # Setup (5 frames), run 1's turn (15), run 2's first 3: turn/started, then the crash.
+        [
+            *(str(RESUME_FAILS), "--segment", "0", "--loop-turns", "--speed", "0"),
+            "--crash-after-frames",
+            "23",
+        ],
+        [str(RESUME_FAILS), "--segment", "1", "--loop-turns", "--speed", "0"],
+    )
+    async with rig(
+        tmp_path / "e.db", providers={"standin": settings}, raw_factory=frames, recover_runs=True
+    ) as r:
+        tid = await r.thread("standin")
+        first = await send_completed(r, tid, "remember the word PAPAYA")
+        crashed = r.row("run", first).provider_thread_id
+        second = str((await r.manager.send_message(tid, "two")).result["runId"])
+        run = await r.wait_run(second, ("completed", "failed", "interrupted", "cancelled"))
+        assert run.status == "completed", run
+        replacement = r.row("thread", tid).active_provider_thread_id
+        assert replacement != crashed and run.provider_thread_id == replacement
+        attempts = [a for a in r.rows("run_attempt") if a.run_id == second]
+        assert [(a.reason, a.status, a.provider_thread_id) for a in attempts] == [
+            ("initial", "failed", crashed),
+            ("provider_recovery", "superseded", crashed),
+            ("provider_recovery", "completed", replacement),
+        ]
+        turn = r.row("provider_turn", attempts[-1].provider_turn_id)
+        assert (turn.provider_thread_id, turn.status) == (replacement, "completed")
+        sent = frames.turn_texts()[-1]
+        assert SUMMARY.decode() in sent and sent.count("User: remember the word PAPAYA") == 1
+        assert sent.endswith("two")
+        await send_completed(r, tid, "three")
+        assert frames.turn_texts()[-1] == "three", "the replacement was told, and confirmed"
