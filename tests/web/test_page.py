@@ -445,12 +445,17 @@ def test_a_subagents_work_is_nested_under_it(short_tmp: Path) -> None:
         log_in(driver, state, port)
         thread_id = create_thread(driver, "standin", work, "web subagent")
         send(driver, "hello")
-        nested = wait_for(
-            lambda: by_css(driver, ".item.subagent .children .item.assistant_message .text"),
-            what="the subagent's reply nested under it",
+        # Read inside the waits: the subagent's item is drawn anew as its run goes on, so
+        # an element found a moment before may be gone (stale) when its text is read.
+        nested = ".item.subagent .children .item.assistant_message .text"
+        wait_for(
+            lambda: [str(e.text) for e in by_css(driver, nested)][:1] == ["tests pass"],
+            what="the subagent's reply 'tests pass' nested under it",
         )
-        assert nested[0].text == "tests pass"
-        assert "run the tests" in by_css(driver, ".item.subagent")[0].text
+        wait_for(
+            lambda: "run the tests" in by_css(driver, ".item.subagent")[0].text,
+            what="the subagent's task on its item",
+        )
         wait_for(lambda: by_css(driver, ".run .badge.completed"), what="the run completed")
         # The provider's hidden echo of the message is not shown; the reply is.
         assert texts(driver, "user_message") == ["hello"]
