@@ -64,10 +64,18 @@ def host_name(configured: str) -> str:
     return configured or socket.gethostname()
 
 
-def _running(pid: int, started_at: float) -> bool:
-    """Whether ``pid`` still names the process that registered at ``started_at``."""
+def _running(pid: int, heartbeat_at: float) -> bool:
+    """Whether ``pid`` still names the process that wrote a row's last heartbeat.
+
+    That process had the pid at ``heartbeat_at``: one that reused it started after. Not
+    compared with the row's ``started_at`` (a fraction of a second after the process
+    start): ``create_time`` is on the wall clock, so a step of the clock forward since
+    (NTP's first sync) made a live daemon look like a reused pid and let its copy serve.
+    Measured from the last beat, a step would have to exceed the daemon's age; the
+    doubt (the boot time's whole second) counts as running: a refusal says what to do.
+    """
     try:
-        return psutil.Process(pid).create_time() <= started_at + 0.5
+        return psutil.Process(pid).create_time() <= heartbeat_at + 1.0
     except psutil.Error:
         return False
 
@@ -157,7 +165,7 @@ class Membership:
             return
         if (theirs.host, theirs.pid) == (self.me.host, self.me.pid):
             return
-        if theirs.host == self.me.host and not _running(theirs.pid, theirs.started_at):
+        if theirs.host == self.me.host and not _running(theirs.pid, theirs.heartbeat_at):
             return
         raise StateDirInvalid(
             f"daemon {self.daemon_id} already serves this log from {theirs.host} (pid "
