@@ -14,9 +14,12 @@ shielded).
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import math
+import os
 import signal
+import stat
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -106,17 +109,36 @@ def _start_failure(exc: BaseException) -> BaseException | None:
     return exc if isinstance(exc, (AdapterError, OSError)) else None
 
 
-def _why_not_started(cause: BaseException, exit_event: RuntimeExited | None) -> str:
+async def _enterable(cwd: str) -> None:
+    """Raises the error a spawn in ``cwd`` would meet, before any provider sees it.
+
+    A thread on a shared Codex process opens in its cwd without a spawn of its own, and
+    the app-server (0.169.0) opens a thread in a directory that is gone without a word:
+    its turns ran there. Every runtime is refused alike instead, naming the cwd.
+    """
+    mode = (await trio.to_thread.run_sync(os.stat, cwd)).st_mode
+    if not stat.S_ISDIR(mode):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), cwd)
+
+
+def _why_not_started(
+    cause: BaseException, exit_event: RuntimeExited | None, cwd: str | None = None
+) -> str:
     """One line on why a runtime did not start, for the run's and the session's lastError.
 
     A provider that died on its own says more by its exit and stderr than the write
-    or read that found it gone; a binary that cannot be run is named.
+    or read that found it gone; a binary that cannot be run is named, and so is a work
+    dir that cannot be entered (the spawn's error names it as if it were the binary).
     """
     summary = None if exit_event is None else describe_exit(exit_event)
     if isinstance(cause, ProviderGone) and summary is not None and summary.error is not None:
         return summary.error
     if isinstance(cause, OSError) and cause.filename is not None:
-        return f"cannot run {cause.filename}: {cause.strerror or cause}"
+        why = cause.strerror or str(cause)
+        if cwd is not None and os.path.abspath(cause.filename) == os.path.abspath(cwd):
+            hint = "t3orch thread set --cwd changes it"
+            return f"the thread's cwd {cwd} cannot be entered: {why} ({hint})"
+        return f"cannot run {cause.filename}: {why}"
     stderr = summary.stderr if summary is not None else ""
     return str(cause) + (f"; stderr: {stderr}" if stderr else "")
 
@@ -300,6 +322,8 @@ class SessionRunner:
                     if isinstance(failed, str):
                         raw.on_failure(failed)  # it could not even open its files
                 try:
+                    if self.reattach is None:
+                        await _enterable(self.config.cwd)
                     async with self.adapter.open_runtime(
                         self.config, self.launcher, events, raw
                     ) as rt:
@@ -337,7 +361,7 @@ class SessionRunner:
                     events.close()
                     with trio.CancelScope(shield=True):
                         await self._wait_stream()
-                    not_started = _why_not_started(cause, self.exit_event)
+                    not_started = _why_not_started(cause, self.exit_event, self.config.cwd)
                     log.warning(
                         "provider %s did not start (session %s, thread %s): %s",
                         self.provider,

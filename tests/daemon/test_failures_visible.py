@@ -173,6 +173,29 @@ def test_a_missing_provider_binary_is_named_not_stopped_with_code_0(
     assert "did not start" in out and why in out
 
 
+def test_a_thread_whose_cwd_is_gone_names_the_cwd_not_a_binary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = (
+        f"[providers.standin]\ncommand = {json.dumps([sys.executable, '-m', 'adapters.standin'])}\n"
+    )
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    with daemon(tmp_path, config) as d:
+        code, out, err = cli(
+            capsys, d.state_dir, "thread", "new", "--provider", "standin", "--cwd", str(gone)
+        )
+        assert code == 0, err
+        tid = out.strip()
+        gone.rmdir()
+        code, _, err = cli(capsys, d.state_dir, "send", tid, "hello", "--wait", "--timeout", "30")
+        assert code == 1
+        why = f"the thread's cwd {gone} cannot be entered: No such file or directory"
+        assert why in err and "cannot run" not in err, err
+        code, out, _ = cli(capsys, d.state_dir, "show", tid)
+        assert f"failed: standin runtime failed to start: {why}" in out, out
+
+
 def test_a_secret_on_a_working_providers_stderr_reaches_no_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

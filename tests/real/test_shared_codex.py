@@ -271,3 +271,29 @@ async def test_a_subagent_on_a_shared_process_is_its_parents(tmp_path: Path) -> 
         with s.daemon.core.reader.snapshot():
             kinds_b = {r.decode().kind for r in s.daemon.core.reader.rows("node", thread_id=b)}
         assert "subagent" not in kinds_b
+
+
+async def test_a_thread_whose_cwd_is_gone_is_refused_on_a_shared_process(
+    tmp_path: Path,
+) -> None:
+    async with shared_daemon(tmp_path) as s:
+        a = await s.thread()
+        assert (await _ended(s.daemon, await s.send(a, "hello from a"))).status == "completed"
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        created = await s.daemon.core.service.create_thread(
+            CreateThread(provider="codex", cwd=str(elsewhere))
+        )
+        b: str = created.result["threadId"]
+        elsewhere.rmdir()
+        # The process is up: b would join it without a spawn, and the app-server opens a
+        # thread in a directory that is gone without a word. Refused, naming the cwd.
+        failed = await _ended(s.daemon, await s.send(b, "hello from b"))
+        assert failed.status == "failed"
+        why = f"the thread's cwd {elsewhere} cannot be entered: No such file or directory"
+        assert why in (failed.last_error or ""), failed.last_error
+        assert _texts(s.daemon, b) == []
+        # a is untouched, and b runs once its directory is back.
+        assert (await _ended(s.daemon, await s.send(a, "RECALL"))).status == "completed"
+        elsewhere.mkdir()
+        assert (await _ended(s.daemon, await s.send(b, "hello again"))).status == "completed"
