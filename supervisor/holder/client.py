@@ -412,7 +412,12 @@ class HeldProcess(OffsetLines):
                     raise ProtocolError("the holder closed the connection")
                 self._take(records)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError, OSError) as exc:
-            self._lost = f"the holder (of provider pid {self.pid}) went away: {exc}"
+            said = [n.detail for n in self.notes if n.event == "journal_failed" and n.detail]
+            self._lost = (
+                f"the holder (of provider pid {self.pid}) ended, stopping it: {said[-1]}"
+                if said
+                else f"the holder (of provider pid {self.pid}) went away: {exc}"
+            )
             log.warning("%s", self._lost)
             self._eof = True
             # Its provider died with it (its parent-death signal).

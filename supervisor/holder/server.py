@@ -32,6 +32,7 @@ import signal
 import socket
 import struct
 import time
+from typing import NoReturn
 
 import msgspec
 import trio
@@ -70,6 +71,11 @@ _HOLD_MAX = 64 * 1024
 _OVERSIZED = struct.Struct("<Q")
 #: A stderr line longer than this is journaled (redacted) in pieces, not held whole.
 STDERR_LINE_BOUND = 8 * 1024
+
+
+class JournalFailed(Exception):
+    """The journal could not be written: the holder ends (never an ``OSError``, which a
+    daemon connection's end would take for its own and go on)."""
 
 
 class Holder:
@@ -140,12 +146,26 @@ class Holder:
     def _write(self, data: bytes, *, echo: bool = False) -> None:
         """Into the journal file, then (from memory) to the attached daemon."""
         view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError as exc:
+            self._journal_failed(exc)
         timeline.stamp("holder.journaled")
         self.size += len(data)
         if self._sink is not None:
             self._sink.journaled(data, self.size, echo=echo)
+
+    def _journal_failed(self, exc: OSError) -> NoReturn:
+        """A journal that takes no more cannot keep the promise a holder is for (a
+        restarted daemon replays it): the attached daemon is told why, from memory, and
+        the holder ends, its provider with it (its parent-death signal)."""
+        why = f"its journal {self.paths.journal} could not be written ({exc.strerror or exc})"
+        log.error("%s; the holder ends", why)
+        if self._sink is not None:
+            note = Note("journal_failed", detail=why)
+            self._sink.tell(encode(Kind.NOTE, self.offset, msgspec.json.encode(note)))
+        raise JournalFailed(why) from exc
 
     # -- the provider ------------------------------------------------------------
 
@@ -386,6 +406,13 @@ class _Forward:
             self._wake.set()
         else:
             timeline.stamp("holder.sent")
+
+    def tell(self, data: bytes) -> None:
+        """``data``, which the journal does not have, to a daemon caught up (one that is
+        behind reads the file, where it is not: it learns of it by the end alone)."""
+        if self.behind is None:
+            write_now(self._stream, bytes(self._held) + data)
+            self._held.clear()
 
     async def run(self, holder: Holder) -> None:
         """Send the file's part while behind; raises when the socket fails."""

@@ -347,3 +347,31 @@ async def test_a_reattach_reads_nothing_before_its_gate_and_writes_meanwhile(
                 lines = await held.receive_lines()
                 seen |= {json.loads(line).get("id") for line in lines if isinstance(line, bytes)}
         await held.kill()
+
+
+async def test_a_journal_that_takes_no_more_ends_the_holder_and_the_daemon_says_why(
+    tmp_path: Path,
+) -> None:
+    paths = await start_holder(
+        tmp_path / "held", standin(), grace_s=30, owner=this_process().token()
+    )
+    state = paths.read_state()
+    assert state is not None
+    async with trio.open_nursery() as nursery:
+        held = await attach(paths, 0)
+        await nursery.start(held.serve)
+        await held.send_line(INITIALIZE)
+        await line_with_id(held, 1)
+        # The filesystem takes a few bytes more of the holder, then no more (the kernel's
+        # file size limit: a full disk's write error, EFBIG for ENOSPC).
+        size = paths.journal.stat().st_size + 16
+        psutil.Process(state.holder_pid).rlimit(psutil.RLIMIT_FSIZE, (size, size))
+        await held.send_line(THREAD_START)  # its IN record does not fit
+        with trio.fail_after(10):
+            status = await held.wait()
+        nursery.cancel_scope.cancel()
+    assert status.signal == signal.SIGKILL
+    why = f"its journal {paths.journal} could not be written (File too large)"
+    assert why in held.stderr_tail(), held.stderr_tail()
+    await gone(state.holder_pid)
+    await gone(state.provider_pid)
