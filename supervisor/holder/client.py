@@ -455,7 +455,14 @@ class HeldProcess(OffsetLines):
                     self._eof = True
                     arrived = True
                 case Kind.NOTE:
-                    self.notes.append(msgspec.json.decode(record.payload, type=Note))
+                    note = msgspec.json.decode(record.payload, type=Note)
+                    self.notes.append(note)
+                    if note.event == "journal_stalled":
+                        log.warning(
+                            "the holder of provider pid %d: %s; the provider waits until it can",
+                            self.pid,
+                            note.detail,
+                        )
                 case _:
                     raise ProtocolError(f"a {record.kind.name} record from the holder")
         if arrived:

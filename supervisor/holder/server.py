@@ -55,6 +55,7 @@ from supervisor.holder.wire import (
     encode,
     encode_json,
     iter_file,
+    parse,
     write_now,
 )
 from t3orch import timeline
@@ -69,6 +70,11 @@ _SEND_CHUNK = 256 * 1024
 #: The daemon's own writes echoed lazily (with the next record) up to this many bytes.
 _HOLD_MAX = 64 * 1024
 _OVERSIZED = struct.Struct("<Q")
+#: A journal that took no more (a full disk) is tried again this often; past this
+#: many bytes waiting for it the holder ends (stderr and the daemon's writes go on
+#: while the provider's stdout waits).
+STALL_RETRY_S = 1.0
+STALL_MAX_BYTES = 16 * 1024 * 1024
 #: A stderr line longer than this is journaled (redacted) in pieces, not held whole.
 STDERR_LINE_BOUND = 8 * 1024
 
@@ -102,6 +108,12 @@ class Holder:
         self.done = trio.Event()
         self._finishing = False
         self._stderr_open = b""
+        #: Whole records the journal file does not have all of yet, in order (it took
+        #: no more: :meth:`_stall`), and how many of their bytes it has.
+        self._stalled: bytearray | None = None
+        self._stalled_written = 0
+        self._stalled_after = 0
+        self._stall_why = ""
         #: Set unless a stop ladder runs whose rung is not journaled yet.
         self._stage_noted = trio.Event()
         self._stage_noted.set()
@@ -144,28 +156,83 @@ class Holder:
         self._write(b"".join(parts))
 
     def _write(self, data: bytes, *, echo: bool = False) -> None:
-        """Into the journal file, then (from memory) to the attached daemon."""
+        """Into the journal file, then (from memory) to the attached daemon; while the
+        file takes no more, into memory (:meth:`journal_room`)."""
+        if self._stalled is not None:
+            self._stalled += data
+            if len(self._stalled) > STALL_MAX_BYTES:
+                self._journal_failed()
+            return
         view = memoryview(data)
         try:
             while view:
                 view = view[os.write(self._fd, view) :]
         except OSError as exc:
-            self._journal_failed(exc)
+            self._stall(data, len(data) - len(view), exc)
+            return
         timeline.stamp("holder.journaled")
         self.size += len(data)
         if self._sink is not None:
             self._sink.journaled(data, self.size, echo=echo)
 
-    def _journal_failed(self, exc: OSError) -> NoReturn:
-        """A journal that takes no more cannot keep the promise a holder is for (a
-        restarted daemon replays it): the attached daemon is told why, from memory, and
-        the holder ends, its provider with it (its parent-death signal)."""
-        why = f"its journal {self.paths.journal} could not be written ({exc.strerror or exc})"
-        log.error("%s; the holder ends", why)
+    def _stall(self, data: bytes, written: int, exc: OSError) -> None:
+        """The journal file took no more (a full disk): what comes is kept in memory, in
+        order, and the provider's stdout is not read until the file has it all. The
+        daemon gets nothing the file lacks, so it waits too; nothing is lost."""
+        self._stalled = bytearray(data)
+        self._stalled_written = written
+        # The note carries the last offset the file has: the daemon has no more.
+        (first, *_), _ = parse(data)
+        self._stalled_after = first.offset - 1
+        self._stall_why = (
+            f"its journal {self.paths.journal} could not be written ({exc.strerror or exc})"
+        )
+        log.warning("%s: the provider waits until it can", self._stall_why)
+        self._tell(Note("journal_stalled", detail=self._stall_why))
+
+    def _tell(self, note: Note) -> None:
         if self._sink is not None:
-            note = Note("journal_failed", detail=why)
-            self._sink.tell(encode(Kind.NOTE, self.offset, msgspec.json.encode(note)))
-        raise JournalFailed(why) from exc
+            record = encode(Kind.NOTE, self._stalled_after, msgspec.json.encode(note))
+            self._sink.tell(record, self.size)
+
+    def _unstall(self) -> bool:
+        """What the file lacks, written if it takes it now; True once it has it all."""
+        stalled = self._stalled
+        if stalled is None:
+            return True
+        view = memoryview(stalled)[self._stalled_written :]
+        try:
+            while view:
+                n = os.write(self._fd, view)
+                self._stalled_written += n
+                view = view[n:]
+        except OSError:
+            return False
+        finally:
+            view.release()
+        self._stalled = None
+        self.size += len(stalled)
+        log.info("the journal is written again (%d bytes it lacked)", len(stalled))
+        if self._sink is not None:
+            self._sink.journaled(bytes(stalled), self.size, echo=False)
+        return True
+
+    async def journal_room(self) -> None:
+        """Return once the journal file has every record (at once, but after a full
+        disk: tried again every ``STALL_RETRY_S``)."""
+        # Nothing says when a disk has room again: it is asked.
+        while not self._unstall():  # noqa: ASYNC110
+            await trio.sleep(STALL_RETRY_S)
+
+    def _journal_failed(self) -> NoReturn:
+        """More than ``STALL_MAX_BYTES`` waits for a journal that takes nothing: the
+        holder cannot keep what it is for (a restarted daemon replays the journal). The
+        attached daemon is told why, from memory, and the holder ends, its provider
+        with it (its parent-death signal)."""
+        why = self._stall_why
+        log.error("%s; the holder ends", why)
+        self._tell(Note("journal_failed", detail=why))
+        raise JournalFailed(why)
 
     # -- the provider ------------------------------------------------------------
 
@@ -174,6 +241,7 @@ class Holder:
         while lines := await child.receive_lines():
             timeline.stamp("holder.out.read")
             self._append_lines(lines)
+            await self.journal_room()  # a full disk: the provider waits on its pipe
         self.append(Kind.EOF)
         status = await child.wait()
         # Every stderr byte is journaled before the exit: the daemon reads why from it.
@@ -183,6 +251,7 @@ class Holder:
         await self._stage_noted.wait()
         self.append(Kind.EXIT, msgspec.json.encode(ExitRecord(status.code, status.signal)))
         log.info("provider pid %d %s", child.pid, status.describe())
+        await self.journal_room()
         self.exited.set()
 
     async def write_stdin(self, child: ChildProcess) -> None:
@@ -339,6 +408,8 @@ class Holder:
         # journaled is the sink's, read back from the file or sent from memory.
         sink = _Forward(stream, _first_after(self.paths, after, self.size))
         self._sink = sink
+        if self._stalled is not None:
+            self._tell(Note("journal_stalled", detail=self._stall_why))
         try:
             await sink.run(self)
         finally:
@@ -385,6 +456,8 @@ class _Forward:
         #: The file position the socket is at, while behind (None: caught up, live).
         self.behind: int | None = start
         self._held = bytearray()
+        #: Notes for the daemon the file does not have, sent once caught up.
+        self._told = bytearray()
         self._wake = trio.Event()
         self._error: OSError | None = None
 
@@ -407,12 +480,15 @@ class _Forward:
         else:
             timeline.stamp("holder.sent")
 
-    def tell(self, data: bytes) -> None:
-        """``data``, which the journal does not have, to a daemon caught up (one that is
-        behind reads the file, where it is not: it learns of it by the end alone)."""
+    def tell(self, data: bytes, end: int) -> None:
+        """``data``, which the journal does not have, to the daemon once it has every
+        record before it (the file ends at ``end``): :meth:`run` sends it, behind."""
         if self.behind is None:
-            write_now(self._stream, bytes(self._held) + data)
+            # The held records are the file's bytes just before ``end``: from there.
+            self.behind = end - len(self._held)
             self._held.clear()
+        self._told += data
+        self._wake.set()
 
     async def run(self, holder: Holder) -> None:
         """Send the file's part while behind; raises when the socket fails."""
@@ -426,6 +502,10 @@ class _Forward:
                     self._wake = trio.Event()
                     continue
                 if pos >= holder.size:
+                    if self._told:
+                        told, self._told = bytes(self._told), bytearray()
+                        await self._stream.send_all(told)
+                        continue  # the file may have grown meanwhile
                     self.behind = None  # caught up: the next record goes from memory
                     continue
                 f.seek(pos)

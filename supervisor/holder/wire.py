@@ -85,10 +85,10 @@ class ExitRecord(msgspec.Struct):
 class Note(msgspec.Struct):
     #: ``grace_expired``: no daemon attached within the grace; ``signalled``: the holder
     #: got SIGTERM/SIGINT; either way it stopped the provider (``stage``: the rung).
-    #: ``journal_failed``: the journal could not be written (``detail`` says why): sent
-    #: to the attached daemon only, since the file takes nothing more; the holder ends
-    #: and its provider with it.
-    event: Literal["grace_expired", "signalled", "stopped", "journal_failed"]
+    #: ``journal_stalled``: the journal could not be written (``detail`` says why): the
+    #: provider waits until it can; ``journal_failed``: too much waited, the holder ends
+    #: and its provider with it. Both are sent to the attached daemon only, from memory.
+    event: Literal["grace_expired", "signalled", "stopped", "journal_stalled", "journal_failed"]
     stage: str | None = None
     detail: str | None = None
 

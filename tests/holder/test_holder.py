@@ -20,7 +20,7 @@ from adapters.ownership import OWNER_ENV, this_process
 from adapters.transport import LaunchSpec
 from supervisor.holder.client import HeldProcess, HolderError, attach, start_holder
 from supervisor.holder.layout import HeldPaths, HolderState, socket_address
-from supervisor.holder.wire import Hello, Kind, Note, encode_json, iter_file
+from supervisor.holder.wire import HEADER, Hello, Kind, Note, encode_json, iter_file
 from supervisor.providers import STANDIN_TRANSCRIPT
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -349,7 +349,7 @@ async def test_a_reattach_reads_nothing_before_its_gate_and_writes_meanwhile(
         await held.kill()
 
 
-async def test_a_journal_that_takes_no_more_ends_the_holder_and_the_daemon_says_why(
+async def test_a_journal_that_takes_no_more_holds_the_provider_until_it_does(
     tmp_path: Path,
 ) -> None:
     paths = await start_holder(
@@ -357,21 +357,55 @@ async def test_a_journal_that_takes_no_more_ends_the_holder_and_the_daemon_says_
     )
     state = paths.read_state()
     assert state is not None
+    holder = psutil.Process(state.holder_pid)
     async with trio.open_nursery() as nursery:
         held = await attach(paths, 0)
         await nursery.start(held.serve)
-        await held.send_line(INITIALIZE)
-        await line_with_id(held, 1)
         # The filesystem takes a few bytes more of the holder, then no more (the kernel's
         # file size limit: a full disk's write error, EFBIG for ENOSPC).
         size = paths.journal.stat().st_size + 16
-        psutil.Process(state.holder_pid).rlimit(psutil.RLIMIT_FSIZE, (size, size))
-        await held.send_line(THREAD_START)  # its IN record does not fit
+        holder.rlimit(psutil.RLIMIT_FSIZE, (size, psutil.RLIM_INFINITY))
+        await held.send_line(INITIALIZE)  # its IN record does not fit: a torn write
+        with trio.move_on_after(1.5) as waited:
+            await line_with_id(held, 1)
+        assert waited.cancelled_caught  # the answer waits for the journal
+        assert any(n.event == "journal_stalled" for n in held.notes)
+        assert alive(state.provider_pid)
+        holder.rlimit(psutil.RLIMIT_FSIZE, (psutil.RLIM_INFINITY, psutil.RLIM_INFINITY))
+        await line_with_id(held, 1)  # room again: it comes, and the provider goes on
+        await held.close_stdin()
         with trio.fail_after(10):
+            status = await held.wait()
+        # The journal has every record whole and in order: a reattach replays all of it.
+        records = journal(paths)
+        size = paths.journal.stat().st_size
+        nursery.cancel_scope.cancel()
+    assert status.code == 0
+    assert [offset for _, offset, _ in records] == list(range(1, len(records) + 1))
+    assert size == sum(HEADER.size + len(p) for _, _, p in records)
+    assert [p for k, _, p in records if k is Kind.IN][:1] == [INITIALIZE]
+    assert any(k is Kind.OUT and json.loads(p).get("id") == 1 for k, _, p in records)
+
+
+async def test_a_journal_that_takes_nothing_for_too_long_ends_the_holder_saying_why(
+    tmp_path: Path,
+) -> None:
+    # A provider that writes 32 MiB of stderr once the test has capped the journal.
+    spam = "sleep 1; head -c 33554432 /dev/zero | tr '\\0' x >&2; sleep 30"
+    spec = LaunchSpec(argv=["sh", "-c", spam], env=dict(os.environ), cwd="/tmp")
+    paths = await start_holder(tmp_path / "held", spec, grace_s=30, owner=this_process().token())
+    state = paths.read_state()
+    assert state is not None
+    size = paths.journal.stat().st_size + 16
+    psutil.Process(state.holder_pid).rlimit(psutil.RLIMIT_FSIZE, (size, psutil.RLIM_INFINITY))
+    async with trio.open_nursery() as nursery:
+        held = await attach(paths, 0)
+        await nursery.start(held.serve)
+        with trio.fail_after(20):
             status = await held.wait()
         nursery.cancel_scope.cancel()
     assert status.signal == signal.SIGKILL
     why = f"its journal {paths.journal} could not be written (File too large)"
-    assert why in held.stderr_tail(), held.stderr_tail()
+    assert f"ended, stopping it: {why}" in held.stderr_tail(), held.stderr_tail()
     await gone(state.holder_pid)
     await gone(state.provider_pid)
