@@ -16,8 +16,10 @@ latency stays at one commit, well under the 50 ms bound.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
@@ -29,10 +31,15 @@ from t3orch import timeline
 from t3orch.events import EventEnvelope
 from t3orch.ids import CommandId
 from t3orch.store.broadcast import Broadcast
-from t3orch.store.errors import StoreClosed, StoreError, StoreNotDurable
+from t3orch.store.errors import StoreClosed, StoreError, StoreFull, StoreNotDurable
 from t3orch.store.interface import Decide, EventStore, Outcome, Submission
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+#: A batch the store had no room for is tried again this often, until it commits.
+FULL_RETRY_S = 1.0
 
 #: At most this many items in one joined pile: a joined submission is decided, and
 #: rejected, as a whole, and a session streaming faster than the log keeps several
@@ -348,12 +355,9 @@ class EventWriter:
             visible_first = self.store.visible_first
             while (batch := self._take_batch()) is not None:
                 timeline.stamp("writer.take")
-                try:
-                    outcomes: list[Outcome] | StoreError = self.store.commit_visible(
-                        [p.submission for p in batch]
-                    )
-                except StoreError as exc:
-                    outcomes = exc
+                batch, outcomes = self._commit(batch)
+                if not batch:
+                    continue
                 timeline.stamp("writer.committed")
                 if visible_first and not isinstance(outcomes, StoreError):
                     if any(p.seen is not None for p in batch):
@@ -370,6 +374,97 @@ class EventWriter:
                 self._hand_back(batch, outcomes)
         except BaseException as exc:  # a bug, or a failed fsync: stop; ``run`` raises it
             self._crash = exc
+
+    def _commit(self, batch: list[_Pending]) -> tuple[list[_Pending], list[Outcome] | StoreError]:
+        """Commit ``batch``: its outcomes, or the store's error for all of it.
+
+        A full store (the disk, or the database's size limit) refuses the commands in
+        the batch and those queued while it waits (a command id: their callers are
+        told nothing was written), and keeps the rest — a session's provider events,
+        the supervisor's bookkeeping, which no caller can take back —, trying them
+        again every ``FULL_RETRY_S`` until they commit: a full disk pauses the log (its
+        producers wait for room, a provider for its pipe) instead of failing every
+        session, and the daemon with them. The store rolled the failed transaction
+        back, so each try decides afresh; nothing queued after the batch commits
+        before it. Only stopping gives up on it.
+        """
+        full_since: float | None = None
+        while True:
+            try:
+                outcomes = self.store.commit_visible([p.submission for p in batch])
+            except StoreFull as exc:
+                batch = self._refuse_commands(batch, exc)
+                if not batch or not self._room_awaited(exc, len(batch), full_since is None):
+                    return batch, exc
+                full_since = full_since if full_since is not None else time.monotonic()
+                continue
+            except StoreError as exc:
+                return batch, exc
+            if full_since is not None:
+                waited = time.monotonic() - full_since
+                log.warning("the store has room again: committed after %.0f s", waited)
+            return batch, outcomes
+
+    def _refuse_commands(self, batch: list[_Pending], exc: StoreFull) -> list[_Pending]:
+        """Hand back, failed, each ``with_next`` chain of ``batch`` holding a command;
+        the rest, in order."""
+        kept: list[_Pending] = []
+        refused: list[_Pending] = []
+        chain: list[_Pending] = []
+        for p in batch:
+            chain.append(p)
+            if not p.with_next:
+                commanded = any(q.submission.command_id is not None for q in chain)
+                (refused if commanded else kept).extend(chain)
+                chain = []
+        kept.extend(chain)  # a chain cut by stopping
+        if refused:
+            self._hand_back(refused, exc)
+        return kept
+
+    def _room_awaited(self, exc: StoreFull, waiting: int, first: bool) -> bool:
+        """Wait ``FULL_RETRY_S``, refusing the commands queued meanwhile (False at once
+        once stopping: the batch fails)."""
+        if first:
+            log.warning(
+                "%s: %d submissions wait for room, tried again every %g s (commands are "
+                "refused meanwhile)",
+                exc,
+                waiting,
+                FULL_RETRY_S,
+            )
+        with self._lock:
+            if not (self._ending or self._stop_now):
+                self._work.wait(FULL_RETRY_S)
+            refused = self._take_queued_commands()
+            stopping = self._ending or self._stop_now
+        if refused:
+            self._hand_back(refused, exc)
+        return not stopping
+
+    def _take_queued_commands(self) -> list[_Pending]:
+        """Take out of the queue (the lock held) each whole ``with_next`` chain that
+        holds a command: never committed, so the log's order is what it would be."""
+        kept: deque[_Pending] = deque()
+        taken: list[_Pending] = []
+        chain: list[_Pending] = []
+        for p in self._queue:
+            chain.append(p)
+            if not p.with_next:
+                if any(q.submission.command_id is not None for q in chain):
+                    taken.extend(chain)
+                else:
+                    kept.extend(chain)
+                chain = []
+        kept.extend(chain)  # a chain whose end is not queued yet stays as it is
+        if taken:
+            self._queue = kept
+            for p in taken:
+                p.taken = True
+                self._in_hand[id(p)] = p
+            if self._tail is not None and self._tail.taken:
+                self._tail = None
+        return taken
 
     def _take_batch(self) -> list[_Pending] | None:
         """The next batch; None once stopping, or once closed and drained.

@@ -9,9 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import trio
 
 from t3orch.core import open_core
+from t3orch.ids import CommandId
 from t3orch.state import prepare_state_dir
+from t3orch.store import writer as writer_module
 from t3orch.store.errors import SchemaTooNew, StateDirInvalid, StoreCorrupt, StoreFull
 from t3orch.store.sqlite.backend import SQLiteStore
 from tests.store.contract import diag, upsert
@@ -125,17 +128,33 @@ def test_full_disk_fails_the_batch_and_keeps_committed_data(state_dir: Path) -> 
     store.close()
 
 
-async def test_writer_survives_a_full_disk(state_dir: Path) -> None:
+async def test_a_full_store_refuses_commands_and_keeps_the_rest_until_it_has_room(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer_module, "FULL_RETRY_S", 0.05)
     db = state_dir / "events.sqlite3"
     async with open_core(db) as core:
         await core.writer.submit(upsert(1).decide)
+        # A real SQLITE_FULL: cap the file at its current size.
         (pages,) = core.store._conn.execute("PRAGMA page_count").fetchone()
         core.store._conn.execute(f"PRAGMA max_page_count = {pages + 1}")
-        with pytest.raises(StoreFull):
-            await core.writer.submit(diag(2000).decide)
+        with pytest.raises(StoreFull, match="full"):
+            await core.writer.submit(diag(2000).decide, command_id=CommandId("cmd-1"))
+        # Provider events (no command id) wait for room, however long it takes...
+        waiting = await core.writer.enqueue(diag(2000).decide)
+        await trio.sleep(0.3)
+        assert not waiting.done
+        # ...while a command queued behind them is refused, not held.
+        with trio.fail_after(5), pytest.raises(StoreFull):
+            await core.writer.submit(diag(1).decide, command_id=CommandId("cmd-2"))
         core.store._conn.execute("PRAGMA max_page_count = 1073741823")
-        out = await core.writer.submit(diag(1).decide)
-        assert out.events[0].sequence == 2
+        with trio.fail_after(5):
+            out = await waiting.outcome()
+        assert [e.sequence for e in out.events][:1] == [2] and len(out.events) == 2000
+        later = await core.writer.submit(diag(1).decide, command_id=CommandId("cmd-3"))
+        assert later.events[0].sequence == 2002
+        assert core.store.receipt(CommandId("cmd-1")) is None
+        assert core.store.receipt(CommandId("cmd-2")) is None
 
 
 def test_serve_refuses_a_store_with_damaged_pages_and_changes_nothing(state_dir: Path) -> None:

@@ -11,11 +11,14 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import trio
 
 from t3orch.domain.turn_items import AssistantMessage
 from t3orch.events import EventDraft, ProviderDiagnostic
+from t3orch.ids import CommandId
 from t3orch.projections.check import compare, rebuild
+from t3orch.store import writer as writer_module
 from t3orch.store.errors import StoreFull
 from t3orch.store.interface import Decision, Outcome, StateView
 from t3orch.store.open import open_log
@@ -77,17 +80,22 @@ class FailingOnce(SQLiteStore):
         super()._write(batch)
 
 
-async def test_a_batch_that_fails_to_commit_leaves_the_ones_queued_behind_it(
-    tmp_path: Path,
+async def test_a_batch_the_store_has_no_room_for_commits_once_it_has_before_those_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(writer_module, "FULL_RETRY_S", 0.05)
     store = FailingOnce(tmp_path / "e.db")
     writer = EventWriter(store, max_batch=2)
     results: list[Outcome | StoreFull] = []
     try:
         with trio.fail_after(_WAIT_S):
-            # A (an item and its streamed text) is one batch; X and B queue behind it.
-            queued = [put_item("hel").decide, stream("lo").decide, diag(1).decide, _note]
-            tickets = [await writer.enqueue(d) for d in queued]
+            # The item and a command are the first batch (no room); the rest queue behind.
+            tickets = [
+                await writer.enqueue(put_item("hel").decide),
+                await writer.enqueue(diag(1).decide, command_id=CommandId("cmd-1")),
+                await writer.enqueue(stream("lo").decide),
+                await writer.enqueue(_note),
+            ]
             async with trio.open_nursery() as nursery:
                 await nursery.start(writer.run)
                 for t in tickets:
@@ -98,16 +106,17 @@ async def test_a_batch_that_fails_to_commit_leaves_the_ones_queued_behind_it(
                 writer.close()
     finally:
         store.close()
-    a1, a2, x, b = results
-    assert isinstance(a1, StoreFull) and isinstance(a2, StoreFull) and "full" in str(a1)
-    # Nothing of A is seen or stored; the batch behind it takes A's sequences.
-    assert isinstance(x, Outcome) and isinstance(b, Outcome)
-    assert b.result is None
-    assert [e.sequence for o in (x, b) for e in o.events] == [1, 2]
+    item, command, delta, note = results
+    # The command was refused (nothing of it written); the item waited for room and
+    # committed first, then what was queued behind it, in order.
+    assert isinstance(command, StoreFull) and "full" in str(command)
+    assert isinstance(item, Outcome) and isinstance(delta, Outcome) and isinstance(note, Outcome)
+    assert [e.sequence for o in (item, delta, note) for e in o.events] == [1, 2, 3]
+    assert note.result == "hello"
     reopened = SQLiteStore(tmp_path / "e.db")
     try:
-        assert [e.sequence for e in reopened.iter_events()] == [1, 2]
-        assert reopened.all_rows() == []
+        assert [e.sequence for e in reopened.iter_events()] == [1, 2, 3]
+        assert reopened.receipt(CommandId("cmd-1")) is None
         rebuilt, _, gaps = rebuild(reopened.iter_events())
         assert not gaps and compare(reopened.all_rows(), rebuilt) == []
     finally:
