@@ -71,6 +71,32 @@ class _JournalFormatter(_OneLine):
         return f"<{priority}>" + super().format(record)
 
 
+class _LogFile(logging.handlers.RotatingFileHandler):
+    """``daemon.log``: a file that takes no more (a full disk) costs one line on stderr
+    and one when it is written again, not a traceback for every line meanwhile (the
+    lines themselves still reach stderr, journald under systemd)."""
+
+    failing = False
+    _erred = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._erred = False
+        super().emit(record)
+        if self.failing and not self._erred:
+            self.failing = False
+            sys.stderr.write(f"t3orch: {self.baseFilename} is written again\n")
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self._erred = True
+        if not self.failing:
+            self.failing = True
+            why = sys.exc_info()[1]
+            sys.stderr.write(
+                f"t3orch: {self.baseFilename} cannot be written ({why}); "
+                "the daemon's log goes to stderr only until it can\n"
+            )
+
+
 def configure(
     state_dir: Path, *, level: int = logging.INFO, stderr: bool = True
 ) -> list[logging.Handler]:
@@ -91,9 +117,7 @@ def configure(
     path = log_path(state_dir)
     old_umask = os.umask(0o077)  # the log names the user's sessions and paths
     try:
-        file = logging.handlers.RotatingFileHandler(
-            path, maxBytes=MAX_BYTES, backupCount=BACKUP_COUNT, encoding="utf-8"
-        )
+        file = _LogFile(path, maxBytes=MAX_BYTES, backupCount=BACKUP_COUNT, encoding="utf-8")
     finally:
         os.umask(old_umask)
     formatter = _OneLine(FILE_FORMAT, datefmt="%Y-%m-%dT%H:%M:%S")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
@@ -102,3 +103,49 @@ def test_the_daemon_log_file_and_journald_priorities(
     assert lines[2].endswith("did not start: two lines")
     assert len(lines) == 3
     assert (tmp_path / "daemon.log").stat().st_mode & 0o777 == 0o600
+
+
+class _FullDisk:
+    """A log file's stream on a disk that takes no more."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def flush(self) -> None:
+        pass
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return 0
+
+    def tell(self) -> int:
+        return 0
+
+
+def test_a_log_file_that_takes_no_more_costs_one_line_not_a_traceback_a_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = logging.getLogger()
+    level = root.level
+    handlers = daemonlog.configure(tmp_path)
+    (file,) = [h for h in handlers if isinstance(h, logging.FileHandler)]
+    say = logging.getLogger("t3orch.daemon")
+    try:
+        say.info("before")
+        real, file.stream = file.stream, _FullDisk()  # type: ignore[assignment]
+        for n in range(3):
+            say.warning("full %d", n)
+        file.stream = real
+        say.info("after")
+    finally:
+        for handler in handlers:
+            root.removeHandler(handler)
+            handler.close()
+        root.setLevel(level)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Logging error" not in err
+    path = tmp_path / "daemon.log"
+    assert err.count(f"t3orch: {path} cannot be written ([Errno 28] No space left on device)") == 1
+    assert err.count(f"t3orch: {path} is written again") == 1
+    assert all(f"full {n}" in err for n in range(3))  # stderr had every line
+    lines = path.read_text().splitlines()
+    assert [line.rsplit(": ", 1)[1] for line in lines] == ["before", "after"]
