@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 import subprocess
 import sys
@@ -15,7 +16,14 @@ from t3orch.core import open_core
 from t3orch.ids import CommandId
 from t3orch.state import prepare_state_dir
 from t3orch.store import writer as writer_module
-from t3orch.store.errors import SchemaTooNew, StateDirInvalid, StoreCorrupt, StoreFull
+from t3orch.store.errors import (
+    SchemaTooNew,
+    StateDirInvalid,
+    StoreCorrupt,
+    StoreError,
+    StoreFull,
+)
+from t3orch.store.sqlite import backend
 from t3orch.store.sqlite.backend import SQLiteStore
 from tests.store.contract import diag, upsert
 
@@ -155,6 +163,50 @@ async def test_a_full_store_refuses_commands_and_keeps_the_rest_until_it_has_roo
         assert later.events[0].sequence == 2002
         assert core.store.receipt(CommandId("cmd-1")) is None
         assert core.store.receipt(CommandId("cmd-2")) is None
+
+
+def test_an_io_error_on_a_full_disk_is_a_full_store(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite says "disk I/O error" where its -shm cannot grow: the writer must wait for
+    # room then, as it does for SQLITE_FULL, not fail the batch.
+    db = str(state_dir / "events.sqlite3")
+    io_error = sqlite3.OperationalError("disk I/O error")
+    assert not isinstance(backend._translate(io_error, db), StoreFull)
+    full = os.statvfs(state_dir)
+    monkeypatch.setattr(os, "statvfs", lambda p: os.statvfs_result((*full[:4], 0, *full[5:])))
+    translated = backend._translate(io_error, db)
+    assert isinstance(translated, StoreFull) and "no room left" in str(translated)
+
+
+def test_a_page_check_a_full_disk_stops_is_not_called_damage(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = state_dir / "events.sqlite3"
+    store = SQLiteStore(db)
+    store.commit_batch([upsert(1)])
+    store.close()
+    Path(f"{db}-wal").write_bytes(b"")  # an unclean stop: the check must open the -shm
+
+    class _NoRoom:
+        """The check's connection on a disk that cannot take the -shm SQLite rebuilds."""
+
+        def execute(self, sql: str) -> None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        def close(self) -> None:
+            pass
+
+    full = os.statvfs(state_dir)
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: _NoRoom())
+    monkeypatch.setattr(os, "statvfs", lambda p: os.statvfs_result((*full[:4], 0, *full[5:])))
+    with pytest.raises(StoreError) as caught:
+        SQLiteStore(db)
+    assert not isinstance(caught.value, StoreCorrupt)
+    message = str(caught.value)
+    assert "its pages could not be checked: disk I/O error" in message
+    assert "no room left" in message and "nothing was changed" in message
+    assert "damaged" not in message and "move it aside" not in message
 
 
 def test_serve_refuses_a_store_with_damaged_pages_and_changes_nothing(state_dir: Path) -> None:

@@ -79,9 +79,19 @@ def _translate(exc: sqlite3.Error, path: str) -> StoreError:
     text = str(exc)
     if "full" in text:
         return StoreFull(f"{path}: {text}; the batch was not committed")
+    if "disk I/O error" in text and _no_room(path):
+        # SQLite says only "disk I/O error" when the -wal or -shm cannot grow.
+        return StoreFull(f"{path}: {text} (its filesystem has no room left)")
     if "not a database" in text or "malformed" in text:
         return StoreCorrupt(f"{path}: {text}")
     return StoreError(f"{path}: {text}")
+
+
+def _no_room(path: str) -> bool:
+    try:
+        return os.statvfs(os.path.dirname(os.path.abspath(path))).f_bavail == 0
+    except OSError:
+        return False
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -661,6 +671,14 @@ def _verify_pages(path: Path) -> None:
         finally:
             conn.close()
     except sqlite3.Error as exc:
+        if "malformed" not in str(exc) and "not a database" not in str(exc):
+            # The check could not run (a full disk: SQLite cannot rebuild the -shm after
+            # an unclean stop); that says nothing of the pages, and moving a store aside
+            # on it would be the wrong advice.
+            room = " (its filesystem has no room left)" if _no_room(str(path)) else ""
+            raise StoreError(
+                f"{path}: its pages could not be checked: {exc}{room}; nothing was changed"
+            ) from exc
         found = [str(exc)]
     problems = _problems(found)
     if not problems:
