@@ -359,32 +359,42 @@ async def serve_until_signalled(config: Config, state_dir: Path) -> None:
     drain_s = config.daemon.stop_drain_s
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            daemon: Daemon = await nursery.start(run_daemon, config, state_dir)
-            log.info("serving %s (api port %s, pid %d)", state_dir, daemon.port, os.getpid())
+            daemon: Daemon | None = None
 
-            async def stop() -> None:
+            async def stop(up: Daemon) -> None:
                 # Any exit of `serve` leaves held runtimes to their holders (issue 20):
                 # stopping the agents is `t3orch stop-agents` (docs/systemd.md).
-                await daemon.shutdown(drain_s=drain_s, leave_held=True)
+                await up.shutdown(drain_s=drain_s, leave_held=True)
                 nursery.cancel_scope.cancel()
 
-            stopping = False
-            async for signum in signals:
-                name = signal.Signals(signum).name
-                if not stopping:
-                    stopping = True
-                    daemon.notifier.stopping("stopping: letting running turns end")
-                    log.info(
-                        "%s: stopping; running turns get up to %gs to end (%s again "
-                        "interrupts them now)",
-                        name,
-                        drain_s,
-                        name,
-                    )
-                    nursery.start_soon(stop)
-                else:
-                    log.info("%s again: interrupting running turns now", name)
-                    daemon.skip_drain.set()
+            async def watch() -> None:
+                stopping = False
+                async for signum in signals:
+                    name = signal.Signals(signum).name
+                    if daemon is None:
+                        # Still starting (a store waiting for room on a full disk, say):
+                        # the start is cancelled, which is its teardown.
+                        log.info("%s: stopping before serving", name)
+                        nursery.cancel_scope.cancel()
+                        return
+                    if not stopping:
+                        stopping = True
+                        daemon.notifier.stopping("stopping: letting running turns end")
+                        log.info(
+                            "%s: stopping; running turns get up to %gs to end (%s again "
+                            "interrupts them now)",
+                            name,
+                            drain_s,
+                            name,
+                        )
+                        nursery.start_soon(stop, daemon)
+                    else:
+                        log.info("%s again: interrupting running turns now", name)
+                        daemon.skip_drain.set()
+
+            nursery.start_soon(watch)
+            daemon = await nursery.start(run_daemon, config, state_dir)
+            log.info("serving %s (api port %s, pid %d)", state_dir, daemon.port, os.getpid())
 
 
 def stop_agents(state_dir: Path, within: float = 20.0) -> tuple[list[int], list[int]]:

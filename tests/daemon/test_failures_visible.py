@@ -10,9 +10,11 @@ every byte the state dir holds.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -21,9 +23,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import trio
 
 from t3orch.cli.main import main
-from t3orch.daemon import stop_agents
+from t3orch.config import load_config
+from t3orch.daemon import serve_until_signalled, stop_agents
+from t3orch.store import writer as writer_module
+from t3orch.store.sqlite.backend import SQLiteStore
 from tests.daemon.support import REPO, Served, wait_for
 
 #: A secret the provider prints; the redactor masks ``*_API_KEY=value`` and ``Bearer …``.
@@ -379,3 +385,26 @@ def test_the_daemon_log_has_a_line_per_lifecycle_step_and_logs_follows_it(
     text = followed.decode()
     assert "[daemon]" in text and "asks the user: command" in text and "answered: accept" in text
     assert " frames] " in text and "item/commandExecution/requestApproval" in text
+
+
+async def test_sigterm_while_the_store_has_no_room_to_start_stops_the_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A full disk as SQLite reports it on every write: the start's first commit waits
+    # for room (the writer tries again), so the daemon is not serving yet.
+    def full(self: SQLiteStore, batch: object) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(SQLiteStore, "_write", full)
+    monkeypatch.setattr(writer_module, "FULL_RETRY_S", 0.05)
+    caplog.set_level(logging.INFO)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_until_signalled, load_config(None), tmp_path / "state")
+        with trio.fail_after(10):
+            while "wait for room" not in caplog.text:  # noqa: ASYNC110 (a log, no event)
+                await trio.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)
+        with trio.fail_after(10):
+            while "stopping before serving" not in caplog.text:  # noqa: ASYNC110
+                await trio.sleep(0.02)
+    assert "serving " not in caplog.text
