@@ -21,7 +21,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
 import attrs
@@ -408,16 +408,7 @@ class EventWriter:
     def _refuse_commands(self, batch: list[_Pending], exc: StoreFull) -> list[_Pending]:
         """Hand back, failed, each ``with_next`` chain of ``batch`` holding a command;
         the rest, in order."""
-        kept: list[_Pending] = []
-        refused: list[_Pending] = []
-        chain: list[_Pending] = []
-        for p in batch:
-            chain.append(p)
-            if not p.with_next:
-                commanded = any(q.submission.command_id is not None for q in chain)
-                (refused if commanded else kept).extend(chain)
-                chain = []
-        kept.extend(chain)  # a chain cut by stopping
+        kept, refused = _split_commands(batch)
         if refused:
             self._hand_back(refused, exc)
         return kept
@@ -445,20 +436,9 @@ class EventWriter:
     def _take_queued_commands(self) -> list[_Pending]:
         """Take out of the queue (the lock held) each whole ``with_next`` chain that
         holds a command: never committed, so the log's order is what it would be."""
-        kept: deque[_Pending] = deque()
-        taken: list[_Pending] = []
-        chain: list[_Pending] = []
-        for p in self._queue:
-            chain.append(p)
-            if not p.with_next:
-                if any(q.submission.command_id is not None for q in chain):
-                    taken.extend(chain)
-                else:
-                    kept.extend(chain)
-                chain = []
-        kept.extend(chain)  # a chain whose end is not queued yet stays as it is
+        kept, taken = _split_commands(self._queue)
         if taken:
-            self._queue = kept
+            self._queue = deque(kept)
             for p in taken:
                 p.taken = True
                 self._in_hand[id(p)] = p
@@ -554,6 +534,22 @@ class EventWriter:
         self._outstanding -= count
         if self._room:
             self._room.unpark_all()
+
+
+def _split_commands(pendings: Iterable[_Pending]) -> tuple[list[_Pending], list[_Pending]]:
+    """(the rest, the chains holding a command), each in order: a ``with_next`` chain
+    goes whole one way; one whose end is not there yet is kept as it is."""
+    kept: list[_Pending] = []
+    commands: list[_Pending] = []
+    chain: list[_Pending] = []
+    for p in pendings:
+        chain.append(p)
+        if not p.with_next:
+            commanded = any(q.submission.command_id is not None for q in chain)
+            (commands if commanded else kept).extend(chain)
+            chain = []
+    kept.extend(chain)
+    return kept, commands
 
 
 _Handoff = tuple[list["_Pending"], list[Outcome] | StoreError]

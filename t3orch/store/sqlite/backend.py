@@ -82,9 +82,14 @@ def _translate(exc: sqlite3.Error, path: str) -> StoreError:
     if "disk I/O error" in text and _no_room(path):
         # SQLite says only "disk I/O error" when the -wal or -shm cannot grow.
         return StoreFull(f"{path}: {text} (its filesystem has no room left)")
-    if "not a database" in text or "malformed" in text:
+    if _corrupt(text):
         return StoreCorrupt(f"{path}: {text}")
     return StoreError(f"{path}: {text}")
+
+
+def _corrupt(text: str) -> bool:
+    """SQLite's words for a file that is not a whole database."""
+    return "not a database" in text or "malformed" in text
 
 
 def _no_room(path: str) -> bool:
@@ -671,7 +676,7 @@ def _verify_pages(path: Path) -> None:
         finally:
             conn.close()
     except sqlite3.Error as exc:
-        if "malformed" not in str(exc) and "not a database" not in str(exc):
+        if not _corrupt(str(exc)):
             # The check could not run (a full disk: SQLite cannot rebuild the -shm after
             # an unclean stop); that says nothing of the pages, and moving a store aside
             # on it would be the wrong advice.
