@@ -25,6 +25,8 @@ import attrs
 import trio
 import trio_websocket
 
+from t3orch.store.errors import StateDirInvalid
+
 log = logging.getLogger(__name__)
 
 #: The longest path a Unix socket address can hold (sun_path, with its NUL).
@@ -477,8 +479,22 @@ def _refuse(stream: trio.SocketStream) -> None:
         os.write(stream.socket.fileno(), _REFUSAL)
 
 
-class SocketPathError(Exception):
-    """The Unix socket cannot be created at the requested path."""
+class SocketPathError(StateDirInvalid):
+    """The Unix socket cannot be created at the requested path (in the state dir, so a
+    state dir that cannot hold it: ``serve`` says so in one line)."""
+
+
+def socket_path_problem(path: Path) -> str | None:
+    """Why no Unix socket can be bound or reached at ``path``, or None: ``sun_path`` is
+    108 bytes, and the kernel refuses a longer name before any file is looked at."""
+    size = len(os.fsencode(path))
+    if size <= UNIX_PATH_MAX:
+        return None
+    room = UNIX_PATH_MAX - (size - len(os.fsencode(path.parent)))
+    return (
+        f"a Unix socket path has at most {UNIX_PATH_MAX} bytes, and {path.name} in it would "
+        f"have {size}; use a directory of at most {room} bytes"
+    )
 
 
 async def _clear_stale(path: Path) -> None:
@@ -503,11 +519,8 @@ async def _clear_stale(path: Path) -> None:
 
 async def open_unix_listener(path: Path) -> trio.SocketListener:
     """A listening 0600 Unix socket at ``path``: its file mode is the auth."""
-    if len(os.fsencode(path)) > UNIX_PATH_MAX:
-        raise SocketPathError(
-            f"{path}: a Unix socket path may have at most {UNIX_PATH_MAX} bytes; "
-            "use a shorter state dir"
-        )
+    if problem := socket_path_problem(path):
+        raise SocketPathError(f"{path.parent}: {problem}")
     await _clear_stale(path)
     sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

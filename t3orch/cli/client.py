@@ -19,7 +19,7 @@ import attrs
 import msgspec
 import trio
 
-from t3orch.api.transport import ConnectionGone, LineChannel
+from t3orch.api.transport import ConnectionGone, LineChannel, socket_path_problem
 from t3orch.domain.vocab import RUN_TERMINAL, TURN_ITEM_TERMINAL
 from t3orch.projections.projector import DELTA_FIELD
 
@@ -126,6 +126,10 @@ class ApiClient:
 
 @asynccontextmanager
 async def connect(socket_path: Path) -> AsyncIterator[ApiClient]:
+    if problem := socket_path_problem(socket_path):
+        # No daemon can serve there (``serve`` refuses such a state dir); the kernel's
+        # own error has no errno to print.
+        raise DaemonNotRunning(f"no t3orch daemon can serve {socket_path.parent}: {problem}")
     try:
         stream = await trio.open_unix_socket(os.fspath(socket_path))
     except FileNotFoundError:

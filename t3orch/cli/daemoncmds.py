@@ -7,9 +7,11 @@ import argparse
 import attrs
 import trio
 
-from t3orch.cli.invocation import store_url
+from t3orch.api.transport import socket_path_problem
+from t3orch.cli.invocation import SOCKET_FILE, store_url
 from t3orch.config import StoreConfig, load_config
 from t3orch.state import prepare_state_dir, resolve_state_dir
+from t3orch.store.errors import StateDirInvalid
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -24,6 +26,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.state_dir or (str(config.daemon.state_dir) if config.daemon.state_dir else None)
     )
     # Checked before anything is written into it; then the log has a file there too.
+    if problem := socket_path_problem(state_dir / SOCKET_FILE):
+        raise StateDirInvalid(f"state dir {state_dir} cannot hold the daemon's socket: {problem}")
     prepare_state_dir(state_dir, create=True)
     daemonlog.configure(state_dir)
     trio.run(serve_until_signalled, config, state_dir)
