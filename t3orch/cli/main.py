@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from t3orch.cli.invocation import command_name
 from t3orch.config import ConfigError, load_config
 from t3orch.provider_versions import t3orch_version
 from t3orch.store.errors import CommandRejected, StoreError
@@ -192,6 +193,9 @@ def _silence_stdout() -> None:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    if problem := _not_utf8(args, sys.argv[1:] if argv is None else list(argv)):
+        print(f"t3orch {command_name(args)}: {problem}; nothing was done", file=sys.stderr)
+        return 2
     handler: Handler = args.handler
     code = 0
     # Failures raised inside a trio nursery arrive wrapped in exception groups.
@@ -210,6 +214,24 @@ def _main(argv: Sequence[str] | None) -> int:
             print(f"t3orch {args.command}: rejected: {exc}", file=sys.stderr)
         code = 3
     return code
+
+
+def _not_utf8(args: argparse.Namespace, argv: Sequence[str]) -> str | None:
+    """Which argument is not UTF-8, if one is: the log, the API and the providers take
+    text, and Python hands undecodable argv bytes over as lone surrogates, which fail
+    only once something encodes them (a traceback, deep in a command)."""
+    for dest, value in vars(args).items():
+        for text in value if isinstance(value, list) else [value]:
+            if not isinstance(text, str):
+                continue
+            raw = os.fsencode(text)
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                option = "--" + dest.replace("_", "-")
+                named = option if any(a.split("=")[0] == option for a in argv) else dest.upper()
+                return f"{named} is not valid UTF-8 (byte {raw[exc.start]:#04x} at {exc.start})"
+    return None
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:

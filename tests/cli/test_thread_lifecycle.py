@@ -73,6 +73,34 @@ def test_thread_new_defaults_cwd_to_here_and_refuses_a_missing_one(
     assert _thread_ids(state, "--all") == [tid]
 
 
+def test_an_argument_that_is_not_utf8_is_named_and_nothing_is_done(
+    daemon: Served, tmp_path: Path
+) -> None:
+    # Bytes a shell passes through (a Latin-1 file name, a pasted binary): Python hands
+    # them over as lone surrogates, which failed only when the API frame was encoded.
+    state = daemon.state_dir
+    tid = ok(cli(state, "thread", "new", "--provider", "standin")).strip()
+    bad = os.fsdecode(b"caf\xe9 \xff")
+    cases = [
+        (("send", tid, bad), "t3orch send: TEXT is not valid UTF-8 (byte 0xe9 at 3)"),
+        (
+            ("thread", "new", "--provider", "standin", "--cwd", os.fsdecode(b"/tmp/\xff")),
+            "t3orch thread new: --cwd is not valid UTF-8 (byte 0xff at 5)",
+        ),
+        (
+            ("thread", "new", "--provider", "standin", f"--title={bad}"),
+            "t3orch thread new: --title is not valid UTF-8 (byte 0xe9 at 3)",
+        ),
+        (("show", bad), "t3orch show: THREAD is not valid UTF-8 (byte 0xe9 at 3)"),
+    ]
+    for argv, said in cases:
+        out = cli(state, *argv)
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.splitlines() == [f"{said}; nothing was done"]
+    (entry,) = json.loads(ok(cli(state, "threads", "--json", "--all")))["threads"]
+    assert entry["thread"]["id"] == tid and entry["runCount"] == 0
+
+
 def test_archive_hides_and_refuses_runs_until_unarchived(daemon: Served) -> None:
     state = daemon.state_dir
     tid = ok(cli(state, "thread", "new", "--provider", "standin", "--title", "old")).strip()
