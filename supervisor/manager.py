@@ -992,7 +992,10 @@ class SessionManager:
         reaped = []
         for thread_id, runner in list(self.runners.items()):
             idle = now - runner.last_activity
-            busy = runner.busy or self._has_pending(runner)
+            # Being dispatched is work: from a send's claim of the thread to its
+            # turn/start the runtime has no turn yet, and a sweep there would stop it
+            # under the run it was just given (which ended "interrupted", saying nothing).
+            busy = runner.busy or thread_id in self._dispatching or self._has_pending(runner)
             limit = self.reaper.background_cap_s if busy else self.reaper.idle_timeout_s
             if idle >= limit and not runner.exited.is_set():
                 log.info(

@@ -16,6 +16,7 @@ import trio.testing
 
 from supervisor.manager import ReaperPolicy
 from supervisor.providers import standin_settings
+from t3orch.service import CoreService
 from tests.supervisor.standin_plan import (
     APPROVAL_PENDING,
     ECHO_RESUME,
@@ -164,3 +165,53 @@ async def test_the_sweep_runs_by_itself(tmp_path: Path) -> None:
         again = await r.manager.send_message(tid, "again")
         await r.wait_run(again.result["runId"])
         assert len(sessions(r)) == 2
+
+
+async def test_a_sweep_while_a_message_is_handed_to_an_idle_runtime_does_not_reap_it(
+    tmp_path: Path, mock_clock: trio.testing.MockClock, monkeypatch: Any
+) -> None:
+    """The runtime idled to the timeout and a message came: between the send's claim of
+    the thread and its turn/start the runtime is not busy yet, and a sweep there stopped
+    it under the turn (seen in CI as a run that never completed)."""
+    mock_clock.rate = 1.0
+    settings = plan_settings(tmp_path / "plan.json", echo(), echo(segment=1))
+    async with rig(tmp_path / "e.db", providers={"standin": settings}, reaper=POLICY) as r:
+        tid = await r.thread()
+        first = await r.manager.send_message(tid, "hello")
+        await r.wait_run(first.result["runId"])
+        swept: list[list[str]] = []
+        # The service's own commits, each with a sweep landing just before it.
+        real = {
+            name: getattr(CoreService, name)
+            for name in ("send_and_begin", "begin_attempt_with_handoff")
+        }
+
+        def sweep_first(name: str) -> Any:
+            async def sweep_then_call(service: CoreService, *args: Any, **kwargs: Any) -> Any:
+                # A sweep with the runtime idle to the timeout: a policy of no idleness
+                # at all (a clock jump would also pass the deadlines of waits under way).
+                r.manager.reaper = ReaperPolicy(idle_timeout_s=0.0, sweep_interval_s=300.0)
+                swept.append(r.manager.reap_idle())
+                r.manager.reaper = POLICY
+                return await real[name](service, *args, **kwargs)
+
+            return sweep_then_call
+
+        for name in real:
+            monkeypatch.setattr(CoreService, name, sweep_first(name))
+        second = await r.manager.send_message(tid, "again")  # to the idle runtime
+        run = await r.wait_run(second.result["runId"], ENDED)
+        assert run.status == "completed", run.last_error
+        assert swept == [[]]
+        assert r.manager.released == 0
+        # Released, the next message opens a runtime and begins its attempt there.
+        monkeypatch.setattr(CoreService, "send_and_begin", real["send_and_begin"])
+        mock_clock.jump(IDLE_S + 1)
+        # Once its dispatcher has looked for a next run and found none.
+        await r.wait_for(lambda: r.manager.reap_idle() == [tid])
+        await wait_released(r, tid)
+        third = await r.manager.send_message(tid, "and again")  # a new runtime
+        run = await r.wait_run(third.result["runId"], ENDED)
+        assert run.status == "completed", run.last_error
+        assert swept == [[], []]
+        assert [s.status for s in sessions(r)] == ["stopped", "ready"]
