@@ -592,6 +592,9 @@ class _Owner:
     def turn_closing(self) -> None:
         pass
 
+    def interrupted_by_us(self) -> str | None:
+        return None
+
     async def turn_barrier(self, run_id: str, committed: Any) -> None:
         return None
 

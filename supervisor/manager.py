@@ -1004,7 +1004,7 @@ class SessionManager:
                     idle,
                     ", past the background cap" if busy else "",
                 )
-                runner.stop("idle_timeout")
+                runner.stop("background_cap" if busy else "idle_timeout")
                 reaped.append(thread_id)
         return reaped
 

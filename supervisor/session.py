@@ -224,6 +224,8 @@ class SessionRunner:
     _events: EventQueue | None = None
     #: The turn :meth:`abandon_turn` has ended (queued its end), until the stream settles it.
     _abandoned: TurnBinding | None = None
+    #: Why this runtime interrupts its turn itself (it is stopping under it).
+    _interrupting_for: str | None = None
     #: :meth:`leave_held` was called: the provider stays with its holder for the next daemon.
     _left_held: bool = False
     #: The session's binding until its ingest stream exists (then the stream's).
@@ -628,13 +630,13 @@ class SessionRunner:
         """Stopped mid-turn (a daemon stop after its drain): the turn is interrupted —
         by the provider when it takes the interrupt in time, else here — rather than
         left to fail with the process the ladder is about to end."""
+        reason = f"the runtime was stopped during the turn ({self.stop_reason})"
+        self._interrupting_for = reason  # the provider's own interrupted end says why too
         with trio.move_on_after(STOP_INTERRUPT_S):
             with contextlib.suppress(AdapterError, SessionFailed):
                 await self.interrupt()
             await self.wait_turn()
-        await self.abandon_turn(
-            "interrupted", f"the runtime was stopped during the turn ({self.stop_reason})"
-        )
+        await self.abandon_turn("interrupted", reason)
 
     async def _graceful_close(self, rt: ProviderRuntime) -> None:
         """The stop ladder: protocol close, then SIGTERM, then SIGKILL to the group.
@@ -821,6 +823,9 @@ class SessionRunner:
         # Idle from the turn's end: stamped before its commit, so anyone who sees
         # the ended run also sees the runtime's new idle start.
         self.last_activity = trio.current_time()
+
+    def interrupted_by_us(self) -> str | None:
+        return self._interrupting_for
 
     async def turn_barrier(
         self, run_id: str, committed: Callable[[], Awaitable[None]]

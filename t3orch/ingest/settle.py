@@ -39,6 +39,17 @@ _RUN_STATUS = {
 }
 
 
+def _why_ended(status: str, error: str | None, before: str | None) -> str | None:
+    """A run's ``lastError`` once its turn ended: a failure's error; an interrupt's
+    reason when the turn has one (the daemon stopped its runtime under it: the user did
+    not ask, so the run says who did), else what it said before."""
+    if status == "failed":
+        return error
+    if status == "interrupted" and error is not None:
+        return error
+    return before
+
+
 def close_turn(
     ch: Changes,
     b: SessionBinding,
@@ -101,7 +112,7 @@ def close_turn(
                 run,
                 status=_RUN_STATUS.get(status, "failed"),
                 completed_at=now,
-                last_error=error if status == "failed" else run.last_error,
+                last_error=_why_ended(status, error, run.last_error),
                 usage=add_usage(run.usage, usage),
             ),
         )

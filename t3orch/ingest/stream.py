@@ -42,6 +42,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 import attrs
+import msgspec
 import trio
 
 from t3orch import timeline
@@ -126,6 +127,11 @@ class StreamOwner(Protocol):
 
     def turn_closing(self) -> None:
         """A turn's end is about to commit: whoever sees it ended sees the owner idle."""
+
+    def interrupted_by_us(self) -> str | None:
+        """Why the owner interrupted the active turn itself (its runtime stopping under
+        it), if it did: an interrupted end that gives no reason of its own gets this one,
+        or the run would read "interrupted" with nobody having asked."""
 
     async def turn_barrier(
         self, run_id: str, committed: Callable[[], Awaitable[None]]
@@ -340,6 +346,13 @@ class IngestStream:
                 if i > skip:
                     offset = event
                 continue
+            if (
+                type(event) is TurnCompleted
+                and event.status == "interrupted"
+                and event.error is None
+                and (why := owner.interrupted_by_us()) is not None
+            ):
+                event = msgspec.structs.replace(event, error=why)
             chunk.append(event)
             owner.observed(event)
             if isinstance(event, (ItemStarted, ItemCompleted)) and isinstance(

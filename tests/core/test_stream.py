@@ -48,6 +48,9 @@ class Owner:
     def turn_closing(self) -> None:
         self.heard.append("closing")
 
+    def interrupted_by_us(self) -> str | None:
+        return None
+
     async def turn_barrier(
         self, run_id: str, committed: Callable[[], Awaitable[None]]
     ) -> Decide | None:

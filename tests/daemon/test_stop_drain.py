@@ -55,6 +55,10 @@ def _running_turn(d: Served, tmp: Path) -> tuple[str, str]:
     return tid, run_id
 
 
+#: Why a run the daemon's stop interrupted ended so (``show`` prints it).
+STOPPED = "the runtime was stopped during the turn (shutdown)"
+
+
 def test_a_turn_that_ends_within_the_drain_completes(tmp_path: Path) -> None:
     state = tmp_path / "state"
     # 15 frames x 300 ms: the turn ends ~4 s after it starts, well inside the drain.
@@ -83,6 +87,7 @@ def test_a_turn_longer_than_the_drain_is_interrupted_after_it(tmp_path: Path) ->
         assert d.proc.wait(timeout=30) == 0
         took = time.monotonic() - t0
     assert _runs(state)[run_id].status == "interrupted"
+    assert _runs(state)[run_id].last_error == STOPPED  # not the user's interrupt
     # It waited the drain; the stop after it is bounded (interrupt 3 s + the ladder).
     assert 1.5 <= took < 20, took
 
@@ -98,6 +103,7 @@ def test_a_second_sigterm_skips_the_drain(tmp_path: Path) -> None:
         assert d.proc.wait(timeout=30) == 0
         took = time.monotonic() - t0
     assert _runs(state)[run_id].status == "interrupted"
+    assert _runs(state)[run_id].last_error == STOPPED  # not the user's interrupt
     assert took < 20, took  # not the 60 s drain
 
 
@@ -115,6 +121,7 @@ def test_a_turn_waiting_for_the_users_answer_does_not_hold_the_stop(tmp_path: Pa
         assert d.proc.wait(timeout=30) == 0
         took = time.monotonic() - t0
     assert _runs(state)[run_id].status == "interrupted"
+    assert _runs(state)[run_id].last_error == STOPPED  # not the user's interrupt
     assert took < 20, took  # the stop ladder's bound, not the 60 s drain
 
 

@@ -142,6 +142,8 @@ async def test_a_pending_request_defers_the_reap_until_the_background_cap(
         await wait_released(r, tid)
         run = await r.wait_run(sent.result["runId"], ENDED)
         assert run.status == "interrupted"
+        # The provider took the interrupt; the run says who asked for it, and why.
+        assert run.last_error == "the runtime was stopped during the turn (background_cap)"
         expired = r.row("runtime_request", request.id)
         assert expired.status == "expired"
         assert type(expired.response_capability).__name__ == "NotResumableCapability"
