@@ -280,3 +280,19 @@ async def test_connections_the_server_ended_cost_no_commit_and_no_read(pg_url: s
         assert await trio.to_thread.run_sync(_end_sessions, pg_url, "true") >= 1
         assert core.reader.last_sequence() == 3
         assert [e.sequence for e in core.reader.read_events()] == [1, 2, 3]
+
+
+async def test_a_snapshot_after_the_server_ended_the_pooled_connections_reads(
+    pg_url: str,
+) -> None:
+    """A snapshot (every API read of a thread, ``status``) began on a pooled connection
+    the server had ended and failed: after a PostgreSQL restart the daemon answered its
+    first few calls with ``terminating connection due to administrator command``."""
+    async with open_core(pg_url) as core:
+        await core.writer.submit(diag(1).decide)
+        with core.reader.snapshot():  # the pool has a connection to keep
+            assert core.reader.last_sequence() == 1
+        assert await trio.to_thread.run_sync(_end_sessions, pg_url, "true") >= 1
+        for _ in range(4):  # the pool's size: none of its connections is handed out dead
+            with core.reader.snapshot():
+                assert core.reader.last_sequence() == 1

@@ -139,13 +139,19 @@ def _configure(conn: Conn) -> None:
 
 def open_pool(url: str, *, max_size: int = 4) -> ConnectionPool[Conn]:
     """A pool of autocommit connections (transactions are explicit). Waiting for a
-    connection is bounded like connecting: a server gone is a StoreError, not a hang."""
+    connection is bounded like connecting: a server gone is a StoreError, not a hang.
+
+    Each connection is checked as it is handed out (one empty query, a round trip): after
+    a server restart every idle one is dead, and a snapshot begun on one fails with
+    nothing read to try again from — the API's first calls answered a healthy server's
+    restart with errors."""
     pool: ConnectionPool[Conn] = ConnectionPool(
         url,
         min_size=1,
         max_size=max_size,
         kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
         configure=_configure,
+        check=ConnectionPool.check_connection,
         timeout=CONNECT_TIMEOUT_S * 2,
         open=True,
         name="t3orch",
