@@ -64,6 +64,8 @@ def owner_token() -> str:
 #: Bound on stopping every runtime at shutdown (each interrupts its turn, ≤ 3 s, and
 #: runs the stop ladder, ≤ 10 s, all at once). After the drain (``daemon.stop_drain_s``).
 SHUTDOWN_GRACE_S = 15.0
+#: How often the watchdog's writer probe looks whether the writer waits for its store.
+STALL_LOOK_S = 0.5
 
 
 @attrs.define
@@ -342,8 +344,22 @@ def _counts(counts: dict[str, int]) -> str:
 
 def _writer_probe(core: Core) -> Callable[[], Awaitable[bool]]:
     async def alive() -> bool:
-        # A transaction that writes nothing still proves the writer thread turns over.
-        await core.writer.submit(lambda view: Decision([]))
+        # A transaction that writes nothing still proves the writer thread turns over;
+        # so does its waiting for a stalled store (no room, no server), retrying every
+        # second: a restart would not bring the store back, and would stop the runtimes
+        # that are not held.
+        committed = trio.Event()
+
+        async def probe() -> None:
+            await core.writer.submit(lambda view: Decision([]))
+            committed.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(probe)
+            while not committed.is_set() and core.writer.stalled is None:
+                with trio.move_on_after(STALL_LOOK_S):
+                    await committed.wait()
+            nursery.cancel_scope.cancel()
         return True
 
     return alive

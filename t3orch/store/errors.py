@@ -19,8 +19,25 @@ class SchemaTooNew(StoreError):
     """The store was written by a newer t3orch; opening it would risk its data."""
 
 
-class StoreFull(StoreError):
+class StoreStalled(StoreError):
+    """The batch was not committed, for a reason that passes (no room, no server): the
+    writer refuses commands meanwhile and tries the rest again until they commit."""
+
+    #: What the writer logs once a batch commits after it.
+    resumed = "the store takes commits again"
+
+
+class StoreFull(StoreStalled):
     """The disk (or the database's size limit) is full; the batch was not committed."""
+
+    resumed = "the store has room again"
+
+
+class StoreUnavailable(StoreStalled):
+    """The store's server cannot be reached (stopped, restarting, the network) and the
+    batch was not sent to it; nothing was committed."""
+
+    resumed = "the store's server answers again"
 
 
 class StoreClosed(StoreError):

@@ -31,14 +31,15 @@ from t3orch import timeline
 from t3orch.events import EventEnvelope
 from t3orch.ids import CommandId
 from t3orch.store.broadcast import Broadcast
-from t3orch.store.errors import StoreClosed, StoreError, StoreFull, StoreNotDurable
+from t3orch.store.errors import StoreClosed, StoreError, StoreNotDurable, StoreStalled
 from t3orch.store.interface import Decide, EventStore, Outcome, Submission
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-#: A batch the store had no room for is tried again this often, until it commits.
+#: A batch the store had no room (or no server) for is tried again this often, until it
+#: commits.
 FULL_RETRY_S = 1.0
 
 #: At most this many items in one joined pile: a joined submission is decided, and
@@ -193,6 +194,9 @@ class EventWriter:
         self._handoff: trio.MemorySendChannel[_Handoff | None]
         #: An unexpected exception that stopped the writer thread (``run`` re-raises it).
         self._crash: BaseException | None = None
+        #: Why the batch in hand waits (no room, no server), while it does: the writer
+        #: thread is alive then, trying it again every ``FULL_RETRY_S``.
+        self.stalled: StoreStalled | None = None
 
     async def submit(
         self,
@@ -378,34 +382,40 @@ class EventWriter:
     def _commit(self, batch: list[_Pending]) -> tuple[list[_Pending], list[Outcome] | StoreError]:
         """Commit ``batch``: its outcomes, or the store's error for all of it.
 
-        A full store (the disk, or the database's size limit) refuses the commands in
+        A stalled store (full: the disk, or the database's size limit; unavailable: its
+        server down or restarting, the batch not sent) refuses the commands in
         the batch and those queued while it waits (a command id: their callers are
         told nothing was written), and keeps the rest — a session's provider events,
         the supervisor's bookkeeping, which no caller can take back —, trying them
         again every ``FULL_RETRY_S`` until they commit: a full disk pauses the log (its
         producers wait for room, a provider for its pipe) instead of failing every
         session, and the daemon with them. The store rolled the failed transaction
-        back, so each try decides afresh; nothing queued after the batch commits
+        back (or never began it), so each try decides afresh; nothing queued after the batch commits
         before it. Only stopping gives up on it.
         """
         full_since: float | None = None
         while True:
             try:
                 outcomes = self.store.commit_visible([p.submission for p in batch])
-            except StoreFull as exc:
+            except StoreStalled as exc:
                 batch = self._refuse_commands(batch, exc)
                 if not batch or not self._room_awaited(exc, len(batch), full_since is None):
+                    self.stalled = None
                     return batch, exc
-                full_since = full_since if full_since is not None else time.monotonic()
+                if full_since is None:
+                    full_since = time.monotonic()
+                self.stalled = exc
                 continue
             except StoreError as exc:
+                self.stalled = None
                 return batch, exc
-            if full_since is not None:
+            if full_since is not None and self.stalled is not None:
                 waited = time.monotonic() - full_since
-                log.warning("the store has room again: committed after %.0f s", waited)
+                log.warning("%s: committed after %.0f s", self.stalled.resumed, waited)
+            self.stalled = None
             return batch, outcomes
 
-    def _refuse_commands(self, batch: list[_Pending], exc: StoreFull) -> list[_Pending]:
+    def _refuse_commands(self, batch: list[_Pending], exc: StoreStalled) -> list[_Pending]:
         """Hand back, failed, each ``with_next`` chain of ``batch`` holding a command;
         the rest, in order."""
         kept, refused = _split_commands(batch)
@@ -413,7 +423,7 @@ class EventWriter:
             self._hand_back(refused, exc)
         return kept
 
-    def _room_awaited(self, exc: StoreFull, waiting: int, first: bool) -> bool:
+    def _room_awaited(self, exc: StoreStalled, waiting: int, first: bool) -> bool:
         """Wait ``FULL_RETRY_S``, refusing the commands queued meanwhile (False at once
         once stopping: the batch fails)."""
         if first:

@@ -15,7 +15,9 @@ import trio
 
 from t3orch.core import Core, open_core
 from t3orch.events import EventEnvelope
-from t3orch.store.errors import SchemaTooNew, StoreError
+from t3orch.ids import CommandId
+from t3orch.store import writer as writer_module
+from t3orch.store.errors import SchemaTooNew, StoreError, StoreUnavailable
 from t3orch.store.open import open_reader
 from t3orch.store.postgres.backend import PostgresStore
 from t3orch.store.postgres.schema import SCHEMA_VERSION
@@ -296,3 +298,45 @@ async def test_a_snapshot_after_the_server_ended_the_pooled_connections_reads(
         for _ in range(4):  # the pool's size: none of its connections is handed out dead
             with core.reader.snapshot():
                 assert core.reader.last_sequence() == 1
+
+
+def _allow_connections(url: str, allowed: bool) -> None:
+    """The database refusing new connections, its sessions ended: the server as a
+    restart or a failover leaves it for a while, seen from a client."""
+    name = url.rsplit("/", 1)[1]
+    admin = url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS {str(allowed).lower()}')
+        if not allowed:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                (name,),
+            )
+
+
+async def test_the_writer_waits_for_a_server_that_cannot_be_reached(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No connection within the pool's timeout is ``StoreUnavailable``: the writer
+    refuses commands meanwhile and commits the rest once the server answers (it raised
+    out of the writer, and the daemon ended with every runtime not held)."""
+    monkeypatch.setattr(writer_module, "FULL_RETRY_S", 0.05)
+    async with open_core(pg_url) as core:
+        await core.writer.submit(diag(1).decide)
+        await trio.to_thread.run_sync(_allow_connections, pg_url, False)
+        try:
+            waiting = await core.writer.enqueue(diag(3).decide)  # provider events
+            with trio.fail_after(60):
+                while core.writer.stalled is None:  # noqa: ASYNC110 - the writer thread sets it
+                    await trio.sleep(0.05)
+            assert isinstance(core.writer.stalled, StoreUnavailable)
+            assert not waiting.done
+            with trio.fail_after(60), pytest.raises(StoreUnavailable, match="not committed"):
+                await core.writer.submit(diag(1).decide, command_id=CommandId("cmd-1"))
+        finally:
+            await trio.to_thread.run_sync(_allow_connections, pg_url, True)
+        with trio.fail_after(60):
+            out = await waiting.outcome()
+        assert [e.sequence for e in out.events] == [2, 3, 4]
+        assert core.writer.stalled is None
+        assert core.store.receipt(CommandId("cmd-1")) is None

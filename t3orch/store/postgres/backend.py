@@ -26,7 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from t3orch.clock import WallClock, iso, system_clock
 from t3orch.domain.request import RuntimeRequest
@@ -36,7 +36,7 @@ from t3orch.ids import CommandId, EventId, IdFactory
 from t3orch.projections.projector import apply, concerns, fold_item
 from t3orch.store.deciding import decide_one
 from t3orch.store.encoding import EVENT_COLUMNS, chunk_of, envelope, receipt_row, streaming
-from t3orch.store.errors import SchemaTooNew, StoreError, StoreFull
+from t3orch.store.errors import SchemaTooNew, StoreError, StoreFull, StoreUnavailable
 from t3orch.store.interface import CommandReceipt, Outcome, Submission
 from t3orch.store.kinds import Chunk, Row, kind_of
 from t3orch.store.paging import Cursor, entities_newest_first
@@ -86,9 +86,13 @@ def redacted(url: str) -> str:
     return urlunsplit(parts)
 
 
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def translate(exc: psycopg.Error, where: str) -> StoreError:
     """A psycopg error as a StoreError naming the store, on one line."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = _one_line(exc)
     if exc.sqlstate in ("53100", "53200"):  # disk_full, out_of_memory
         return StoreFull(f"{where}: {text}; the batch was not committed")
     return StoreError(f"{where}: {text}")
@@ -259,7 +263,10 @@ class PostgresStore:
             try:
                 return self._commit(submissions)
             except _ConnectionLost as lost:
-                raise translate(lost.error, self._where) from lost.error
+                # The server is away (a restart, a failover): the writer waits for it.
+                raise StoreUnavailable(
+                    f"{self._where}: {_one_line(lost.error)}; the batch was not committed"
+                ) from lost.error
 
     def _commit(self, submissions: Sequence[Submission]) -> list[Outcome]:
         committing = False
@@ -285,6 +292,13 @@ class PostgresStore:
         except _ConnectionLost:
             self._known.clear()
             raise
+        except PoolTimeout as exc:
+            # No connection within the pool's timeout (its server is down, none could be
+            # made): nothing was sent. The writer waits for the server.
+            self._known.clear()
+            raise StoreUnavailable(
+                f"{self._where}: {_one_line(exc)}; the batch was not committed"
+            ) from exc
         except psycopg.Error as exc:
             self._known.clear()
             raise translate(exc, self._where) from exc

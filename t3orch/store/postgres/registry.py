@@ -9,6 +9,8 @@ autocommit connection of its own: heartbeats never wait on the writer's.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 import psycopg
 
@@ -46,9 +48,21 @@ class PostgresRegistry:
             self._conn = connect(self._url)
         return self._conn
 
+    def _execute(self, query: str, params: tuple[object, ...] = ()) -> psycopg.Cursor[Any]:
+        """One statement; once more on a new connection when the server had ended this
+        one (idle since before a restart, it is found dead only by using it). Both
+        statements here repeat harmlessly, and a send's routing reads the fleet: without
+        this the first send after a restart failed."""
+        try:
+            return self._alive().execute(query, params)
+        except psycopg.OperationalError:
+            if not self._conn.broken:
+                raise
+        return self._alive().execute(query, params)
+
     def upsert_daemon(self, record: DaemonRecord) -> None:
         try:
-            self._alive().execute(
+            self._execute(
                 "INSERT INTO t3orch.daemons (daemon_id, heartbeat_at, body) VALUES (%s, %s, %s) "
                 "ON CONFLICT (daemon_id) DO UPDATE SET "
                 "heartbeat_at = excluded.heartbeat_at, body = excluded.body",
@@ -59,11 +73,7 @@ class PostgresRegistry:
 
     def daemons(self) -> list[DaemonRecord]:
         try:
-            rows = (
-                self._alive()
-                .execute("SELECT body FROM t3orch.daemons ORDER BY daemon_id")
-                .fetchall()
-            )
+            rows = self._execute("SELECT body FROM t3orch.daemons ORDER BY daemon_id").fetchall()
         except psycopg.errors.UndefinedTable:
             return []  # a store no daemon of this version has served yet
         except psycopg.Error as exc:
