@@ -995,7 +995,7 @@ class SessionManager:
             # Being dispatched is work: from a send's claim of the thread to its
             # turn/start the runtime has no turn yet, and a sweep there would stop it
             # under the run it was just given (which ended "interrupted", saying nothing).
-            busy = runner.busy or thread_id in self._dispatching or self._has_pending(runner)
+            busy = runner.busy or self.dispatching(thread_id) or self._has_pending(runner)
             limit = self.reaper.background_cap_s if busy else self.reaper.idle_timeout_s
             if idle >= limit and not runner.exited.is_set():
                 log.info(
@@ -1007,6 +1007,11 @@ class SessionManager:
                 runner.stop("background_cap" if busy else "idle_timeout")
                 reaped.append(thread_id)
         return reaped
+
+    def dispatching(self, thread_id: str) -> bool:
+        """A run of the thread is being handed to its runtime, runs, or has just ended
+        and its dispatcher has not yet looked for the next one (the reaper waits)."""
+        return thread_id in self._dispatching
 
     def _has_pending(self, runner: SessionRunner) -> bool:
         return bool(self.reader.pending_requests(runner.thread_id))

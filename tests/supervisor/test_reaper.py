@@ -40,6 +40,12 @@ async def wait_released(r: Rig, thread_id: str) -> None:
     await r.wait_for(lambda: thread_id not in r.manager.runners, within=15)
 
 
+async def wait_dispatched(r: Rig, thread_id: str) -> None:
+    """Until the thread's dispatcher, its run ended, has found nothing more to start:
+    till then the reaper counts the thread as working."""
+    await r.wait_for(lambda: not r.manager.dispatching(thread_id), within=15)
+
+
 def sessions(r: Rig) -> list[Any]:
     return r.rows("provider_session")
 
@@ -56,6 +62,7 @@ async def test_an_idle_runtime_is_released_with_its_refs_and_the_next_message_re
         (pt,) = r.rows("provider_thread")
         assert pt.native_thread_ref == ECHO_THREAD_REF and pt.resume_ref_confirmed
 
+        await wait_dispatched(r, tid)
         mock_clock.jump(IDLE_S - 1)
         assert r.manager.reap_idle() == []
         mock_clock.jump(1)
@@ -108,6 +115,7 @@ async def test_idleness_counts_from_the_end_of_the_last_turn(
         ended_at = trio.current_time()
         runner = r.manager.runners[tid]
         assert runner.last_activity >= ended_at - 1.0
+        await wait_dispatched(r, tid)
         # Counted from the turn's start, 2799 s would be past the timeout.
         mock_clock.jump(IDLE_S - 1)
         assert r.manager.reap_idle() == []
@@ -209,8 +217,8 @@ async def test_a_sweep_while_a_message_is_handed_to_an_idle_runtime_does_not_rea
         # Released, the next message opens a runtime and begins its attempt there.
         monkeypatch.setattr(CoreService, "send_and_begin", real["send_and_begin"])
         mock_clock.jump(IDLE_S + 1)
-        # Once its dispatcher has looked for a next run and found none.
-        await r.wait_for(lambda: r.manager.reap_idle() == [tid])
+        await wait_dispatched(r, tid)
+        assert r.manager.reap_idle() == [tid]
         await wait_released(r, tid)
         third = await r.manager.send_message(tid, "and again")  # a new runtime
         run = await r.wait_run(third.result["runId"], ENDED)
