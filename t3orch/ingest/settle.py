@@ -43,9 +43,7 @@ def _why_ended(status: str, error: str | None, before: str | None) -> str | None
     """A run's ``lastError`` once its turn ended: a failure's error; an interrupt's
     reason when the turn has one (the daemon stopped its runtime under it: the user did
     not ask, so the run says who did), else what it said before."""
-    if status == "failed":
-        return error
-    if status == "interrupted" and error is not None:
+    if status == "failed" or (status == "interrupted" and error is not None):
         return error
     return before
 

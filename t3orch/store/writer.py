@@ -390,30 +390,30 @@ class EventWriter:
         again every ``FULL_RETRY_S`` until they commit: a full disk pauses the log (its
         producers wait for room, a provider for its pipe) instead of failing every
         session, and the daemon with them. The store rolled the failed transaction
-        back (or never began it), so each try decides afresh; nothing queued after the batch commits
-        before it. Only stopping gives up on it.
+        back (or never began it), so each try decides afresh; nothing queued after the
+        batch commits before it. Only stopping gives up on it.
         """
         full_since: float | None = None
-        while True:
-            try:
-                outcomes = self.store.commit_visible([p.submission for p in batch])
-            except StoreStalled as exc:
-                batch = self._refuse_commands(batch, exc)
-                if not batch or not self._room_awaited(exc, len(batch), full_since is None):
-                    self.stalled = None
+        try:
+            while True:
+                try:
+                    outcomes = self.store.commit_visible([p.submission for p in batch])
+                except StoreStalled as exc:
+                    batch = self._refuse_commands(batch, exc)
+                    if not batch or not self._room_awaited(exc, len(batch), full_since is None):
+                        return batch, exc
+                    if full_since is None:
+                        full_since = time.monotonic()
+                    self.stalled = exc
+                    continue
+                except StoreError as exc:
                     return batch, exc
-                if full_since is None:
-                    full_since = time.monotonic()
-                self.stalled = exc
-                continue
-            except StoreError as exc:
-                self.stalled = None
-                return batch, exc
-            if full_since is not None and self.stalled is not None:
-                waited = time.monotonic() - full_since
-                log.warning("%s: committed after %.0f s", self.stalled.resumed, waited)
+                if self.stalled is not None and full_since is not None:
+                    waited = time.monotonic() - full_since
+                    log.warning("%s: committed after %.0f s", self.stalled.resumed, waited)
+                return batch, outcomes
+        finally:
             self.stalled = None
-            return batch, outcomes
 
     def _refuse_commands(self, batch: list[_Pending], exc: StoreStalled) -> list[_Pending]:
         """Hand back, failed, each ``with_next`` chain of ``batch`` holding a command;
